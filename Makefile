@@ -1,0 +1,18 @@
+# The README's two commands. Both set the machine up first if needed (idempotent, fast the second time).
+.PHONY: setup run test demo
+
+setup:
+	@./scripts/setup.sh
+
+# The main job: the studio on http://127.0.0.1:8501 (bound to localhost only).
+run: setup
+	@./scripts/run.sh
+
+# The whole test suite.
+test: setup
+	@./scripts/browser-deps.sh
+	@./scripts/test.sh
+
+# A short command-line demo: LoRA SL of the default model on a built-in dataset.
+demo: setup
+	@.venv/bin/cookbook sl dataset=builtin:facts max_steps=20 batch_size=8 learning_rate=1e-3

@@ -1,0 +1,1 @@
+"""Cookbook Studio's engine: training loops, backends, datasets and runs. Imports no Streamlit."""

@@ -1,0 +1,49 @@
+"""Where the studio keeps its files: the home folder and the fixed layout below it.
+
+The home folder holds the DuckDB file, run folders (checkpoints, metrics.jsonl, ...), the model cache and
+uploads. It defaults to a per-user folder and is set by the COOKBOOK_HOME environment variable. This module
+only computes paths and creates folders; it reads and writes nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def home() -> Path:
+    """The studio home folder, created if missing."""
+    configured = os.environ.get("COOKBOOK_HOME")
+    if configured:
+        path = Path(configured).expanduser()
+    else:
+        base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+        path = Path(base) / "cookbook-studio"
+    path.mkdir(parents=True, exist_ok=True)
+    return path.resolve()
+
+
+def db_path() -> Path:
+    return home() / "studio.duckdb"
+
+
+def runs_dir() -> Path:
+    return _sub("runs")
+
+
+def run_dir(run_id: str) -> Path:
+    return _sub("runs", run_id)
+
+
+def models_dir() -> Path:
+    return _sub("models")
+
+
+def uploads_dir() -> Path:
+    return _sub("uploads")
+
+
+def _sub(*parts: str) -> Path:
+    path = home().joinpath(*parts)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
