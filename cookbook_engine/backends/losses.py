@@ -47,6 +47,7 @@ def check_inputs(loss_fn: str, index: int, inputs: dict, length: int) -> None:
         if key not in inputs:
             raise ValueError(f"datum {index}: loss {loss_fn} needs loss_fn_inputs[{key!r}]")
     for key, value in inputs.items():
-        if value.shape[0] != length:
-            raise ValueError(f"datum {index}: loss_fn_inputs[{key!r}] has {value.shape[0]} entries, "
+        entries = len(value.to_numpy()) if hasattr(value, "to_numpy") else len(value)
+        if entries != length:
+            raise ValueError(f"datum {index}: loss_fn_inputs[{key!r}] has {entries} entries, "
                              f"model_input has {length} tokens")

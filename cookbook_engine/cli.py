@@ -1,0 +1,205 @@
+"""The `cookbook` command line: the same runs as the studio's forms, with tinker-cookbook's key=value arguments.
+
+    cookbook sl  model=... dataset=builtin:facts max_steps=20 batch_size=8 learning_rate=1e-3 lora_rank=32
+    cookbook dpo dataset=builtin:concise-prefs dpo_beta=0.1
+    cookbook rl  env=arithmetic group_size=4 groups_per_batch=8
+    cookbook runs [--json]          cookbook resume RUN_ID          cookbook cancel RUN_ID
+    cookbook studio [--port 8501] [--address 127.0.0.1]
+
+`--dry-run` validates everything (settings, model, renderer, data) and prints the resolved config without
+training. Bad input exits with code 2 and a one-line reason. A run started here shows up live in the studio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+EXIT_BAD_INPUT = 2
+USAGE = __doc__.split("\n\n")[1]
+
+
+def _bad_input(message: str) -> int:
+    print(f"cookbook: error: {message}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def _input_errors() -> tuple[type[BaseException], ...]:
+    from cookbook_engine.config import ConfigError
+    from cookbook_engine.datasets import DatasetError
+    from cookbook_engine.models import ModelError
+    from cookbook_engine.renderers import RendererError
+
+    errors: list[type[BaseException]] = [ConfigError, DatasetError, ModelError, RendererError, FileNotFoundError]
+    try:
+        from cookbook_engine.backends.tinker import TinkerUnavailable
+
+        errors.append(TinkerUnavailable)
+    except ImportError:
+        pass
+    return tuple(errors)
+
+
+def run_training(kind: str, args: list[str]) -> int:
+    from cookbook_engine import config as cfg
+    from cookbook_engine.runs import preflight
+
+    dry_run = "--dry-run" in args
+    args = [a for a in args if a != "--dry-run"]
+    try:
+        config = cfg.parse_overrides(kind, args)
+        prepared = preflight(config)
+    except _input_errors() as exc:
+        return _bad_input(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    if dry_run:
+        print(cfg.dumps(config))
+        summary = getattr(prepared, "summary", None)
+        if summary:
+            print(f"# {summary()}")
+        print(f"# {cfg.to_command(config)}")
+        return 0
+    return _follow(config, prepared)
+
+
+def _follow(config, prepared) -> int:
+    """Start the run in this process and follow it with a progress bar until it ends (Ctrl-C cancels it)."""
+    from tqdm import tqdm
+
+    from cookbook_engine.runs import get_manager
+
+    manager = get_manager()
+    notes: list[str] = []
+    run_id = manager.start(config, prepared=prepared, echo=notes.append)
+    print(f"run {run_id}  (folder {manager.store.get_run(run_id)['log_dir']})", file=sys.stderr)
+    return _watch(manager, run_id, notes)
+
+
+def _watch(manager, run_id: str, notes: list[str]) -> int:
+    from tqdm import tqdm
+
+    bar = tqdm(total=None, unit="step", dynamic_ncols=True, file=sys.stderr)
+    try:
+        while True:
+            alive = manager.is_alive(run_id)
+            run = manager.store.get_run(run_id)
+            while notes:
+                bar.write(notes.pop(0), file=sys.stderr)
+            if run.get("total_steps") and bar.total != run["total_steps"]:
+                bar.total = run["total_steps"]
+            if run.get("step") is not None:
+                bar.n = run["step"]
+                key = manager.store.last_metrics([run_id], _key_metric(run["kind"])).get(run_id)
+                if key is not None:
+                    bar.set_postfix_str(f"{_key_metric(run['kind'])}={key:.4f}")
+                bar.refresh()
+            if not alive:
+                break
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        bar.write("cancelling (a checkpoint is saved first; `cookbook resume` continues it)...", file=sys.stderr)
+        manager.cancel(run_id)
+        manager.wait(run_id)
+    bar.close()
+    while notes:
+        print(notes.pop(0), file=sys.stderr)
+    run = manager.store.get_run(run_id)
+    print(f"run {run_id}: {run['status']}" + (f" ({run['error']})" if run.get("error") else ""), file=sys.stderr)
+    return 0 if run["status"] in ("completed", "cancelled") else 1
+
+
+def _key_metric(kind: str) -> str:
+    return {"sl": "train_mean_nll", "dpo": "dpo_loss", "rl": "env/all/reward/total"}.get(kind, "train_mean_nll")
+
+
+def list_runs(as_json: bool) -> int:
+    from storage import Store
+
+    store = Store.default()
+    store.mark_orphans_interrupted()
+    runs = store.list_runs()
+    keys = {}
+    for kind in ("sl", "dpo", "rl"):
+        keys.update(store.last_metrics([r["run_id"] for r in runs if r["kind"] == kind], _key_metric(kind)))
+    if as_json:
+        rows = [{k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in r.items()} | {
+            "key_metric": _key_metric(r["kind"]), "key_metric_value": keys.get(r["run_id"])} for r in runs]
+        print(json.dumps(rows, indent=2, default=str))
+        return 0
+    if not runs:
+        print("no runs yet: try `cookbook sl max_steps=20`")
+        return 0
+    print(f"{'run':34} {'kind':4} {'status':11} {'step':>9}  {'key metric':>22}  model")
+    for r in runs:
+        step = f"{r.get('step') or 0}/{r.get('total_steps') or '?'}"
+        value = keys.get(r["run_id"])
+        metric = f"{_key_metric(r['kind'])}={value:.4f}" if value is not None else ""
+        print(f"{r['run_id']:34} {r['kind']:4} {r['status']:11} {step:>9}  {metric:>22}  {r['base_model']}")
+    return 0
+
+
+def resume_run(run_id: str) -> int:
+    from cookbook_engine.runs import get_manager
+
+    manager = get_manager()
+    notes: list[str] = []
+    try:
+        manager.resume(run_id, echo=notes.append)
+    except (KeyError, ValueError) as exc:
+        return _bad_input(str(exc).strip("'\""))
+    return _watch(manager, run_id, notes)
+
+
+def cancel_run(run_id: str) -> int:
+    from storage import Store
+
+    store = Store.default()
+    run = store.get_run(run_id)
+    if run is None:
+        return _bad_input(f"run {run_id}: not found")
+    if run["status"] not in ("queued", "running"):
+        return _bad_input(f"run {run_id}: not running (status {run['status']})")
+    store.update_run(run_id, status="cancelling")
+    print(f"run {run_id}: asked to stop after its current step")
+    return 0
+
+
+def studio(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="cookbook studio")
+    parser.add_argument("--port", type=int, default=8501)
+    parser.add_argument("--address", default="127.0.0.1",
+                        help="interface to listen on; 127.0.0.1 (default) keeps the studio private to this machine")
+    options = parser.parse_args(argv)
+    from pathlib import Path
+
+    main_page = Path(__file__).resolve().parent.parent / "app" / "main.py"
+    command = [sys.executable, "-m", "streamlit", "run", str(main_page), "--server.address", options.address,
+               "--server.port", str(options.port), "--server.headless", "true",
+               "--browser.gatherUsageStats", "false"]
+    os.execv(sys.executable, command)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0 if argv else EXIT_BAD_INPUT
+    command, rest = argv[0], argv[1:]
+    if command in ("sl", "dpo", "rl"):
+        return run_training(command, rest)
+    if command == "runs":
+        return list_runs("--json" in rest)
+    if command in ("resume", "cancel"):
+        if len(rest) != 1:
+            return _bad_input(f"usage: cookbook {command} RUN_ID")
+        return resume_run(rest[0]) if command == "resume" else cancel_run(rest[0])
+    if command == "studio":
+        return studio(rest)
+    return _bad_input(f"unknown command {command!r}; commands: sl, dpo, rl, runs, resume, cancel, studio")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,230 @@
+"""The RunManager: starts, cancels, resumes and watches runs, each on its own background thread.
+
+A run is an asyncio loop (supervised, DPO or RL) running on a daemon thread of this process, independent of any
+browser session. Everything about it lives in storage (status, metrics, checkpoints) and in its run folder, so any
+process can watch it. Cancelling works across processes: `cancel()` marks the run 'cancelling' in the database and
+the loop, which polls its status between steps, saves a checkpoint and stops. Resume restarts a stopped run from
+its last saved state with its loop position. This module owns run life cycles; the loops themselves live in
+supervised.py, preference.py and rl/loop.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import traceback
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from cookbook_engine import config as cfg
+from cookbook_engine import paths
+from cookbook_engine.run_logger import RunLogger
+from storage import Store
+
+ACTIVE = ("queued", "running", "cancelling")
+FINISHED = ("completed", "failed", "cancelled", "interrupted")
+
+
+class RunCancelled(Exception):
+    """Raised inside a loop when its run was asked to stop."""
+
+
+@dataclass
+class RunContext:
+    """What a loop gets besides its config: where to log, whether to stop, where to resume from."""
+
+    run_id: str
+    store: Store
+    logger: RunLogger
+    log_dir: Path
+    cancel_event: threading.Event = field(default_factory=threading.Event)
+    resume: dict | None = None  # the checkpoint row to resume from (with its loop_state)
+    echo: Callable[[str], None] | None = None  # the CLI prints notes here
+    _last_poll: float = 0.0
+
+    def cancelled(self) -> bool:
+        """True once someone asked the run to stop (this process or another one, through the database)."""
+        if self.cancel_event.is_set():
+            return True
+        now = time.monotonic()
+        if now - self._last_poll > 1.0:
+            self._last_poll = now
+            run = self.store.get_run(self.run_id)
+            if run and run["status"] == "cancelling":
+                self.cancel_event.set()
+        return self.cancel_event.is_set()
+
+    def progress(self, step: int, total: int) -> None:
+        self.store.update_run(self.run_id, step=step, total_steps=total)
+
+    def note(self, message: str) -> None:
+        """A line for the run's log (shown in the studio and printed by the CLI)."""
+        stamp = datetime.now(timezone.utc).strftime("%H:%M:%S")
+        with open(self.log_dir / "log.txt", "a", encoding="utf-8") as handle:
+            handle.write(f"{stamp} {message}\n")
+        if self.echo:
+            self.echo(message)
+
+
+def new_run_id(kind: str) -> str:
+    return f"{kind}-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
+
+
+def _loop_for(kind: str):
+    if kind == "sl":
+        from cookbook_engine import supervised
+
+        return supervised
+    if kind == "dpo":
+        from cookbook_engine import preference
+
+        return preference
+    if kind == "rl":
+        from cookbook_engine.rl import loop
+
+        return loop
+    raise cfg.ConfigError(f"unknown run kind {kind!r}")
+
+
+def preflight(config: cfg.CommonConfig) -> Any:
+    """All checks that can fail on bad input, before anything is written: settings, model, renderer, data.
+    Returns what the loop prepared (e.g. the tokenized dataset) so it is not done twice."""
+    cfg.check(config)
+    return _loop_for(config.kind).prepare(config)
+
+
+class RunManager:
+    def __init__(self, store: Store | None = None):
+        self.store = store or Store.default()
+        self._threads: dict[str, threading.Thread] = {}
+        self._contexts: dict[str, RunContext] = {}
+        self._lock = threading.Lock()
+        self.store.mark_orphans_interrupted()
+
+    # --- life cycle -----------------------------------------------------------------------------------------
+    def start(self, config: cfg.CommonConfig, *, prepared: Any = None, parent_run_id: str | None = None,
+              echo: Callable[[str], None] | None = None) -> str:
+        """Validate, record and start a run in the background; returns its id. Bad input raises before any write."""
+        if prepared is None:
+            prepared = preflight(config)
+        run_id = new_run_id(config.kind)
+        log_dir = paths.run_dir(run_id)
+        name = config.name or run_id
+        parent_checkpoint = getattr(config, "start_checkpoint", "") or None
+        if parent_checkpoint and parent_run_id is None:
+            parent_run_id = self._run_of_checkpoint(parent_checkpoint)
+        self.store.create_run(run_id, name=name, kind=config.kind, backend=config.backend,
+                              base_model=config.model, config=cfg.to_dict(config), log_dir=str(log_dir),
+                              parent_run_id=parent_run_id, parent_checkpoint=parent_checkpoint)
+        context = RunContext(run_id, self.store, RunLogger(self.store, run_id, log_dir), log_dir, echo=echo)
+        context.logger.write_config({"kind": config.kind, **cfg.to_dict(config)})
+        self._launch(config, context, prepared)
+        return run_id
+
+    def resume(self, run_id: str, echo: Callable[[str], None] | None = None) -> str:
+        run = self.store.get_run(run_id)
+        if run is None:
+            raise KeyError(f"run {run_id}: not found")
+        if run["status"] in ACTIVE and self.is_alive(run_id):
+            raise ValueError(f"run {run_id}: still {run['status']}")
+        if run["status"] == "completed":
+            raise ValueError(f"run {run_id}: already completed")
+        config = cfg.from_dict(run["kind"], run["config"])
+        checkpoint = self.store.last_checkpoint(run_id)
+        context = RunContext(run_id, self.store, RunLogger(self.store, run_id, Path(run["log_dir"])),
+                             Path(run["log_dir"]), resume=checkpoint, echo=echo)
+        prepared = preflight(config)
+        step = int(checkpoint["step"]) if checkpoint else 0
+        context.logger.truncate_after(step - 1)  # metrics of steps after the checkpoint are redone
+        self.store.update_run(run_id, status="queued", error=None, traceback=None, finished_at=None,
+                               owner_pid=None)
+        self._launch(config, context, prepared)
+        return run_id
+
+    def cancel(self, run_id: str) -> None:
+        """Ask a run to stop after its current step (it saves a checkpoint first, so it can be resumed)."""
+        with self._lock:
+            context = self._contexts.get(run_id)
+        if context is not None:
+            context.cancel_event.set()
+        run = self.store.get_run(run_id)
+        if run and run["status"] in ("queued", "running"):
+            self.store.update_run(run_id, status="cancelling")
+
+    def delete(self, run_id: str) -> None:
+        if self.is_alive(run_id):
+            raise ValueError(f"run {run_id}: stop it before deleting it")
+        run = self.store.get_run(run_id)
+        self.store.delete_run(run_id)
+        if run and run.get("log_dir"):
+            import shutil
+
+            shutil.rmtree(run["log_dir"], ignore_errors=True)
+
+    def wait(self, run_id: str, timeout: float | None = None) -> dict:
+        thread = self._threads.get(run_id)
+        if thread is not None:
+            thread.join(timeout)
+        return self.store.get_run(run_id)
+
+    def is_alive(self, run_id: str) -> bool:
+        thread = self._threads.get(run_id)
+        return thread is not None and thread.is_alive()
+
+    def active_run_ids(self) -> list[str]:
+        return [run_id for run_id, thread in list(self._threads.items()) if thread.is_alive()]
+
+    # --- internals ------------------------------------------------------------------------------------------
+    def _run_of_checkpoint(self, path: str) -> str | None:
+        for row in self.store.list_checkpoints():
+            if path in (row.get("state_path"), row.get("sampler_path")):
+                return row["run_id"]
+        return None
+
+    def _launch(self, config: cfg.CommonConfig, context: RunContext, prepared: Any) -> None:
+        thread = threading.Thread(target=self._execute, args=(config, context, prepared),
+                                  name=f"run:{context.run_id}", daemon=True)
+        with self._lock:
+            self._threads[context.run_id] = thread
+            self._contexts[context.run_id] = context
+        thread.start()
+
+    def _execute(self, config: cfg.CommonConfig, context: RunContext, prepared: Any) -> None:
+        store, run_id = self.store, context.run_id
+        try:
+            store.claim_run(run_id)
+            asyncio.run(_loop_for(config.kind).train(config, context, prepared))
+            status = "cancelled" if context.cancel_event.is_set() else "completed"
+            store.update_run(run_id, status=status, finished_at=datetime.now(timezone.utc))
+            context.note(f"run {status}")
+        except RunCancelled:
+            store.update_run(run_id, status="cancelled", finished_at=datetime.now(timezone.utc))
+            context.note("run cancelled")
+        except BaseException as exc:  # a failing run must never take the process down with it
+            message = f"{type(exc).__name__}: {exc}"
+            try:
+                store.update_run(run_id, status="failed", error=message, traceback=traceback.format_exc(),
+                                 finished_at=datetime.now(timezone.utc))
+                context.note(f"run failed: {message}")
+            except Exception:
+                pass
+        finally:
+            with self._lock:
+                self._contexts.pop(run_id, None)
+
+
+_manager: RunManager | None = None
+_manager_lock = threading.Lock()
+
+
+def get_manager() -> RunManager:
+    """The process-wide RunManager (the studio and the CLI each have one)."""
+    global _manager
+    with _manager_lock:
+        if _manager is None or _manager.store.path != Store.default().path:
+            _manager = RunManager()
+        return _manager

@@ -1,0 +1,670 @@
+"""Run untrusted Python source (written by a model during RL) in a throwaway sandbox and report what happened.
+
+What it is for: grading model-written code. `run_python(source)` runs the source as a script under a fresh
+interpreter and returns its stdout, stderr, exit status and, when the sandbox stopped it, why. It never raises
+because of anything the child does; it raises only when called wrongly. One call costs one short-lived
+launcher plus one interpreter, a few tens of milliseconds.
+
+What it isolates (on this kind of machine: root in a container, Linux namespaces allowed). The first call probes
+which of the plans below works here, caches the answer, and `sandbox_capabilities()` reports it; every
+`SandboxResult` carries `network_isolated`, so nothing is ever silently less isolated than the UI claims.
+
+- Network: a fresh network namespace (only a loopback interface, down): no internet, no host services, not
+  even 127.0.0.1 of the host. The probe checks that a connect really fails with ENETUNREACH.
+- Processes: a fresh PID namespace whose init is a small launcher process; when the program exits or the
+  launcher is killed, every process it started dies with it (even ones that called setsid or double-forked).
+  RLIMIT_NPROC caps the count (threads included); it binds because the child runs as a fresh unprivileged uid
+  (chosen at random per call from an unused range), so concurrent sandboxes do not share the budget. A fork
+  bomb stops at `max_processes` and dies with the run.
+- Files: a fresh mount namespace in which every mount is read-only, /tmp, /var/tmp, /dev/shm, /run, /root and
+  /home are replaced by empty tmpfs, and the only writable place is the work folder, a size-capped tmpfs
+  (4 x max_file_mb) that disappears with the namespace. The child cannot write to any host folder, and
+  cannot read root's home. The interpreter's own prefix is bound back read-only where it lived.
+- Resources: RLIMIT_CPU, RLIMIT_AS (per process), RLIMIT_FSIZE, RLIMIT_NOFILE, no core dumps; a wall-clock
+  timeout that SIGKILLs the whole process group; stdout/stderr capped while reading (a flood is killed).
+- Environment: built from scratch (PATH, LANG, HOME, PYTHONDONTWRITEBYTECODE, PYTHONHASHSEED), so no API key
+  or token of the studio reaches the child. Python runs with `-I -S -B`: isolated mode, no site-packages
+  (standard library only), no bytecode files. The work folder is not on sys.path.
+- Privileges: no_new_privs is set, so setuid binaries cannot raise privileges.
+
+What it does NOT do (be honest in UIs and logs about these):
+- It is not a security boundary against a determined attacker: no seccomp filter, the host kernel is shared,
+  and everything world-readable on the host (outside the hidden folders above) can be read.
+- Memory is limited per process (RLIMIT_AS), not in total: max_processes x memory_mb is the worst case
+  (no cgroups: the cgroups here belong to the machinery that runs this machine).
+- CPU time is limited per process; the wall-clock timeout bounds the total.
+- PYTHONHASHSEED is ignored by the `-I` child itself (isolated mode ignores PYTHON* variables), so set
+  ordering of strings may differ between runs.
+- Where the probe finds less than the full plan (no root, no namespaces), it falls back to a user namespace
+  (same isolation, but the child keeps the caller's uid), then to a bare unprivileged uid, then to plain
+  rlimits, and says so in `sandbox_capabilities()`. In the last two, network_isolated is False and the reason
+  is given; in the last, the child runs as the studio's own user: it can write wherever the studio can and
+  read the studio's environment through /proc, and processes that leave the process group survive the run.
+- `killed_reason` is a best-effort label read from the exit status, the CPU time used and the last lines of
+  stderr ("timeout", "output limit", "cpu limit", "memory limit", "file size limit", "disk limit",
+  "process limit", "signal SIGSEGV", "sandbox setup failed").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import select
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+
+# The interpreter the launcher and the child run: the real binary behind a virtual env's `python`, so the child
+# sees the standard library only (with -S), never the studio's own packages.
+PYTHON = os.path.realpath(sys.executable)
+PYTHON_PREFIX = os.path.realpath(sys.base_prefix)
+# Where the work folder appears to the child when a mount namespace is available.
+SANDBOX_WORKDIR = "/tmp/work"
+# Folders replaced by an empty tmpfs inside the mount namespace (writable scratch space and homes).
+HIDDEN_FOLDERS = ["/tmp", "/var/tmp", "/dev/shm", "/run", "/root", "/home"]
+# Fresh uids for the child, one at random per call from a range no distribution or systemd allocates.
+UID_RANGE = (1_900_000_000, 2_000_000_000)
+MAX_OPEN_FILES = 256
+OUTPUT_KILL_SLACK_BYTES = 1 << 20
+TRUNCATION_MARKER = "\n[... sandbox: {dropped} bytes of output dropped ...]\n"
+
+
+@dataclass
+class SandboxLimits:
+    timeout_s: float = 10.0
+    cpu_s: int = 10
+    memory_mb: int = 512
+    max_processes: int = 32
+    max_file_mb: int = 16
+    max_output_chars: int = 20_000
+
+
+@dataclass
+class SandboxResult:
+    returncode: int | None  # None when the sandbox killed the child (timeout, output limit); -N for signal N
+    stdout: str
+    stderr: str
+    timed_out: bool
+    killed_reason: str | None
+    duration_s: float
+    network_isolated: bool
+
+
+# The launcher: run as `python -I -S -c LAUNCHER CONFIG_JSON` by the studio's user, with the scrubbed environment.
+# It enters the namespaces, prepares the file system, sets the limits, drops to the fresh uid and execs the
+# child's interpreter. Any failure before exec is written to the status pipe as "error <step>: <why>" (exit 125);
+# with a PID namespace, the namespace's init writes "status <raw wait status>" when the program ends.
+_LAUNCHER = r'''
+import ctypes, json, os, resource, signal, sys
+cfg = json.loads(sys.argv[1])
+plan = cfg["plan"]
+status_fd = cfg["status_fd"]
+os.set_inheritable(status_fd, False)
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+
+def fail(step, detail):
+    os.write(status_fd, ("error %s: %s" % (step, detail)).encode())
+    os._exit(125)
+
+def check(step, ret):
+    if ret != 0:
+        fail(step, os.strerror(ctypes.get_errno()))
+
+def b(text):
+    return None if text is None else text.encode()
+
+def mount(source, target, fstype, flags, data=None):
+    check("mount %s on %s" % (fstype or source, target), libc.mount(b(source), b(target), b(fstype), flags, b(data)))
+
+class MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+
+def mount_setattr(path, recursive, attr_set, attr_clr):
+    attr = MountAttr(attr_set, attr_clr, 0, 0)
+    ret = libc.syscall(442, -100, path.encode(), 0x8000 if recursive else 0, ctypes.byref(attr), ctypes.sizeof(attr))
+    check("mount_setattr %s" % path, ret)
+
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 8, 4096, 16384, 1 << 18
+MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID = 1, 2
+try:
+    flags = 0
+    if plan["userns"]: flags |= 0x10000000
+    if plan["netns"]: flags |= 0x40000000 | 0x08000000 | 0x04000000  # net, ipc, uts
+    if plan["mountns"]: flags |= 0x00020000
+    if plan["pidns"]: flags |= 0x20000000
+    if flags:
+        check("unshare", libc.unshare(flags))
+    if plan["userns"]:
+        outer_uid, outer_gid = cfg["uid"], cfg["gid"]
+        for name, text in (("setgroups", "deny"), ("uid_map", "%d %d 1" % (outer_uid, outer_uid)),
+                           ("gid_map", "%d %d 1" % (outer_gid, outer_gid))):
+            with open("/proc/self/" + name, "w") as handle:
+                handle.write(text)
+
+    if plan["pidns"]:
+        # The launcher stays outside as the namespace's parent; the forked child becomes the namespace's init.
+        init = os.fork()
+        if init:
+            os.close(status_fd)
+            while True:
+                try:
+                    _, status = os.waitpid(init, 0)
+                    break
+                except InterruptedError:
+                    continue
+            os._exit(os.waitstatus_to_exitcode(status) & 0xFF if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
+
+    workdir = cfg["host_workdir"]
+    if plan["mountns"]:
+        contents = {}
+        for name in cfg["file_names"]:
+            with open(os.path.join(workdir, name), "rb") as handle:
+                contents[name] = handle.read()
+        prefix_fd = os.open(cfg["python_prefix"], os.O_PATH | os.O_DIRECTORY)
+        mount(None, "/", None, MS_REC | MS_PRIVATE)
+        if plan["pidns"]:
+            mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        for folder in cfg["hidden_folders"]:
+            if os.path.isdir(folder) and not os.path.islink(folder):
+                mount("tmpfs", folder, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=256,mode=0755")
+        prefix = cfg["python_prefix"]
+        if any(prefix == f or prefix.startswith(f.rstrip("/") + "/") for f in cfg["hidden_folders"]):
+            os.makedirs(prefix, exist_ok=True)
+            mount("/proc/self/fd/%d" % prefix_fd, prefix, None, MS_BIND | MS_REC)
+        os.close(prefix_fd)
+        workdir = cfg["sandbox_workdir"]
+        os.makedirs(workdir, exist_ok=True)
+        mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV,
+              "size=%dk,nr_inodes=4096,mode=0700,uid=%d,gid=%d" % (cfg["workdir_kb"], cfg["uid"], cfg["gid"]))
+        for name, data in contents.items():
+            path = os.path.join(workdir, name)
+            parent = os.path.dirname(path)
+            if not os.path.isdir(parent):
+                os.makedirs(parent)
+                os.chown(parent, cfg["uid"], cfg["gid"])
+            with open(path, "wb") as handle:
+                handle.write(data)
+            os.chown(path, cfg["uid"], cfg["gid"])
+        mount_setattr("/", True, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0)
+        mount_setattr(workdir, False, 0, MOUNT_ATTR_RDONLY)
+
+    limits = cfg["rlimits"]
+    for name, value in limits.items():
+        resource.setrlimit(getattr(resource, name), (value, value))
+    if plan["uid_drop"]:
+        os.setgroups([])
+        os.setresgid(cfg["gid"], cfg["gid"], cfg["gid"])
+        os.setresuid(cfg["uid"], cfg["uid"], cfg["uid"])
+    os.chdir(workdir)
+    check("no_new_privs", libc.prctl(38, 1, 0, 0, 0))
+    check("pdeathsig", libc.prctl(1, signal.SIGKILL, 0, 0, 0))
+    argv = cfg["argv"]
+    if plan["pidns"]:
+        # This process is the namespace's init (signals without a handler do not reach an init), so the user's
+        # program runs in a forked child as an ordinary process; init reaps orphans and reports the program's
+        # raw wait status on the status pipe. When init exits, the kernel kills everything left in the namespace.
+        program = os.fork()
+        if program == 0:
+            os.execve(argv[0], argv, os.environ)
+        while True:
+            try:
+                pid, status = os.wait()
+            except InterruptedError:
+                continue
+            if pid == program:
+                os.write(status_fd, b"status %d" % status)
+                os._exit(0)
+    os.execve(argv[0], argv, os.environ)
+except OSError as error:
+    fail("setup", "%s (%s)" % (error.strerror, getattr(error, "filename", "")))
+except Exception as error:
+    fail("setup", repr(error))
+'''
+
+
+# ---------------------------------------------------------------- plans and the probe
+
+@dataclass(frozen=True)
+class _Plan:
+    name: str
+    userns: bool
+    netns: bool
+    mountns: bool
+    pidns: bool
+    uid_drop: bool
+    description: str
+
+
+def _candidate_plans() -> list[_Plan]:
+    full = _Plan("namespaces", False, True, True, True, True,
+                 "network, PID and mount namespaces (as root) and a fresh unprivileged uid")
+    userns = _Plan("user namespace", True, True, True, True, False,
+                   "user, network, PID and mount namespaces (no root needed); the child keeps the caller's uid")
+    uid_only = _Plan("uid only", False, False, False, False, True,
+                     "a fresh unprivileged uid and rlimits; no namespaces")
+    bare = _Plan("rlimits only", False, False, False, False, False, "rlimits only")
+    if os.geteuid() == 0:
+        return [full, userns, uid_only, bare]
+    return [userns, bare]
+
+
+_PROBE_SOURCE = """
+import errno, socket
+sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+sock.settimeout(1.0)
+try:
+    sock.connect(("127.0.0.1", 9))
+    print("network reachable")
+except OSError as error:
+    print("unreachable" if error.errno in (errno.ENETUNREACH, errno.EADDRNOTAVAIL) else "network reachable")
+"""
+
+_capabilities_lock = threading.Lock()
+_capabilities: dict | None = None
+_plan_in_use: _Plan | None = None
+
+
+def _probe() -> tuple[_Plan, dict]:
+    failures = []
+    for plan in _candidate_plans():
+        result = _run(plan, _PROBE_SOURCE, "", SandboxLimits(timeout_s=10.0), {}, network_isolated=False)
+        verdict = result.stdout.strip()
+        if result.returncode != 0 or verdict not in ("unreachable", "network reachable"):
+            failures.append(f"{plan.name}: {(result.stderr or result.stdout).strip()[-300:] or result.killed_reason}")
+            continue
+        isolated = plan.netns and verdict == "unreachable"
+        if plan.netns and not isolated:
+            failures.append(f"{plan.name}: the network namespace still reached 127.0.0.1")
+        reason = ("the child runs in its own network namespace with no interface up" if isolated else
+                  "this machine does not allow a network namespace here: " + "; ".join(failures))
+        capabilities = {
+            "network_isolated": isolated,
+            "network_method": ("none" if not isolated else "user + network namespace (unprivileged)" if plan.userns
+                               else "network namespace (unshare CLONE_NEWNET as root)"),
+            "reason": reason,
+            "plan": plan.name,
+            "description": plan.description,
+            "uid_drop": plan.uid_drop,
+            "pid_namespace": plan.pidns,
+            "filesystem": ("read-only except the work folder (mount namespace)" if plan.mountns else
+                           "unprivileged uid: can write only to world-writable folders" if plan.uid_drop else
+                           "not isolated: the child can write wherever the studio's user can"),
+            "process_limit_binds": plan.uid_drop or plan.userns,
+            "python": PYTHON,
+            "failed_plans": failures,
+        }
+        return plan, capabilities
+    raise RuntimeError("the sandbox cannot start any Python child on this machine: " + "; ".join(failures))
+
+
+def _ensure_probed() -> tuple[_Plan, dict]:
+    global _capabilities, _plan_in_use
+    with _capabilities_lock:
+        if _capabilities is None:
+            _plan_in_use, _capabilities = _probe()
+        return _plan_in_use, _capabilities
+
+
+def sandbox_capabilities() -> dict:
+    """What the sandbox isolates on this machine (probed once, then cached)."""
+    return dict(_ensure_probed()[1])
+
+
+# ---------------------------------------------------------------- running
+
+
+def run_python(source: str, *, stdin: str = "", limits: SandboxLimits | None = None,
+               files: dict[str, str] | None = None) -> SandboxResult:
+    """Run `source` as a Python script in the sandbox; `files` are extra files put in its work folder."""
+    limits = limits if limits is not None else SandboxLimits()
+    _check_arguments(source, stdin, limits, files)
+    plan, capabilities = _ensure_probed()
+    return _run(plan, source, stdin, limits, files or {}, network_isolated=capabilities["network_isolated"])
+
+
+def _check_arguments(source, stdin, limits, files) -> None:
+    if not isinstance(source, str):
+        raise TypeError(f"run_python: source must be a str, got {type(source).__name__}")
+    if not isinstance(stdin, str):
+        raise TypeError(f"run_python: stdin must be a str, got {type(stdin).__name__}")
+    if not isinstance(limits, SandboxLimits):
+        raise TypeError(f"run_python: limits must be a SandboxLimits, got {type(limits).__name__}")
+    minimums = {"timeout_s": 0.01, "cpu_s": 1, "memory_mb": 32, "max_processes": 1, "max_file_mb": 1,
+                "max_output_chars": 100}
+    for field, minimum in minimums.items():
+        value = getattr(limits, field)
+        if not isinstance(value, (int, float)) or value < minimum:
+            raise ValueError(f"SandboxLimits.{field} must be a number >= {minimum}, got {value!r}")
+    for name, content in (files or {}).items():
+        if not isinstance(name, str) or not isinstance(content, str):
+            raise TypeError(f"run_python: files must map str names to str contents, got {name!r}")
+        parts = name.split("/")
+        if not name or name.startswith("/") or any(part in ("", ".", "..") for part in parts):
+            raise ValueError(f"run_python: file name {name!r} must be a plain relative path inside the work folder")
+        if name == "main.py":
+            raise ValueError("run_python: 'main.py' is reserved for the source itself")
+
+
+def _run(plan: _Plan, source: str, stdin: str, limits: SandboxLimits, files: dict[str, str],
+         network_isolated: bool) -> SandboxResult:
+    started = time.monotonic()
+    host_workdir = tempfile.mkdtemp(prefix="cookbook-sandbox-")
+    uid = gid = os.getuid()
+    if plan.uid_drop:
+        uid = gid = random.randrange(*UID_RANGE)
+    if plan.userns:
+        gid = os.getgid()
+    try:
+        contents = {"main.py": source, **files}
+        for name, text in contents.items():
+            path = os.path.join(host_workdir, name)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(text)
+        workdir = SANDBOX_WORKDIR if plan.mountns else host_workdir
+        if plan.uid_drop and not plan.mountns:
+            for folder, _, names in os.walk(host_workdir):
+                os.chown(folder, uid, gid)
+                for name in names:
+                    os.chown(os.path.join(folder, name), uid, gid)
+        config = {
+            "plan": {"userns": plan.userns, "netns": plan.netns, "mountns": plan.mountns, "pidns": plan.pidns,
+                     "uid_drop": plan.uid_drop},
+            "uid": uid, "gid": gid,
+            "host_workdir": host_workdir, "sandbox_workdir": SANDBOX_WORKDIR,
+            "file_names": sorted(contents), "hidden_folders": HIDDEN_FOLDERS, "python_prefix": PYTHON_PREFIX,
+            "workdir_kb": 4 * limits.max_file_mb * 1024,
+            "rlimits": _rlimits(limits, plan),
+            "argv": [PYTHON, "-I", "-S", "-B", "main.py"],
+        }
+        environment = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "LANG": "C.UTF-8",
+            "HOME": workdir,
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONHASHSEED": "0",
+        }
+        status_read, status_write = os.pipe()
+        config["status_fd"] = status_write
+        try:
+            process = subprocess.Popen(
+                [PYTHON, "-I", "-S", "-c", _LAUNCHER, json.dumps(config)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                cwd=host_workdir, env=environment, start_new_session=True, pass_fds=(status_write,))
+        except BaseException:
+            os.close(status_read)
+            raise
+        finally:
+            os.close(status_write)
+        try:
+            outcome = _collect(process, stdin.encode("utf-8"), status_read, started + limits.timeout_s, limits,
+                               plan.pidns)
+        finally:
+            os.close(status_read)
+            if plan.uid_drop and not plan.pidns:
+                _kill_all_of_uid(uid)
+    finally:
+        shutil.rmtree(host_workdir, ignore_errors=True)
+    return _result(outcome, limits, network_isolated, time.monotonic() - started)
+
+
+def _rlimits(limits: SandboxLimits, plan: _Plan) -> dict[str, int]:
+    rlimits = {
+        "RLIMIT_CPU": int(limits.cpu_s),
+        "RLIMIT_AS": int(limits.memory_mb) * 1024 * 1024,
+        "RLIMIT_FSIZE": int(limits.max_file_mb) * 1024 * 1024,
+        "RLIMIT_NOFILE": MAX_OPEN_FILES,
+        "RLIMIT_CORE": 0,
+    }
+    if plan.uid_drop or plan.userns:  # as the studio's own non-root user it would count all of its processes
+        # Counts threads too. The namespace's init (and, in a user namespace, the launcher outside it) run as the
+        # same uid; they are not the program's to spend.
+        rlimits["RLIMIT_NPROC"] = int(limits.max_processes) + (1 if plan.pidns else 0) + (1 if plan.userns else 0)
+    return rlimits
+
+
+def _kill_all_of_uid(uid: int) -> None:
+    """Without a PID namespace, kill every process left running as the child's private uid: stop them all first
+    (so none can fork a replacement), then kill them, until none is left."""
+    for _ in range(20):
+        pids = _pids_of_uid(uid)
+        if not pids:
+            return
+        for sig in (signal.SIGSTOP, signal.SIGKILL):
+            for pid in pids:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+        time.sleep(0.01)
+
+
+def _pids_of_uid(uid: int) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.stat(f"/proc/{entry}").st_uid == uid:
+                    pids.append(int(entry))
+            except OSError:
+                pass
+    return pids
+
+
+@dataclass
+class _Outcome:
+    returncode: int
+    stdout: str
+    stderr: str
+    stderr_tail: str
+    setup_error: str
+    killed_by_us: str | None
+    cpu_s: float
+
+
+class _Capture:
+    """Keeps the head and the tail of one stream, and counts what was dropped in between."""
+
+    def __init__(self, max_chars: int):
+        self.keep_bytes = 2 * max_chars  # up to 4 bytes a character: head and tail halves are kept in full
+        self.max_chars = max_chars
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def add(self, data: bytes) -> None:
+        self.total += len(data)
+        room = self.keep_bytes - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data:
+            self.tail += data
+            del self.tail[:-self.keep_bytes]
+
+    def text(self) -> str:
+        head = self.head.decode("utf-8", errors="replace")
+        if not self.tail:
+            if len(head) <= self.max_chars:
+                return head
+            tail_text = ""
+        else:
+            tail_text = self.tail.decode("utf-8", errors="replace")
+        full = head + tail_text
+        if self.total <= self.keep_bytes * 2 and len(full) <= self.max_chars:
+            return full
+        half = self.max_chars // 2
+        kept_head, kept_tail = full[:half], full[-half:] if half else ""
+        dropped = self.total - len(kept_head.encode("utf-8", errors="replace")) - len(
+            kept_tail.encode("utf-8", errors="replace"))
+        return kept_head + TRUNCATION_MARKER.format(dropped=max(dropped, 0)) + kept_tail
+
+    def last_text(self, chars: int) -> str:
+        data = self.tail if self.tail else self.head
+        return data[-4 * chars:].decode("utf-8", errors="replace")[-chars:]
+
+
+def _collect(process: subprocess.Popen, stdin_bytes: bytes, status_fd: int, deadline: float,
+             limits: SandboxLimits, pidns: bool) -> _Outcome:
+    """Feed stdin, read stdout/stderr/status until the child is gone, enforce the deadline and output caps."""
+    stdout_fd, stderr_fd = process.stdout.fileno(), process.stderr.fileno()
+    captures = {stdout_fd: _Capture(limits.max_output_chars), stderr_fd: _Capture(limits.max_output_chars)}
+    kill_bytes = 4 * limits.max_output_chars + OUTPUT_KILL_SLACK_BYTES
+    status = bytearray()
+    selector = selectors.DefaultSelector()
+    for fd in captures:
+        selector.register(fd, selectors.EVENT_READ)
+    selector.register(status_fd, selectors.EVENT_READ)
+    pidfd = os.pidfd_open(process.pid)
+    selector.register(pidfd, selectors.EVENT_READ)
+    stdin_fd = process.stdin.fileno()
+    if stdin_bytes:
+        os.set_blocking(stdin_fd, False)
+        selector.register(stdin_fd, selectors.EVENT_WRITE)
+    else:
+        process.stdin.close()
+    pending_stdin = memoryview(stdin_bytes)
+    open_reads = set(captures) | {status_fd}
+    exited = False
+    killed_by_us = None
+    linger_deadline = None  # after the child exits, how long we wait for stray writers to close the pipes
+    try:
+        while open_reads or not exited:
+            now = time.monotonic()
+            if killed_by_us is None and now >= deadline:
+                killed_by_us = "timeout"
+                _stop(process, pidfd, pidns)
+            if exited and linger_deadline is None:
+                linger_deadline = now + 0.5
+            if linger_deadline is not None and now >= linger_deadline:
+                _kill_group(process.pid)
+                break
+            wait_until = linger_deadline if linger_deadline is not None else deadline
+            if killed_by_us is not None:
+                wait_until = now + 1.0 if linger_deadline is None else linger_deadline
+            for key, _ in selector.select(timeout=max(0.0, wait_until - now)):
+                fd = key.fd
+                if fd == pidfd:
+                    selector.unregister(pidfd)
+                    exited = True
+                elif fd == stdin_fd:
+                    try:
+                        written = os.write(stdin_fd, pending_stdin[:65536])
+                        pending_stdin = pending_stdin[written:]
+                    except (BrokenPipeError, BlockingIOError) as error:
+                        if isinstance(error, BrokenPipeError):
+                            pending_stdin = pending_stdin[:0]
+                    if not pending_stdin:
+                        selector.unregister(stdin_fd)
+                        process.stdin.close()
+                else:
+                    data = os.read(fd, 65536)
+                    if not data:
+                        selector.unregister(fd)
+                        open_reads.discard(fd)
+                    elif fd == status_fd:
+                        status += data
+                    else:
+                        captures[fd].add(data)
+                        if captures[fd].total > kill_bytes and killed_by_us is None:
+                            killed_by_us = "output limit"
+                            _stop(process, pidfd, pidns)
+    finally:
+        selector.close()
+        os.close(pidfd)
+        for stream in (process.stdin, process.stdout, process.stderr):
+            try:
+                stream.close()
+            except OSError:
+                pass
+    _kill_group(process.pid)  # nothing may outlive the call (no-op when all is gone)
+    _, wait_status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(wait_status)
+    returncode, setup_error = _read_status(status.decode("utf-8", errors="replace"), process.returncode)
+    out, err = captures[stdout_fd], captures[stderr_fd]
+    return _Outcome(returncode=returncode, stdout=out.text(), stderr=err.text(), stderr_tail=err.last_text(2000),
+                    setup_error=setup_error, killed_by_us=killed_by_us, cpu_s=usage.ru_utime + usage.ru_stime)
+
+
+def _read_status(message: str, launcher_returncode: int) -> tuple[int, str]:
+    """The status pipe holds "error <what failed>" from the launcher, and/or "status <raw wait status>" from the
+    namespace's init (the program's own exit status, which the launcher cannot mirror faithfully)."""
+    setup_error = ""
+    returncode = launcher_returncode
+    if "status " in message:
+        message, _, raw = message.rpartition("status ")
+        if raw.strip().isdigit():
+            returncode = os.waitstatus_to_exitcode(int(raw))
+    if message.startswith("error "):
+        setup_error = message[len("error "):].strip()
+    return returncode, setup_error
+
+
+def _stop(process: subprocess.Popen, pidfd: int, pidns: bool) -> None:
+    """Kill the child and everything it started. With a PID namespace, kill the namespace's init first and let the
+    launcher reap it (killing both at once would leave init an orphan zombie for the host's init to reap)."""
+    if pidns:
+        for init_pid in _children_of(process.pid):
+            try:
+                os.kill(init_pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        select.select([pidfd], [], [], 0.5)
+    _kill_group(process.pid)
+
+
+def _children_of(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as handle:
+            return [int(child) for child in handle.read().split()]
+    except OSError:
+        return []
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _result(outcome: _Outcome, limits: SandboxLimits, network_isolated: bool, duration_s: float) -> SandboxResult:
+    returncode: int | None = outcome.returncode
+    stderr = outcome.stderr
+    reason = outcome.killed_by_us
+    if reason is not None:
+        returncode = None
+    elif outcome.setup_error:
+        reason = "sandbox setup failed"
+        stderr = f"sandbox setup failed: {outcome.setup_error}\n{stderr}"
+    elif returncode != 0:
+        reason = _classify_failure(returncode, outcome.stderr_tail, outcome.cpu_s, limits)
+    return SandboxResult(returncode=returncode, stdout=outcome.stdout, stderr=stderr,
+                         timed_out=outcome.killed_by_us == "timeout", killed_reason=reason,
+                         duration_s=duration_s, network_isolated=network_isolated)
+
+
+def _classify_failure(returncode: int, stderr_tail: str, cpu_s: float, limits: SandboxLimits) -> str | None:
+    last_lines = "\n".join(stderr_tail.strip().splitlines()[-3:])
+    if returncode in (-signal.SIGKILL, -signal.SIGXCPU) and cpu_s >= limits.cpu_s - 0.5:
+        return "cpu limit"
+    if "MemoryError" in last_lines or "Cannot allocate memory" in last_lines:
+        return "memory limit"
+    if returncode == -signal.SIGXFSZ or "File too large" in last_lines:
+        return "file size limit"
+    if "No space left on device" in last_lines:
+        return "disk limit"
+    if "Resource temporarily unavailable" in last_lines and "fork" in stderr_tail:
+        return "process limit"
+    if returncode < 0:
+        return f"signal {signal.Signals(-returncode).name}" if -returncode in signal.valid_signals() else "signal"
+    return None

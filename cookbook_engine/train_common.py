@@ -1,0 +1,94 @@
+"""Pieces every training loop shares: tokenizer and learning rate for a config, LR schedules, Adam settings,
+building datums from tokens, saving checkpoints and starting a training client (fresh, from a checkpoint or
+resumed). No loop logic here: SL, DPO and RL each own their loop.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from tinker import types
+
+from cookbook_engine import models
+from cookbook_engine.backends import service_client
+from cookbook_engine.config import CommonConfig
+
+
+def tokenizer_for(config: CommonConfig):
+    if config.backend == "tinker":
+        from cookbook_engine.backends.tinker import hosted_tokenizer
+
+        return hosted_tokenizer(config.model)
+    return models.load_tokenizer(config.model)
+
+
+def learning_rate_for(config: CommonConfig) -> float:
+    """The configured learning rate, or the model's suggested one when it is 0."""
+    if config.learning_rate > 0:
+        return config.learning_rate
+    if config.backend == "tinker":
+        from cookbook_engine.backends.tinker import suggested_learning_rate
+
+        return suggested_learning_rate(config.model)
+    return models.resolve(config.model).suggested_learning_rate
+
+
+def lr_multiplier(schedule: str, step: int, total_steps: int) -> float:
+    """tinker-cookbook's schedules: linear decay to 0, cosine to 0, or constant."""
+    progress = step / max(1, total_steps)
+    if schedule == "linear":
+        return 1.0 - progress
+    if schedule == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+    if schedule == "constant":
+        return 1.0
+    raise ValueError(f"lr_schedule {schedule!r} is unknown")
+
+
+def adam_params(config: CommonConfig, learning_rate: float) -> types.AdamParams:
+    return types.AdamParams(learning_rate=learning_rate, beta1=config.beta1, beta2=config.beta2, eps=config.eps,
+                            weight_decay=config.weight_decay, grad_clip_norm=config.grad_clip_norm)
+
+
+def datum_from_tokens(tokens: list[int], weights: list[float]) -> types.Datum:
+    """Next-token prediction: the model sees tokens[:-1] and is scored on tokens[1:] with weights[1:]."""
+    return types.Datum(
+        model_input=types.ModelInput.from_ints(tokens[:-1]),
+        loss_fn_inputs={"target_tokens": types.TensorData(data=tokens[1:], dtype="int64"),
+                        "weights": types.TensorData(data=weights[1:], dtype="float32")},
+    )
+
+
+def fit_length(tokens: list[int], weights: list[float], max_length: int, overlong: str
+               ) -> tuple[list[int], list[float]] | None:
+    """Truncate (or drop, returning None) an example longer than max_length; None also when truncation leaves
+    nothing to train on."""
+    if len(tokens) <= max_length:
+        return tokens, weights
+    if overlong == "drop":
+        return None
+    tokens, weights = tokens[:max_length], weights[:max_length]
+    return (tokens, weights) if any(w > 0 for w in weights[1:]) else None
+
+
+def start_training_client(config: CommonConfig, resume: dict | None) -> tuple[Any, Any, int]:
+    """(service client, training client, first step): resumed from a checkpoint's state with its optimizer, or
+    started from `start_checkpoint`'s weights, or fresh LoRA."""
+    service = service_client(config.backend, clock_period_s=config.clock_period_s)
+    if resume is not None:
+        client = service.create_training_client_from_state_with_optimizer(resume["state_path"])
+        return service, client, int(resume["loop_state"].get("batch", resume["step"]))
+    start = getattr(config, "start_checkpoint", "")
+    if start:
+        return service, service.create_training_client_from_state(start), 0
+    return service, service.create_lora_training_client(config.model, rank=config.lora_rank, seed=config.seed), 0
+
+
+async def save_checkpoint(client, ctx, *, step: int, name: str, loop_state: dict, final: bool = False) -> dict:
+    """Save the full state (weights + optimizer, for resuming) and sampler weights, and record both."""
+    state = await (await client.save_state_async(name))
+    sampler = await (await client.save_weights_for_sampler_async(name))
+    ctx.logger.log_checkpoint(step=step, name=name, kind="both", state_path=state.path, sampler_path=sampler.path,
+                              loop_state={**loop_state, "final": final})
+    return {"state_path": state.path, "sampler_path": sampler.path}

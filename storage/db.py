@@ -1,0 +1,592 @@
+"""The studio's DuckDB store: runs, metrics, checkpoints, transcripts and datasets. The only module that runs SQL.
+
+Concurrency: DuckDB lets one process at a time hold the file, and a CLI run and the studio both write it. So no
+connection lives long: every call opens the file, runs one short transaction and closes it, which releases the
+file lock at once (~15-20 ms per call here, mostly DuckDB's start-up). An open that meets another process's lock
+retries with jittered backoff (5 ms doubling to 200 ms) for up to 30 s, then raises StorageBusyError naming the
+file. Inside one process a per-path RLock serialises threads. Not here: file layout (cookbook_engine.paths) and
+the JSON-lines files of a run folder (cookbook_engine.run_logger).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import socket
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pandas as pd
+import pyarrow as pa
+
+from storage.schema import (
+    BACKENDS,
+    CHECKPOINT_KINDS,
+    DATASET_KINDS,
+    DATASET_SOURCES,
+    MIGRATIONS,
+    RUN_COLUMNS,
+    RUN_KINDS,
+    RUN_STATUSES,
+    SCHEMA_VERSION_TABLE,
+    TERMINAL_STATUSES,
+)
+
+DEFAULT_LOCK_WAIT_S = 30.0
+_FIRST_BACKOFF_S = 0.005
+_MAX_BACKOFF_S = 0.2
+
+_path_locks: dict[str, threading.RLock] = {}
+_path_locks_guard = threading.Lock()
+_migrated_paths: set[str] = set()
+
+_UPDATABLE_RUN_COLUMNS = frozenset(RUN_COLUMNS) - {"run_id", "created_at"}
+_TRANSCRIPT_REQUIRED_KEYS = ("step", "group_idx", "sample_idx", "prompt", "completion")
+_TRANSCRIPT_OPTIONAL_KEYS = ("reward", "advantage", "stop_reason", "metrics")
+
+
+class StorageBusyError(RuntimeError):
+    """Another process kept the database file locked for longer than the store's lock wait."""
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Small helpers (no SQL)
+
+
+def utcnow() -> datetime:
+    """Now in UTC as a naive datetime, the form every TIMESTAMP column holds."""
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def metric_value(value: Any, where: str) -> float:
+    """A metric value as a float: numpy/torch scalars and 1-element tensors are unwrapped, bools become 0/1."""
+    if hasattr(value, "item") and callable(value.item):
+        try:
+            value = value.item()
+        except (ValueError, RuntimeError) as exc:
+            raise TypeError(f"{where}: expected a scalar, got an array/tensor of shape "
+                            f"{getattr(value, 'shape', '?')}") from exc
+    if isinstance(value, (bool, int, float)):
+        return float(value)
+    raise TypeError(f"{where}: expected a number, got {type(value).__name__} {value!r}")
+
+
+def clean_metrics(metrics: Mapping[str, Any], where: str) -> dict[str, float]:
+    """Check a metrics dict (str -> number) and return it with plain float values."""
+    if not isinstance(metrics, Mapping):
+        raise TypeError(f"{where}: metrics must be a dict of name -> number, got {type(metrics).__name__}")
+    cleaned = {}
+    for name, value in metrics.items():
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"{where}: metric names must be non-empty strings, got {name!r}")
+        cleaned[name] = metric_value(value, f"{where}, metric {name!r}")
+    return cleaned
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "item") and callable(value.item):
+        return value.item()
+    raise TypeError(f"value of type {type(value).__name__} is not JSON serialisable: {value!r}")
+
+
+def _to_json(value: Any, where: str) -> str:
+    try:
+        return json.dumps(value, default=_json_default)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{where}: {exc}") from exc
+
+
+def _check_choice(value: Any, allowed: tuple[str, ...], where: str) -> None:
+    if value not in allowed:
+        raise ValueError(f"{where} must be one of {', '.join(allowed)}; got {value!r}")
+
+
+def _check_int(value: Any, where: str, *, optional: bool = False) -> None:
+    if optional and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{where} must be an integer, got {type(value).__name__} {value!r}")
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by another user
+        return True
+    return True
+
+
+def _dicts(cursor: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    names = [column[0] for column in cursor.description]
+    return [dict(zip(names, row)) for row in cursor.fetchall()]
+
+
+def _parse_json_column(rows: list[dict[str, Any]], column: str) -> list[dict[str, Any]]:
+    for row in rows:
+        row[column] = json.loads(row[column]) if row[column] is not None else None
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Connections: open with retry, one transaction, close
+
+
+def _lock_for(path_key: str) -> threading.RLock:
+    with _path_locks_guard:
+        lock = _path_locks.get(path_key)
+        if lock is None:
+            lock = _path_locks[path_key] = threading.RLock()
+        return lock
+
+
+def _is_lock_conflict(exc: Exception) -> bool:
+    return isinstance(exc, duckdb.IOException) and "lock" in str(exc).lower()
+
+
+def _open_with_retry(path: Path, lock_wait_s: float) -> duckdb.DuckDBPyConnection:
+    deadline = time.monotonic() + lock_wait_s
+    delay_s = _FIRST_BACKOFF_S
+    while True:
+        try:
+            return duckdb.connect(str(path))
+        except duckdb.IOException as exc:
+            if not _is_lock_conflict(exc):
+                raise
+            remaining_s = deadline - time.monotonic()
+            if remaining_s <= 0:
+                raise StorageBusyError(
+                    f"the studio database {path} stayed locked by another process for {lock_wait_s:g} s; "
+                    f"DuckDB said: {exc}") from exc
+            time.sleep(min(remaining_s, delay_s * random.uniform(0.5, 1.0)))
+            delay_s = min(delay_s * 2, _MAX_BACKOFF_S)
+
+
+def _migrate(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    con.execute("BEGIN TRANSACTION")
+    try:
+        con.execute(SCHEMA_VERSION_TABLE)
+        current = con.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchone()[0]
+        if current > len(MIGRATIONS):
+            raise RuntimeError(f"{path} has schema version {current}, newer than this code's {len(MIGRATIONS)}; "
+                               "upgrade cookbook-studio to open it")
+        for version in range(current + 1, len(MIGRATIONS) + 1):
+            con.execute(MIGRATIONS[version - 1])
+            con.execute("INSERT INTO schema_version VALUES (?, ?)", [version, utcnow()])
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The store
+
+
+class Store:
+    """One DuckDB file. Cheap to create and to share between threads: it holds a path, never a connection."""
+
+    def __init__(self, path: str | Path, *, lock_wait_s: float = DEFAULT_LOCK_WAIT_S):
+        self.path = Path(path).expanduser().resolve()
+        self.lock_wait_s = lock_wait_s
+        self._key = str(self.path)
+
+    @classmethod
+    def default(cls) -> Store:
+        """The store in the studio home folder (COOKBOOK_HOME)."""
+        from cookbook_engine import paths
+
+        return cls(paths.db_path())
+
+    def __repr__(self) -> str:
+        return f"Store({str(self.path)!r})"
+
+    @contextmanager
+    def _transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """Open the file (waiting out other processes), run one transaction, close: the lock is held only here."""
+        with _lock_for(self._key):
+            if self._key not in _migrated_paths:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            con = _open_with_retry(self.path, self.lock_wait_s)
+            try:
+                if self._key not in _migrated_paths:
+                    _migrate(con, self.path)
+                    _migrated_paths.add(self._key)
+                con.execute("BEGIN TRANSACTION")
+                try:
+                    yield con
+                except BaseException:
+                    try:
+                        con.execute("ROLLBACK")
+                    except duckdb.Error:
+                        pass  # closing discards the transaction anyway
+                    raise
+                con.execute("COMMIT")
+            finally:
+                con.close()
+
+    def schema_version(self) -> int:
+        """The migration level of the file (creating or upgrading it first, like every call)."""
+        with self._transaction() as con:
+            return con.execute("SELECT max(version) FROM schema_version").fetchone()[0]
+
+    # ---------------------------------------------------------------------------------------------------- runs
+
+    def create_run(self, run_id: str, *, name: str, kind: str, backend: str, base_model: str,
+                   config: dict, log_dir: str | Path, status: str = "queued", parent_run_id: str | None = None,
+                   parent_checkpoint: str | None = None, total_steps: int | None = None) -> None:
+        if not isinstance(run_id, str) or not run_id:
+            raise ValueError(f"run_id must be a non-empty string, got {run_id!r}")
+        _check_choice(kind, RUN_KINDS, f"kind of run {run_id!r}")
+        _check_choice(backend, BACKENDS, f"backend of run {run_id!r}")
+        _check_choice(status, RUN_STATUSES, f"status of run {run_id!r}")
+        _check_int(total_steps, f"total_steps of run {run_id!r}", optional=True)
+        if not isinstance(config, dict):
+            raise TypeError(f"config of run {run_id!r} must be a dict, got {type(config).__name__}")
+        config_json = _to_json(config, f"config of run {run_id!r}")
+        now = utcnow()
+        with self._transaction() as con:
+            if con.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchone():
+                raise ValueError(f"run {run_id!r} already exists in {self.path}")
+            con.execute(
+                "INSERT INTO runs (run_id, name, kind, status, backend, base_model, config, created_at, "
+                "updated_at, total_steps, parent_run_id, parent_checkpoint, log_dir) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [run_id, name, kind, status, backend, base_model, config_json, now, now, total_steps,
+                 parent_run_id, parent_checkpoint, str(log_dir)])
+
+    def update_run(self, run_id: str, **fields: Any) -> None:
+        """Set some columns of a run; always refreshes updated_at (the heartbeat).
+
+        A terminal status (completed/failed/cancelled/interrupted) also sets finished_at unless it is given.
+        """
+        unknown = sorted(set(fields) - _UPDATABLE_RUN_COLUMNS)
+        if unknown:
+            raise ValueError(f"update_run({run_id!r}): unknown or read-only fields {unknown}; "
+                             f"allowed: {sorted(_UPDATABLE_RUN_COLUMNS)}")
+        if "status" in fields:
+            _check_choice(fields["status"], RUN_STATUSES, f"status of run {run_id!r}")
+            if fields["status"] in TERMINAL_STATUSES:
+                fields.setdefault("finished_at", utcnow())
+        if "kind" in fields:
+            _check_choice(fields["kind"], RUN_KINDS, f"kind of run {run_id!r}")
+        if "backend" in fields:
+            _check_choice(fields["backend"], BACKENDS, f"backend of run {run_id!r}")
+        for int_field in ("step", "total_steps", "owner_pid"):
+            if int_field in fields:
+                _check_int(fields[int_field], f"{int_field} of run {run_id!r}", optional=True)
+        if "config" in fields:
+            if not isinstance(fields["config"], dict):
+                raise TypeError(f"config of run {run_id!r} must be a dict, got {type(fields['config']).__name__}")
+            fields["config"] = _to_json(fields["config"], f"config of run {run_id!r}")
+        if "log_dir" in fields:
+            fields["log_dir"] = str(fields["log_dir"])
+        for time_field in ("started_at", "finished_at", "updated_at"):
+            if isinstance(fields.get(time_field), datetime) and fields[time_field].tzinfo is not None:
+                fields[time_field] = fields[time_field].astimezone(timezone.utc).replace(tzinfo=None)
+        fields.setdefault("updated_at", utcnow())
+        columns = sorted(fields)  # names come from the fixed column list above, values are parameters
+        assignments = ", ".join(f"{column} = ?" for column in columns)
+        with self._transaction() as con:
+            updated = con.execute(f"UPDATE runs SET {assignments} WHERE run_id = ? RETURNING run_id",
+                                  [fields[column] for column in columns] + [run_id]).fetchall()
+            if not updated:
+                raise KeyError(f"no run {run_id!r} in {self.path}")
+
+    def claim_run(self, run_id: str) -> None:
+        """Mark a run as running in this process: owner pid/host, started_at if unset; clears an old error."""
+        now = utcnow()
+        with self._transaction() as con:
+            updated = con.execute(
+                "UPDATE runs SET status = 'running', started_at = coalesce(started_at, ?), finished_at = NULL, "
+                "error = NULL, traceback = NULL, owner_pid = ?, owner_host = ?, updated_at = ? "
+                "WHERE run_id = ? RETURNING run_id",
+                [now, os.getpid(), socket.gethostname(), now, run_id]).fetchall()
+            if not updated:
+                raise KeyError(f"no run {run_id!r} in {self.path}")
+
+    def get_run(self, run_id: str) -> dict[str, Any] | None:
+        with self._transaction() as con:
+            rows = _dicts(con.execute("SELECT * FROM runs WHERE run_id = ?", [run_id]))
+        return _parse_json_column(rows, "config")[0] if rows else None
+
+    def list_runs(self) -> list[dict[str, Any]]:
+        """All runs, newest first."""
+        with self._transaction() as con:
+            rows = _dicts(con.execute("SELECT * FROM runs ORDER BY created_at DESC, run_id DESC"))
+        return _parse_json_column(rows, "config")
+
+    def delete_run(self, run_id: str) -> None:
+        """Delete a run's rows from every table (its files stay where they are)."""
+        with self._transaction() as con:
+            for table in ("metrics", "checkpoints", "transcripts", "runs"):
+                con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
+
+    def mark_orphans_interrupted(self) -> list[str]:
+        """Runs on this host that are running or cancelling (or queued with an owner) whose owner process is gone.
+
+        Marks them 'interrupted' and returns their ids. A recycled pid can hide an orphan; that is the limit.
+        """
+        host = socket.gethostname()
+        now = utcnow()
+        with self._transaction() as con:
+            owned = con.execute(
+                "SELECT run_id, owner_pid FROM runs WHERE owner_host = ? AND owner_pid IS NOT NULL "
+                "AND status IN ('running', 'cancelling', 'queued') ORDER BY run_id", [host]).fetchall()
+            orphans = [(run_id, pid) for run_id, pid in owned if not _pid_alive(pid)]
+            for run_id, pid in orphans:
+                con.execute(
+                    "UPDATE runs SET status = 'interrupted', finished_at = ?, updated_at = ?, error = ? "
+                    "WHERE run_id = ?",
+                    [now, now, f"interrupted: its process {pid} on {host} ended without finishing the run", run_id])
+        return [run_id for run_id, _ in orphans]
+
+    # ------------------------------------------------------------------------------------------------- metrics
+
+    def log_metrics(self, run_id: str, step: int, metrics: Mapping[str, Any]) -> None:
+        """Store one step's metrics in one transaction; a step logged again replaces its values.
+
+        Non-finite values (NaN, inf) are stored as NULL.
+        """
+        _check_int(step, f"step of run {run_id!r}")
+        cleaned = clean_metrics(metrics, f"log_metrics(run {run_id!r}, step {step})")
+        if not cleaned:
+            return
+        table = pa.table({
+            "step": pa.array([step] * len(cleaned), type=pa.int64()),
+            "name": pa.array(list(cleaned), type=pa.string()),
+            "value": pa.array(list(cleaned.values()), type=pa.float64()),
+        })
+        self._upsert_metrics(run_id, table)
+
+    def log_metrics_bulk(self, run_id: str, frame: pd.DataFrame) -> None:
+        """Store many metric points at once from a long frame with columns step, name, value (last one wins)."""
+        missing = {"step", "name", "value"} - set(frame.columns)
+        if missing:
+            raise ValueError(f"log_metrics_bulk(run {run_id!r}): the frame lacks columns {sorted(missing)}")
+        frame = frame.drop_duplicates(["step", "name"], keep="last")
+        table = pa.table({
+            "step": pa.array(frame["step"].astype("int64"), type=pa.int64()),
+            "name": pa.array(frame["name"].astype(str), type=pa.string()),
+            "value": pa.array(pd.to_numeric(frame["value"]).astype("float64"), type=pa.float64(),
+                              from_pandas=True),
+        })
+        self._upsert_metrics(run_id, table)
+
+    def _upsert_metrics(self, run_id: str, incoming_metrics: pa.Table) -> None:
+        with self._transaction() as con:
+            con.register("incoming_metrics", incoming_metrics)
+            con.execute(
+                "INSERT INTO metrics (run_id, step, name, value, logged_at) "
+                "SELECT ?, step, name, CASE WHEN isfinite(value) THEN value END, ? FROM incoming_metrics "
+                "ON CONFLICT DO UPDATE SET value = excluded.value, logged_at = excluded.logged_at",
+                [run_id, utcnow()])
+
+    def get_metrics(self, run_id: str, names: list[str] | None = None) -> pd.DataFrame:
+        """Long frame (step, name, value) sorted by step then name; only `names` if given."""
+        sql = "SELECT step, name, value FROM metrics WHERE run_id = ?"
+        params: list[Any] = [run_id]
+        if names is not None:
+            sql += " AND list_contains(?, name)"
+            params.append(list(names))
+        with self._transaction() as con:
+            return con.execute(sql + " ORDER BY step, name", params).df()
+
+    def get_metrics_wide(self, run_id: str) -> pd.DataFrame:
+        """One row per step, one column per metric name (sorted), NaN where a step lacks a metric."""
+        with self._transaction() as con:
+            # PIVOT cannot take parameters in its source, so the run's rows go through a temp table first.
+            con.execute("CREATE TEMP TABLE run_metrics AS SELECT step, name, value FROM metrics WHERE run_id = ?",
+                        [run_id])
+            frame = con.execute("PIVOT run_metrics ON name USING first(value) GROUP BY step ORDER BY step").df()
+            con.execute("DROP TABLE run_metrics")
+        return frame
+
+    def metric_names(self, run_id: str) -> list[str]:
+        with self._transaction() as con:
+            rows = con.execute("SELECT DISTINCT name FROM metrics WHERE run_id = ? ORDER BY name",
+                               [run_id]).fetchall()
+        return [name for (name,) in rows]
+
+    def last_metrics(self, run_ids: list[str], name: str) -> dict[str, float]:
+        """The value of metric `name` at each run's latest step that has one; runs without it are left out."""
+        if not run_ids:
+            return {}
+        with self._transaction() as con:
+            rows = con.execute(
+                "SELECT run_id, arg_max(value, step) FROM metrics "
+                "WHERE list_contains(?, run_id) AND name = ? AND value IS NOT NULL GROUP BY run_id",
+                [list(run_ids), name]).fetchall()
+        return dict(rows)
+
+    def max_step(self, run_id: str) -> int | None:
+        with self._transaction() as con:
+            return con.execute("SELECT max(step) FROM metrics WHERE run_id = ?", [run_id]).fetchone()[0]
+
+    def delete_metrics_after(self, run_id: str, step: int) -> None:
+        """Drop the run's metrics with step > `step` (resume re-runs those steps)."""
+        _check_int(step, "step")
+        with self._transaction() as con:
+            con.execute("DELETE FROM metrics WHERE run_id = ? AND step > ?", [run_id, step])
+
+    # --------------------------------------------------------------------------------------------- checkpoints
+
+    def add_checkpoint(self, run_id: str, *, step: int, name: str, kind: str, state_path: str | None = None,
+                       sampler_path: str | None = None, loop_state: dict | None = None) -> None:
+        """Record a saved checkpoint; saving the same name again for the run replaces the record."""
+        where = f"checkpoint {name!r} of run {run_id!r}"
+        _check_int(step, f"step of {where}")
+        _check_choice(kind, CHECKPOINT_KINDS, f"kind of {where}")
+        if kind in ("state", "both") and not state_path:
+            raise ValueError(f"{where} has kind {kind!r} but no state_path")
+        if kind in ("sampler", "both") and not sampler_path:
+            raise ValueError(f"{where} has kind {kind!r} but no sampler_path")
+        loop_state_json = _to_json(loop_state or {}, f"loop_state of {where}")
+        with self._transaction() as con:
+            con.execute(
+                "INSERT INTO checkpoints (run_id, step, name, kind, state_path, sampler_path, loop_state, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET step = excluded.step, "
+                "kind = excluded.kind, state_path = excluded.state_path, sampler_path = excluded.sampler_path, "
+                "loop_state = excluded.loop_state, created_at = excluded.created_at",
+                [run_id, step, name, kind, state_path, sampler_path, loop_state_json, utcnow()])
+
+    def list_checkpoints(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        """Checkpoints of one run, or of all runs if run_id is None; newest first."""
+        sql = "SELECT * FROM checkpoints"
+        params: list[Any] = []
+        if run_id is not None:
+            sql += " WHERE run_id = ?"
+            params.append(run_id)
+        with self._transaction() as con:
+            rows = _dicts(con.execute(sql + " ORDER BY created_at DESC, step DESC, name DESC", params))
+        return _parse_json_column(rows, "loop_state")
+
+    def last_checkpoint(self, run_id: str, kind_with_state: bool = True) -> dict[str, Any] | None:
+        """The run's checkpoint with the highest step; with kind_with_state only those holding a training state."""
+        kinds = ["state", "both"] if kind_with_state else list(CHECKPOINT_KINDS)
+        with self._transaction() as con:
+            rows = _dicts(con.execute(
+                "SELECT * FROM checkpoints WHERE run_id = ? AND list_contains(?, kind) "
+                "ORDER BY step DESC, created_at DESC LIMIT 1", [run_id, kinds]))
+        return _parse_json_column(rows, "loop_state")[0] if rows else None
+
+    # --------------------------------------------------------------------------------------------- transcripts
+
+    def add_transcripts(self, run_id: str, rows: list[dict[str, Any]]) -> None:
+        """Append sampled completions: keys step, group_idx, sample_idx, prompt, completion and optionally
+        reward, advantage, stop_reason, metrics (a dict of per-sample values)."""
+        if not rows:
+            return
+        columns: dict[str, list[Any]] = {key: [] for key in _TRANSCRIPT_REQUIRED_KEYS + _TRANSCRIPT_OPTIONAL_KEYS}
+        for index, row in enumerate(rows):
+            where = f"transcript row {index} of run {run_id!r}"
+            if not isinstance(row, Mapping):
+                raise TypeError(f"{where} must be a dict, got {type(row).__name__}")
+            missing = [key for key in _TRANSCRIPT_REQUIRED_KEYS if key not in row]
+            unknown = sorted(set(row) - set(columns))
+            if missing or unknown:
+                raise ValueError(f"{where}: missing keys {missing}, unknown keys {unknown}")
+            for key in ("step", "group_idx", "sample_idx"):
+                _check_int(row[key], f"{key} of {where}")
+            for key in ("reward", "advantage"):
+                value = row.get(key)
+                value = None if value is None else metric_value(value, f"{key} of {where}")
+                columns[key].append(value if value is None or math.isfinite(value) else None)
+            for key in ("step", "group_idx", "sample_idx", "prompt", "completion", "stop_reason"):
+                columns[key].append(row.get(key))
+            columns["metrics"].append(_to_json(row.get("metrics") or {}, f"metrics of {where}"))
+        incoming_transcripts = pa.table({
+            "step": pa.array(columns["step"], type=pa.int64()),
+            "group_idx": pa.array(columns["group_idx"], type=pa.int64()),
+            "sample_idx": pa.array(columns["sample_idx"], type=pa.int64()),
+            "prompt": pa.array(columns["prompt"], type=pa.string()),
+            "completion": pa.array(columns["completion"], type=pa.string()),
+            "reward": pa.array(columns["reward"], type=pa.float64()),
+            "advantage": pa.array(columns["advantage"], type=pa.float64()),
+            "stop_reason": pa.array(columns["stop_reason"], type=pa.string()),
+            "metrics": pa.array(columns["metrics"], type=pa.string()),
+        })
+        with self._transaction() as con:
+            con.register("incoming_transcripts", incoming_transcripts)
+            con.execute(
+                "INSERT INTO transcripts (run_id, step, group_idx, sample_idx, prompt, completion, reward, "
+                "advantage, stop_reason, metrics, created_at) SELECT ?, step, group_idx, sample_idx, prompt, "
+                "completion, reward, advantage, stop_reason, metrics, ? FROM incoming_transcripts",
+                [run_id, utcnow()])
+
+    def get_transcripts(self, run_id: str, step: int | None = None, min_reward: float | None = None,
+                        max_reward: float | None = None, limit: int | None = None) -> pd.DataFrame:
+        """Transcripts sorted by step, group, sample; `metrics` holds dicts. Reward bounds are inclusive."""
+        sql = ("SELECT step, group_idx, sample_idx, prompt, completion, reward, advantage, stop_reason, metrics, "
+               "created_at FROM transcripts WHERE run_id = ?")
+        params: list[Any] = [run_id]
+        if step is not None:
+            sql += " AND step = ?"
+            params.append(step)
+        if min_reward is not None:
+            sql += " AND reward >= ?"
+            params.append(float(min_reward))
+        if max_reward is not None:
+            sql += " AND reward <= ?"
+            params.append(float(max_reward))
+        sql += " ORDER BY step, group_idx, sample_idx"
+        if limit is not None:
+            _check_int(limit, "limit")
+            sql += " LIMIT ?"
+            params.append(limit)
+        with self._transaction() as con:
+            frame = con.execute(sql, params).df()
+        frame["metrics"] = [json.loads(text) for text in frame["metrics"]]
+        return frame
+
+    def transcript_steps(self, run_id: str) -> list[int]:
+        with self._transaction() as con:
+            rows = con.execute("SELECT DISTINCT step FROM transcripts WHERE run_id = ? ORDER BY step",
+                               [run_id]).fetchall()
+        return [step for (step,) in rows]
+
+    def delete_transcripts_after(self, run_id: str, step: int) -> None:
+        """Drop the run's transcripts with step > `step` (resume samples those steps again)."""
+        _check_int(step, "step")
+        with self._transaction() as con:
+            con.execute("DELETE FROM transcripts WHERE run_id = ? AND step > ?", [run_id, step])
+
+    # ------------------------------------------------------------------------------------------------ datasets
+
+    def register_dataset(self, name: str, *, kind: str, source: str, path: str | Path, num_rows: int | None,
+                         meta: dict | None = None) -> None:
+        """Add a dataset or update the one with this name (keeping its created_at)."""
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"dataset name must be a non-empty string, got {name!r}")
+        _check_choice(kind, DATASET_KINDS, f"kind of dataset {name!r}")
+        _check_choice(source, DATASET_SOURCES, f"source of dataset {name!r}")
+        _check_int(num_rows, f"num_rows of dataset {name!r}", optional=True)
+        meta_json = _to_json(meta or {}, f"meta of dataset {name!r}")
+        with self._transaction() as con:
+            con.execute(
+                "INSERT INTO datasets (name, kind, source, path, num_rows, meta, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET kind = excluded.kind, "
+                "source = excluded.source, path = excluded.path, num_rows = excluded.num_rows, meta = excluded.meta",
+                [name, kind, source, str(path), num_rows, meta_json, utcnow()])
+
+    def list_datasets(self) -> list[dict[str, Any]]:
+        with self._transaction() as con:
+            rows = _dicts(con.execute("SELECT * FROM datasets ORDER BY name"))
+        return _parse_json_column(rows, "meta")
+
+    def delete_dataset(self, name: str) -> None:
+        with self._transaction() as con:
+            con.execute("DELETE FROM datasets WHERE name = ?", [name])

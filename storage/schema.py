@@ -1,0 +1,104 @@
+"""The studio's DuckDB schema: the ordered list of migrations and the allowed values of enum-like columns.
+
+Migration N (1-based) is `MIGRATIONS[N - 1]`; `storage.db` applies the ones newer than the file's
+`schema_version` once per process. Never edit a shipped migration: append a new one. This module holds SQL
+text only; it opens no connection. Timestamps are TIMESTAMP in UTC; JSON values are stored as TEXT.
+"""
+
+from __future__ import annotations
+
+RUN_KINDS = ("sl", "dpo", "rl")
+# 'cancelling' is a request: another process (the studio) asks the owner of a running run to stop.
+RUN_STATUSES = ("queued", "running", "cancelling", "completed", "failed", "cancelled", "interrupted")
+TERMINAL_STATUSES = ("completed", "failed", "cancelled", "interrupted")
+BACKENDS = ("local", "tinker", "clocked")
+CHECKPOINT_KINDS = ("state", "sampler", "both")
+DATASET_KINDS = ("chat", "preference", "rl")
+DATASET_SOURCES = ("builtin", "upload", "hub", "file")
+
+SCHEMA_VERSION_TABLE = """
+CREATE TABLE IF NOT EXISTS schema_version (
+    version INTEGER NOT NULL,
+    applied_at TIMESTAMP NOT NULL
+)
+"""
+
+_INITIAL_SCHEMA = """
+CREATE TABLE runs (
+    run_id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    status TEXT NOT NULL,
+    backend TEXT NOT NULL,
+    base_model TEXT NOT NULL,
+    config TEXT NOT NULL,
+    created_at TIMESTAMP NOT NULL,
+    started_at TIMESTAMP,
+    finished_at TIMESTAMP,
+    updated_at TIMESTAMP NOT NULL,
+    step INTEGER,
+    total_steps INTEGER,
+    error TEXT,
+    traceback TEXT,
+    parent_run_id TEXT,
+    parent_checkpoint TEXT,
+    log_dir TEXT NOT NULL,
+    owner_pid INTEGER,
+    owner_host TEXT
+);
+
+CREATE TABLE metrics (
+    run_id TEXT NOT NULL,
+    step INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    value DOUBLE,
+    logged_at TIMESTAMP NOT NULL,
+    PRIMARY KEY (run_id, step, name)
+);
+
+CREATE TABLE checkpoints (
+    run_id TEXT NOT NULL,
+    step INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    state_path TEXT,
+    sampler_path TEXT,
+    loop_state TEXT NOT NULL,
+    created_at TIMESTAMP NOT NULL,
+    PRIMARY KEY (run_id, name)
+);
+
+CREATE TABLE transcripts (
+    run_id TEXT NOT NULL,
+    step INTEGER NOT NULL,
+    group_idx INTEGER NOT NULL,
+    sample_idx INTEGER NOT NULL,
+    prompt TEXT,
+    completion TEXT,
+    reward DOUBLE,
+    advantage DOUBLE,
+    stop_reason TEXT,
+    metrics TEXT NOT NULL,
+    created_at TIMESTAMP NOT NULL
+);
+
+CREATE TABLE datasets (
+    name TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    source TEXT NOT NULL,
+    path TEXT NOT NULL,
+    num_rows INTEGER,
+    meta TEXT NOT NULL,
+    created_at TIMESTAMP NOT NULL
+);
+"""
+
+MIGRATIONS: list[str] = [
+    _INITIAL_SCHEMA,
+]
+
+RUN_COLUMNS = (
+    "run_id", "name", "kind", "status", "backend", "base_model", "config", "created_at", "started_at",
+    "finished_at", "updated_at", "step", "total_steps", "error", "traceback", "parent_run_id",
+    "parent_checkpoint", "log_dir", "owner_pid", "owner_host",
+)
