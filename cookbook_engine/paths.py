@@ -36,6 +36,12 @@ def run_dir(run_id: str) -> Path:
 
 
 def models_dir() -> Path:
+    """The model cache; COOKBOOK_MODEL_CACHE may point it elsewhere (tests share one cache across homes)."""
+    configured = os.environ.get("COOKBOOK_MODEL_CACHE")
+    if configured:
+        path = Path(configured).expanduser()
+        path.mkdir(parents=True, exist_ok=True)
+        return path.resolve()
     return _sub("models")
 
 

@@ -1,0 +1,47 @@
+"""Shared test setup: every test session gets its own studio home (COOKBOOK_HOME) so tests never touch a real
+one, while the converted default model is cached once per checkout (.test-cache/models) and reused."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+MODEL_CACHE = REPO / ".test-cache" / "models"
+
+
+def pytest_configure(config):
+    os.environ.setdefault("COOKBOOK_MODEL_CACHE", str(MODEL_CACHE))
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_home(tmp_path_factory):
+    """A fresh studio home for the whole session (tests that need their own use `home` below)."""
+    home = tmp_path_factory.mktemp("cookbook-home")
+    previous = os.environ.get("COOKBOOK_HOME")
+    os.environ["COOKBOOK_HOME"] = str(home)
+    yield home
+    if previous is None:
+        os.environ.pop("COOKBOOK_HOME", None)
+    else:
+        os.environ["COOKBOOK_HOME"] = previous
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """A fresh, empty studio home for one test."""
+    monkeypatch.setenv("COOKBOOK_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+@pytest.fixture(scope="session")
+def default_model_ready():
+    """The default model converted into the shared cache (about 20 s the first time on a machine)."""
+    from cookbook_engine import models
+
+    models.prepare_default_model()
+    return models.DEFAULT_MODEL
