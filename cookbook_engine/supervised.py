@@ -117,6 +117,7 @@ async def train(config: SLConfig, ctx, prepared: PreparedSL | None = None) -> No
              f"lr {base_lr:g} ({config.lr_schedule})" + (f"; resuming at step {start_step}" if start_step else ""))
     ctx.progress(start_step, total_steps)
     run_started = time.perf_counter()
+    clock = {"last_done": run_started}
     pending = None
 
     async def finish(item) -> None:
@@ -124,7 +125,11 @@ async def train(config: SLConfig, ctx, prepared: PreparedSL | None = None) -> No
         output = await fb_future
         optim = await optim_future
         nll, weight_sum = weighted_nll(batch, output)
-        elapsed = time.perf_counter() - submitted
+        now = time.perf_counter()
+        # wall time since the previous step finished (or since this one was submitted, if later): with submit-ahead
+        # pipelining, this is the step's own share of the time.
+        elapsed = now - max(submitted, clock["last_done"])
+        clock["last_done"] = now
         num_tokens = sum(d.model_input.length for d in batch)
         metrics = {
             "train_mean_nll": nll / max(weight_sum, 1e-9), "learning_rate": lr, "num_tokens": num_tokens,
