@@ -33,7 +33,10 @@ def _input_errors() -> tuple[type[BaseException], ...]:
     from cookbook_engine.models import ModelError
     from cookbook_engine.renderers import RendererError
 
-    errors: list[type[BaseException]] = [ConfigError, DatasetError, ModelError, RendererError, FileNotFoundError]
+    from cookbook_engine.paths import HomeError
+
+    errors: list[type[BaseException]] = [ConfigError, DatasetError, ModelError, RendererError, FileNotFoundError,
+                                         HomeError]
     try:
         from cookbook_engine.backends.tinker import TinkerUnavailable
 
@@ -183,7 +186,15 @@ def studio(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    from cookbook_engine.paths import HomeError
+
+    try:
+        return _dispatch(list(sys.argv[1:] if argv is None else argv))
+    except HomeError as exc:
+        return _bad_input(str(exc))
+
+
+def _dispatch(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)
         return 0 if argv else EXIT_BAD_INPUT

@@ -11,15 +11,25 @@ import os
 from pathlib import Path
 
 
+class HomeError(OSError):
+    """The studio home folder cannot be created or written; the message names the folder and the reason."""
+
+
 def home() -> Path:
-    """The studio home folder, created if missing."""
+    """The studio home folder, created if missing; a clear HomeError when it cannot be written."""
     configured = os.environ.get("COOKBOOK_HOME")
     if configured:
         path = Path(configured).expanduser()
     else:
         base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
         path = Path(base) / "cookbook-studio"
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise HomeError(f"studio home {path}: cannot create it ({exc.strerror or exc}); set COOKBOOK_HOME to a "
+                        "writable folder") from exc
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise HomeError(f"studio home {path}: not writable; set COOKBOOK_HOME to a writable folder")
     return path.resolve()
 
 

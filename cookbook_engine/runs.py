@@ -94,6 +94,7 @@ def preflight(config: cfg.CommonConfig) -> Any:
     """All checks that can fail on bad input, before anything is written: settings, model, renderer, data.
     Returns what the loop prepared (e.g. the tokenized dataset) so it is not done twice."""
     cfg.check(config)
+    paths.home()  # an unwritable home folder fails here, with its own clear message
     return _loop_for(config.kind).prepare(config)
 
 
