@@ -118,11 +118,16 @@ class RunManager:
         parent_checkpoint = getattr(config, "start_checkpoint", "") or None
         if parent_checkpoint and parent_run_id is None:
             parent_run_id = self._run_of_checkpoint(parent_checkpoint)
-        self.store.create_run(run_id, name=name, kind=config.kind, backend=config.backend,
-                              base_model=config.model, config=cfg.to_dict(config), log_dir=str(log_dir),
-                              parent_run_id=parent_run_id, parent_checkpoint=parent_checkpoint)
-        context = RunContext(run_id, self.store, RunLogger(self.store, run_id, log_dir), log_dir, echo=echo)
-        context.logger.write_config({"kind": config.kind, **cfg.to_dict(config)})
+        try:
+            self.store.create_run(run_id, name=name, kind=config.kind, backend=config.backend,
+                                  base_model=config.model, config=cfg.to_dict(config), log_dir=str(log_dir),
+                                  parent_run_id=parent_run_id, parent_checkpoint=parent_checkpoint)
+            context = RunContext(run_id, self.store, RunLogger(self.store, run_id, log_dir), log_dir, echo=echo)
+            context.logger.write_config({"kind": config.kind, **cfg.to_dict(config)})
+        except OSError as exc:  # a full or read-only disk: leave nothing half-made behind
+            self._forget(run_id, log_dir)
+            raise paths.HomeError(f"studio home {paths.home()}: {exc.strerror or exc} while creating run "
+                                  f"{run_id}; free some space or set COOKBOOK_HOME elsewhere") from exc
         self._launch(config, context, prepared)
         return run_id
 
@@ -180,6 +185,15 @@ class RunManager:
         return [run_id for run_id, thread in list(self._threads.items()) if thread.is_alive()]
 
     # --- internals ------------------------------------------------------------------------------------------
+    def _forget(self, run_id: str, log_dir: Path) -> None:
+        import shutil
+
+        try:
+            self.store.delete_run(run_id)
+        except Exception:
+            pass
+        shutil.rmtree(log_dir, ignore_errors=True)
+
     def _run_of_checkpoint(self, path: str) -> str | None:
         for row in self.store.list_checkpoints():
             if path in (row.get("state_path"), row.get("sampler_path")):

@@ -58,18 +58,32 @@ def test_sigkill_mid_run_then_resume(home, default_model_ready, tmp_path):
     assert checkpoint in [c["step"] for c in store.list_checkpoints(run_id)]
 
 
-def test_unwritable_home_gives_one_clear_message(tmp_path):
-    home = tmp_path / "locked"
+def in_own_mount(home, size: str, options: str, command: list[str]):
+    """Run the CLI with `home` as a fresh tmpfs of the given size/options (a private mount namespace: needs root
+    or user namespaces, which this project's machines have)."""
+    script = f"mount -t tmpfs -o size={size}{options} tmpfs '{home}' && exec \"$@\""
+    env = {**os.environ, "COOKBOOK_HOME": str(home)}
+    return subprocess.run(["unshare", "-m", "--map-root-user" if os.geteuid() else "-m", "sh", "-c", script, "sh",
+                           *COOKBOOK, *command], env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_read_only_home_gives_one_clear_message_and_writes_nothing(tmp_path, default_model_ready):
+    home = tmp_path / "ro"
     home.mkdir()
-    home.chmod(0o500)
-    try:
-        if os.access(home, os.W_OK):
-            pytest.skip("running as a user who can write anywhere; covered by the non-folder case below")
-    finally:
-        pass
-    result = subprocess.run([*COOKBOOK, "runs"], env={**os.environ, "COOKBOOK_HOME": str(home)},
-                            capture_output=True, text=True, timeout=60)
-    assert result.returncode == 2 and "not writable" in result.stderr
+    for command in (["runs"], ["sl", "max_steps=1"]):
+        result = in_own_mount(home, "1m", ",ro", command)
+        assert result.returncode == 2, result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0] == f"cookbook: error: studio home {home}: not writable; set COOKBOOK_HOME to a writable folder"
+
+
+def test_full_home_gives_one_clear_message(tmp_path, default_model_ready):
+    home = tmp_path / "full"
+    home.mkdir()
+    result = in_own_mount(home, "256k", "", ["sl", "max_steps=1", "batch_size=2"])
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "No space left on device while creating run" in lines[0]
 
 
 def test_home_that_is_a_file_gives_one_clear_message(tmp_path):
