@@ -104,6 +104,9 @@ class RLConfig(CommonConfig):
     max_steps: int = 20
     eval_every: int = 5
     num_eval_problems: int = 32
+    eval_temperature: float = 0.0  # held-out accuracy: 0 = greedy, one sample per problem
+    test_fraction: float = 0.2  # env=custom: the share of the file held out for evaluation
+    lr_schedule: str = "constant"  # RL keeps its rate, as tinker-cookbook's rl/train does
     start_checkpoint: str = ""
     stream_minibatch: bool = False
     max_steps_off_policy: int = 0  # > 0: keep sampling while training, drop groups older than this
@@ -252,6 +255,9 @@ def validate(config: CommonConfig) -> list[str]:
              "clip thresholds: need 0 < clip_low_threshold <= 1 <= clip_high_threshold")
         need(config.num_substeps >= 1, f"num_substeps={config.num_substeps}: must be at least 1")
         need(config.max_steps_off_policy >= 0, "max_steps_off_policy: must be 0 (on-policy) or more")
+        need(config.num_eval_problems >= 0, f"num_eval_problems={config.num_eval_problems}: must be 0 or more")
+        need(config.eval_temperature >= 0, f"eval_temperature={config.eval_temperature}: must be 0 (greedy) or more")
+        need(0 <= config.test_fraction < 1, f"test_fraction={config.test_fraction}: must be in [0, 1)")
     return problems
 
 

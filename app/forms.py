@@ -1,0 +1,440 @@
+"""The New run page's pieces: model and data pickers, one settings form per algorithm, and the pre-start check.
+
+The pickers sit outside the form so that what depends on them (the suggested learning rate and its reason, the
+fields of a dataset source) updates as soon as they change; the hyperparameters sit inside an `st.form`, so
+typing in them reruns nothing. Both buttons, "Check settings" and "Start run", run the same checks as the CLI's
+`--dry-run` (config.validate, then runs.preflight: model, renderer, every data row) and show the equivalent
+`cookbook ...` command. Starting hands the config to the RunManager; nothing here trains.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import streamlit as st
+
+from app import nav, state
+from cookbook_engine import config as cfg
+from cookbook_engine import datasets, models, renderers
+from cookbook_engine.builtin_data import BUILTIN
+
+DATA_KIND = {"sl": "chat", "dpo": "preference", "rl": "rl"}
+SOURCES = ("Built-in", "Uploaded", "Hugging Face", "File path")
+LORA_RANKS = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+TRAIN_ON_LABELS = {"last_assistant_message": "Last assistant message",
+                   "all_assistant_messages": "All assistant messages", "all_messages": "All messages"}
+RL_ENV_HELP = {
+    "arithmetic": "Built-in arithmetic and word problems; reward 1 when the last number in the reply is right.",
+    "code": "Built-in Python function tasks; the reply's ```python block runs against unit tests in the sandbox.",
+    "custom": "Your own prompt/answer file, scored by the grader you pick.",
+}
+GRADER_HELP = {"exact": "reply equals the answer (case and spacing ignored)",
+               "numeric": "last number in the reply equals the answer",
+               "contains": "the answer appears in the reply", "regex": "the answer is a regex that must match",
+               "python_tests": "the answer is Python asserts, run against the reply's code in the sandbox"}
+# Rough speeds of the default model on a 2-core CPU (DESIGN.md): training and sampling tokens per second.
+LOCAL_TRAIN_TOK_S = 120.0
+LOCAL_SAMPLE_TOK_S = 60.0
+LOCAL_EVAL_TOK_S = 300.0
+STARTUP_S = 10.0  # loading the model, saving checkpoints
+
+
+@dataclass
+class ModelChoice:
+    model: str
+    backend: str
+    suggested_lr: float | None
+    reason: str
+    error: str | None = None
+
+
+# ---------------------------------------------------------------------------------------- base config
+
+
+def base_config(kind: str) -> cfg.CommonConfig:
+    """The config the form starts from: a duplicated run's settings, or the defaults."""
+    duplicate = st.session_state.get("new_run_base")
+    if duplicate and duplicate["kind"] == kind:
+        return cfg.from_dict(kind, duplicate["config"])
+    return cfg.CONFIG_TYPES[kind]()
+
+
+def key(kind: str, name: str) -> str:
+    """Widget keys change when a run is duplicated, so the widgets take the duplicated values as defaults."""
+    return f"{kind}-{st.session_state.get('form_generation', 0)}-{name}"
+
+
+# ---------------------------------------------------------------------------------------- model
+
+
+def model_section(kind: str, base: cfg.CommonConfig) -> ModelChoice:
+    tinker = state.tinker_status()
+    options = ["default", "folder"]
+    labels = {"default": f"{models.DEFAULT_MODEL} · local default (135M, CPU)",
+              "folder": "A local model folder (Hugging Face format)…"}
+    for name in tinker.models if tinker.state == "ok" else []:
+        options.append(f"tinker:{name}")
+        labels[f"tinker:{name}"] = f"{name} · Tinker (hosted)"
+    if base.backend == "tinker" and f"tinker:{base.model}" not in options:
+        options.append(f"tinker:{base.model}")
+        labels[f"tinker:{base.model}"] = f"{base.model} · Tinker (hosted)"
+    if base.backend == "tinker":
+        default = f"tinker:{base.model}"
+    elif models.canonical_name(base.model) == models.DEFAULT_MODEL:
+        default = "default"
+    else:
+        default = "folder"
+    help_text = {"no_key": "Set TINKER_API_KEY before starting the studio to train hosted models.",
+                 "checking": "Checking the Tinker service for hosted models…"}.get(tinker.state, tinker.message)
+    choice = st.selectbox("Model", options, index=options.index(default), format_func=labels.get,
+                          key=key(kind, "model"), help=f"Base model to fine-tune with LoRA. {help_text}")
+    if choice == "default":
+        model, backend = models.DEFAULT_MODEL, "local"
+    elif choice == "folder":
+        model = st.text_input("Model folder", value=base.model if default == "folder" else "",
+                              placeholder="/path/to/a/hf-model-folder (with config.json)", key=key(kind, "folder"))
+        backend = "local"
+        if not model.strip():
+            return ModelChoice("", backend, None, "", "Give the path of a local model folder.")
+    else:
+        model, backend = choice.removeprefix("tinker:"), "tinker"
+    return _suggestion(model.strip(), backend)
+
+
+def _suggestion(model: str, backend: str) -> ModelChoice:
+    if backend == "tinker":
+        try:
+            from cookbook_engine.backends.tinker import suggested_learning_rate
+
+            return ModelChoice(model, backend, suggested_learning_rate(model),
+                               "the Tinker cookbook's LoRA learning-rate formula for this model")
+        except Exception as exc:  # no backend in this build, or an unknown model
+            return ModelChoice(model, backend, 1e-4, f"a common LoRA starting point ({exc})")
+    try:
+        info = models.resolve(model)
+    except models.ModelError as exc:
+        return ModelChoice(model, backend, None, "", str(exc))
+    return ModelChoice(model, backend, info.suggested_learning_rate, info.learning_rate_reason)
+
+
+# ---------------------------------------------------------------------------------------- data
+
+
+def _source_of(spec: str, uploaded_paths: set[str]) -> str:
+    if not spec or spec.startswith("builtin:") or spec in BUILTIN:
+        return "Built-in"
+    if spec in uploaded_paths:
+        return "Uploaded"
+    if spec.startswith("hf:"):
+        return "Hugging Face"
+    return "File path"
+
+
+def dataset_section(kind: str, data_kind: str, spec: str, label: str = "Dataset") -> str:
+    """A dataset picker for one kind of data (chat, preference, rl); returns a dataset spec."""
+    uploaded = [d for d in state.store().list_datasets() if d["kind"] == data_kind and d["source"] != "builtin"]
+    source = st.segmented_control(f"{label} source", SOURCES, default=_source_of(spec, {d["path"] for d in uploaded}),
+                                  key=key(kind, "source"), required=True)
+    if source == "Built-in":
+        names = [name for name, d in BUILTIN.items() if d.kind == data_kind]
+        current = spec.removeprefix("builtin:")
+        name = st.selectbox(label, names, index=names.index(current) if current in names else 0,
+                            key=key(kind, "builtin"))
+        st.caption(BUILTIN[name].description)
+        return f"builtin:{name}"
+    if source == "Uploaded":
+        if not uploaded:
+            st.info(f"No uploaded {data_kind} datasets yet.", icon=":material/upload:")
+            nav.link("datasets", "Upload one on the Datasets page")
+            return ""
+        paths_ = [d["path"] for d in uploaded]
+        names = {d["path"]: f"{d['name']} ({d['num_rows']} rows)" for d in uploaded}
+        return st.selectbox(label, paths_, index=paths_.index(spec) if spec in paths_ else 0, format_func=names.get,
+                            key=key(kind, "uploaded"))
+    if source == "Hugging Face":
+        name = st.text_input("Hub dataset", value=spec.removeprefix("hf:") if spec.startswith("hf:") else "",
+                             placeholder="owner/name or owner/name:split", key=key(kind, "hub"),
+                             help="Loaded only when the Hugging Face hub is reachable from this machine.")
+        name = name.strip().removeprefix("hf:")
+        return f"hf:{name}" if name else ""
+    path = st.text_input("Data file", value=spec if _source_of(spec, set()) == "File path" else "",
+                         placeholder="/path/to/data.jsonl (.jsonl, .json, .csv or .parquet)", key=key(kind, "path"))
+    return path.strip()
+
+
+def rl_task_section(base: cfg.RLConfig) -> tuple[str, str, str]:
+    """(env, dataset, grader) for an RL run."""
+    env = st.segmented_control("Environment", list(cfg.RL_ENVS), default=base.env, key=key("rl", "env"),
+                               required=True)
+    st.caption(RL_ENV_HELP[env])
+    if env != "custom":
+        return env, "", base.grader
+    dataset = dataset_section("rl", "rl", base.dataset, label="Problems")
+    grader = st.selectbox("Grader", list(cfg.GRADERS), index=list(cfg.GRADERS).index(base.grader),
+                          format_func=lambda g: f"{g}: {GRADER_HELP[g]}", key=key("rl", "grader"),
+                          help="A row's own `grader` column wins over this choice.")
+    return env, dataset, grader
+
+
+# ---------------------------------------------------------------------------------------- the form
+
+
+def _checkpoint_options(kind: str, base: cfg.CommonConfig) -> tuple[list[str], dict[str, str]]:
+    runs_by_id = {r["run_id"]: r for r in state.store().list_runs()}
+    options, labels = [""], {"": "None: a fresh LoRA on the base model"}
+    for checkpoint in state.store().list_checkpoints():
+        run = runs_by_id.get(checkpoint["run_id"])
+        if run and checkpoint.get("state_path"):
+            options.append(checkpoint["state_path"])
+            labels[checkpoint["state_path"]] = f"{run['name']} · step {checkpoint['step']}"
+    start = getattr(base, "start_checkpoint", "")
+    if start and start not in options:
+        options.append(start)
+        labels[start] = start
+    return options, labels
+
+
+def settings_form(kind: str, base: cfg.CommonConfig, choice: ModelChoice, data: dict) -> tuple[cfg.CommonConfig,
+                                                                                               str | None]:
+    """The hyperparameter form; returns (config, "check" | "start" | None)."""
+    k = lambda name: key(kind, name)  # noqa: E731
+    suggested = choice.suggested_lr or 1e-4
+    default_lr = base.learning_rate if base.learning_rate > 0 else suggested
+    values: dict = {"model": choice.model, "backend": choice.backend, **data}
+    with st.form(k("form"), border=True):
+        st.markdown("**Run**")
+        c1, c2 = st.columns(2)
+        values["name"] = c1.text_input("Run name (optional)", value=base.name, key=k("name"),
+                                       placeholder="defaults to the run id, e.g. sl-20250101-120000-ab12")
+        names = renderers.renderer_names()
+        values["renderer"] = c2.selectbox(
+            "Renderer", names, index=names.index(base.renderer) if base.renderer in names else 0, key=k("renderer"),
+            help="How chats become tokens. auto = the model's own chat template (ChatML for the default model); "
+                 "role_colon for base models without one.")
+        st.markdown("**Optimization**")
+        c1, c2, c3, c4 = st.columns(4)
+        values["lora_rank"] = c1.selectbox("LoRA rank", LORA_RANKS, index=LORA_RANKS.index(base.lora_rank)
+                                           if base.lora_rank in LORA_RANKS else 5, key=k("rank"))
+        values["learning_rate"] = c2.number_input(
+            "Learning rate", min_value=0.0, max_value=0.99, value=float(default_lr), step=1e-5, format="%g",
+            key=k(f"lr-{choice.backend}-{choice.model}"),
+            help=f"Suggested for this model: {suggested:g} ({choice.reason})." if choice.reason else None)
+        values["lr_schedule"] = c3.selectbox("Schedule", list(cfg.SCHEDULES),
+                                             index=list(cfg.SCHEDULES).index(base.lr_schedule), key=k("schedule"))
+        batch_label = "Groups per batch" if kind == "rl" else "Batch size"
+        if kind == "rl":
+            values["groups_per_batch"] = c4.number_input(batch_label, 1, 4096, base.groups_per_batch,
+                                                         key=k("groups"), help="Problems per step")
+        else:
+            values["batch_size"] = c4.number_input(batch_label, 1, 4096, base.batch_size, key=k("batch"),
+                                                   help="Examples per optimizer step")
+        if choice.suggested_lr is not None:
+            st.caption(f"Suggested learning rate for {choice.model.rsplit('/', 1)[-1]}: **{suggested:g}**, "
+                       f"{choice.reason}.")
+        st.markdown("**Length and cadence**")
+        c1, c2, c3, c4, c5 = st.columns(5)
+        if kind != "rl":
+            values["num_epochs"] = c1.number_input("Epochs", 1, 1000, base.num_epochs, key=k("epochs"))
+        else:
+            values["group_size"] = c1.number_input("Group size", 2, 256, base.group_size, key=k("group_size"),
+                                                   help="Samples per problem; advantages compare them.")
+        values["max_steps"] = c2.number_input("Max steps", 0, 1_000_000, base.max_steps, key=k("max_steps"),
+                                              help="0 = as many as the epochs give" if kind != "rl" else None)
+        values["max_length"] = c3.number_input("Max length (tokens)", 16, 131072, base.max_length,
+                                               key=k("max_length"))
+        values["save_every"] = c4.number_input("Save every (steps)", 0, 1_000_000, base.save_every,
+                                               key=k("save_every"), help="0 = only at the end")
+        values["eval_every"] = c5.number_input("Eval every (steps)", 0, 1_000_000, base.eval_every,
+                                               key=k("eval_every"), help="0 = only at the end")
+        if kind == "sl":
+            _sl_fields(base, values, k)
+        elif kind == "dpo":
+            _dpo_fields(base, values, k)
+        else:
+            _rl_fields(base, values, k)
+        with st.expander("Advanced: seed and optimizer"):
+            c1, c2, c3 = st.columns(3)
+            values["seed"] = c1.number_input("Seed", 0, 2**31 - 1, base.seed, key=k("seed"))
+            values["weight_decay"] = c2.number_input("Weight decay", 0.0, 10.0, float(base.weight_decay),
+                                                     format="%g", key=k("wd"))
+            values["grad_clip_norm"] = c3.number_input("Gradient clip norm (0 = off)", 0.0, 1e6,
+                                                       float(base.grad_clip_norm), format="%g", key=k("clip"))
+            c1, c2, c3 = st.columns(3)
+            values["beta1"] = c1.number_input("Adam beta1", 0.0, 0.9999, float(base.beta1), format="%g",
+                                              key=k("beta1"))
+            values["beta2"] = c2.number_input("Adam beta2", 0.0, 0.9999, float(base.beta2), format="%g",
+                                              key=k("beta2"))
+            values["eps"] = c3.number_input("Adam eps", 1e-20, 1.0, float(base.eps), format="%g", key=k("eps"))
+        c1, c2, _ = st.columns([1, 1, 3])
+        check = c1.form_submit_button("Check settings", icon=":material/fact_check:", width="stretch")
+        start = c2.form_submit_button("Start run", type="primary", icon=":material/play_arrow:", width="stretch")
+    config = type(base)(**{**cfg.to_dict(base), **values})
+    return config, "start" if start else "check" if check else None
+
+
+def _sl_fields(base: cfg.SLConfig, values: dict, k) -> None:
+    st.markdown("**Supervised data**")
+    c1, c2, c3, c4 = st.columns(4)
+    options = list(cfg.TRAIN_ON)
+    values["train_on_what"] = c1.selectbox("Train on", options, index=options.index(base.train_on_what),
+                                           format_func=TRAIN_ON_LABELS.get, key=k("train_on"),
+                                           help="Which tokens the loss applies to.")
+    values["test_fraction"] = c2.number_input("Held-out fraction", 0.0, 0.9, float(base.test_fraction), step=0.05,
+                                              format="%g", key=k("test_fraction"))
+    values["overlong"] = c3.selectbox("Too-long examples", list(cfg.OVERLONG),
+                                      index=list(cfg.OVERLONG).index(base.overlong), key=k("overlong"))
+    values["max_examples"] = c4.number_input("Max examples (0 = all)", 0, 10_000_000, base.max_examples,
+                                             key=k("max_examples"))
+
+
+def _dpo_fields(base: cfg.DPOConfig, values: dict, k) -> None:
+    st.markdown("**Preference optimization**")
+    c1, c2, c3 = st.columns([1, 1, 2])
+    values["dpo_beta"] = c1.number_input("DPO beta", 0.0001, 100.0, float(base.dpo_beta), format="%g",
+                                         key=k("dpo_beta"), help="How far the policy may move from the reference.")
+    values["test_fraction"] = c2.number_input("Held-out fraction", 0.0, 0.9, float(base.test_fraction), step=0.05,
+                                              format="%g", key=k("test_fraction"))
+    options, labels = _checkpoint_options("dpo", base)
+    values["start_checkpoint"] = c3.selectbox(
+        "Start from checkpoint", options, index=options.index(base.start_checkpoint), format_func=labels.get,
+        key=k("start_checkpoint"), help="DPO usually starts from an SL checkpoint; its run becomes the parent.")
+
+
+def _rl_fields(base: cfg.RLConfig, values: dict, k) -> None:
+    st.markdown("**Sampling and loss**")
+    c1, c2, c3, c4 = st.columns(4)
+    values["max_tokens"] = c1.number_input("Max tokens per sample", 1, 32768, base.max_tokens, key=k("max_tokens"))
+    values["temperature"] = c2.number_input("Temperature", 0.0, 2.0, float(base.temperature), step=0.05,
+                                            format="%g", key=k("temperature"))
+    values["top_p"] = c3.number_input("Top-p", 0.01, 1.0, float(base.top_p), step=0.05, format="%g", key=k("top_p"))
+    values["loss_fn"] = c4.selectbox("Loss", list(cfg.RL_LOSSES), index=list(cfg.RL_LOSSES).index(base.loss_fn),
+                                     key=k("loss_fn"), help="importance_sampling (REINFORCE with importance "
+                                     "weights) or ppo (clipped ratios, thresholds below).")
+    c1, c2, c3, c4 = st.columns(4)
+    values["clip_low_threshold"] = c1.number_input("PPO clip low", 0.01, 1.0, float(base.clip_low_threshold),
+                                                   format="%g", key=k("clip_low"))
+    values["clip_high_threshold"] = c2.number_input("PPO clip high", 1.0, 100.0, float(base.clip_high_threshold),
+                                                    format="%g", key=k("clip_high"))
+    values["num_substeps"] = c3.number_input("Optimizer substeps", 1, 64, base.num_substeps, key=k("substeps"))
+    values["num_eval_problems"] = c4.number_input("Eval problems", 0, 100_000, base.num_eval_problems,
+                                                  key=k("eval_problems"))
+    c1, c2, c3 = st.columns([2, 1, 1])
+    options, labels = _checkpoint_options("rl", base)
+    values["start_checkpoint"] = c1.selectbox("Start from checkpoint", options,
+                                              index=options.index(base.start_checkpoint), format_func=labels.get,
+                                              key=k("start_checkpoint"))
+    values["max_steps_off_policy"] = c2.number_input(
+        "Max steps off-policy", 0, 64, base.max_steps_off_policy, key=k("off_policy"),
+        help="0 = on-policy. More: keep sampling while training, drop groups older than this.")
+    values["stream_minibatch"] = c3.toggle("Stream minibatches", value=base.stream_minibatch, key=k("stream"))
+
+
+# ---------------------------------------------------------------------------------------- checking
+
+
+def input_errors() -> tuple[type[BaseException], ...]:
+    """Exceptions that mean bad input (shown as a message), not a bug."""
+    errors: list[type[BaseException]] = [cfg.ConfigError, datasets.DatasetError, models.ModelError,
+                                         renderers.RendererError, FileNotFoundError]
+    try:
+        from cookbook_engine.backends.tinker import TinkerUnavailable
+
+        errors.append(TinkerUnavailable)
+    except ImportError:
+        pass
+    return tuple(errors)
+
+
+@dataclass
+class CheckResult:
+    ok: bool
+    problems: list[str]
+    prepared: object = None
+    summary: str = ""
+    estimate: str = ""
+
+
+def check(config: cfg.CommonConfig) -> CheckResult:
+    """The CLI's --dry-run checks, with progress shown while the model and data load."""
+    from cookbook_engine import runs
+
+    problems = cfg.validate(config)
+    if not config.model:
+        problems.insert(0, "model: pick a model")
+    if getattr(config, "dataset", None) == "" and (config.kind != "rl" or config.env == "custom"):
+        problems.append("dataset: pick or name a dataset")
+    if problems:
+        return CheckResult(False, problems)
+    with st.status("Checking the model, renderer and every data row…", expanded=False) as status:
+        try:
+            if config.backend == "local" and models.canonical_name(config.model) == models.DEFAULT_MODEL:
+                if not models.default_model_ready():
+                    status.update(label="Preparing the default model (first time only, about 20 s)…")
+                state.ensure_default_model()
+            prepared = runs.preflight(config)
+        except input_errors() as exc:
+            status.update(label="The check found a problem", state="error")
+            return CheckResult(False, [str(exc)])
+        except ImportError as exc:
+            status.update(label="Not available in this build", state="error")
+            return CheckResult(False, [f"{config.kind.upper()} training is not available in this build ({exc})"])
+        status.update(label="Settings, model and data are fine", state="complete")
+    summary = prepared.summary() if callable(getattr(prepared, "summary", None)) else ""
+    return CheckResult(True, [], prepared, summary, estimate(config, prepared))
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+def estimate(config: cfg.CommonConfig, prepared) -> str:
+    """Tokens the run will process and a rough time (from the default model's measured CPU speeds)."""
+    local_default = config.backend == "local" and models.canonical_name(config.model) == models.DEFAULT_MODEL
+    if config.kind == "rl":
+        steps = config.max_steps
+        sampled = steps * config.groups_per_batch * config.group_size * config.max_tokens
+        text = f"{steps} steps × {config.groups_per_batch} problems × {config.group_size} samples: at most " \
+               f"{sampled:,} sampled tokens"
+        seconds = sampled / LOCAL_SAMPLE_TOK_S + sampled / LOCAL_TRAIN_TOK_S
+    else:
+        train = getattr(prepared, "train", None)
+        if not train:
+            return ""
+        count = len(train)
+        tokens_per_example = (getattr(prepared, "train_tokens", 0) or _datum_tokens(train)) / max(1, count)
+        batches_per_epoch = max(1, count // config.batch_size)
+        steps = batches_per_epoch * config.num_epochs
+        if config.max_steps:
+            steps = min(steps, config.max_steps) if config.num_epochs > 1 else config.max_steps
+        sequences = steps * min(config.batch_size, count) * (2 if config.kind == "dpo" else 1)
+        tokens = int(sequences * tokens_per_example)
+        text = f"{steps} steps × {config.batch_size} examples ≈ {tokens:,} training tokens"
+        seconds = tokens / LOCAL_TRAIN_TOK_S * (1.5 if config.kind == "dpo" else 1.0)
+        test = getattr(prepared, "test", None) or []
+        evals = (steps // config.eval_every if config.eval_every else 0) + 1
+        seconds += evals * _datum_tokens(test) / LOCAL_EVAL_TOK_S
+    seconds += STARTUP_S
+    if local_default:
+        return f"{text}; roughly {_minutes(seconds)} on this machine's CPU (less when nothing else runs)."
+    if config.backend == "tinker":
+        return f"{text}; time depends on the Tinker service's queue."
+    return f"{text}; time depends on the model's size."
+
+
+def _datum_tokens(data) -> int:
+    total = 0
+    for item in data:
+        model_input = getattr(item, "model_input", None)
+        total += model_input.length if model_input is not None else 0
+    return total
+
+
+def show_check(result: CheckResult, config: cfg.CommonConfig) -> None:
+    if not result.ok:
+        for problem in result.problems:
+            st.error(problem, icon=":material/error:")
+        return
+    st.success("Ready to start. " + (result.summary or ""), icon=":material/check_circle:")
+    if result.estimate:
+        st.caption(f"Estimate: {result.estimate}")
+    st.markdown("Equivalent command:")
+    st.code(cfg.to_command(config), language="bash", wrap_lines=True)

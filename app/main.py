@@ -1,0 +1,33 @@
+"""Cookbook Studio's Streamlit entry point: page setup, the sidebar's status lines, and st.navigation over pages/.
+
+Run it with `cookbook studio` (or `make run`). Runs live in the engine's RunManager on background threads of this
+server process, independent of browser sessions. Pages are thin files in the top-level pages/ folder.
+"""
+
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:  # `app`, `cookbook_engine` and `storage` import from a plain checkout too
+    sys.path.insert(0, str(REPO_ROOT))
+
+import streamlit as st  # noqa: E402
+
+from app import nav, state  # noqa: E402
+
+st.set_page_config(page_title="Cookbook Studio", page_icon=":material/science:", layout="wide")
+state.start_default_model_preparation()
+
+page = st.navigation(nav.sections())
+
+with st.sidebar:
+    st.caption("**Cookbook Studio** · post-train language models with SL, DPO and RL")
+    active = state.manager().active_run_ids()
+    if active:
+        st.caption(f":material/progress_activity: {len(active)} run{'s' if len(active) != 1 else ''} training")
+    status, _ = state.default_model_status()
+    if status != "ready":
+        st.caption(":material/hourglass_top: default model: " + {"preparing": "being prepared", "failed": "failed",
+                                                                 "missing": "not prepared"}[status])
+
+page.run()

@@ -1,0 +1,196 @@
+"""Process-wide state the studio pages share: the RunManager, default-model preparation, the Tinker status.
+
+These live in the Streamlit server process, not in a browser session: the RunManager (the engine's singleton)
+runs every run on background threads, so reloading or closing a page never touches a run. Preparing the default
+model (~20 s the first time) and probing the Tinker service (a few seconds) happen on background threads too, and
+the pages only read their status. Preparation is guarded by a file lock in the model cache, so `scripts/run.sh`
+can start it in a helper process (`python -m app.state`) before the first page is opened and the studio sees it
+as "being prepared". Nothing here draws widgets.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cookbook_engine import models, paths
+from cookbook_engine.runs import RunManager, get_manager
+from storage import Store
+
+TINKER_KEY_ENV = "TINKER_API_KEY"
+TINKER_STATUS_TTL_S = 120.0
+
+
+def manager() -> RunManager:
+    """The process's RunManager (for the current COOKBOOK_HOME)."""
+    return get_manager()
+
+
+def store() -> Store:
+    return manager().store
+
+
+# ---------------------------------------------------------------------------------------- default model
+
+
+_prep_lock = threading.Lock()
+_prep_thread: threading.Thread | None = None
+_prep_error: str | None = None
+
+
+def _lock_file() -> Path:
+    return paths.models_dir() / ".default-model.lock"
+
+
+@contextmanager
+def _exclusive(blocking: bool = True):
+    """Hold the preparation lock (shared with other processes through the file); yields False if not blocking
+    and another holder has it."""
+    with open(_lock_file(), "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def ensure_default_model() -> None:
+    """Block until the default model is in the cache, preparing it (or waiting for whoever is) if needed."""
+    if models.default_model_ready():
+        return
+    with _exclusive(blocking=True):
+        if models.default_model_ready():
+            return
+        os.utime(_lock_file())  # its mtime tells everyone when this preparation started
+        models.prepare_default_model()
+
+
+def _prepare_in_background() -> None:
+    global _prep_error
+    try:
+        ensure_default_model()
+        _prep_error = None
+    except Exception as exc:  # shown on the home page
+        _prep_error = f"{type(exc).__name__}: {exc}"
+
+
+def start_default_model_preparation(retry: bool = False) -> None:
+    """Start preparing the default model on a background thread, unless it is ready or being prepared. After a
+    failure it starts again only when `retry` is set (a person asked)."""
+    global _prep_thread, _prep_error
+    if models.default_model_ready():
+        return
+    with _prep_lock:
+        if _prep_thread is not None and _prep_thread.is_alive():
+            return
+        if _prep_error is not None and not retry:
+            return
+        _prep_error = None
+        _prep_thread = threading.Thread(target=_prepare_in_background, name="prepare-default-model", daemon=True)
+        _prep_thread.start()
+
+
+def default_model_status() -> tuple[str, str]:
+    """("ready" | "preparing" | "failed" | "missing", a sentence for people)."""
+    if models.default_model_ready():
+        return "ready", f"{models.DEFAULT_MODEL} is ready (local, CPU)"
+    if _prep_error:
+        return "failed", f"preparing {models.DEFAULT_MODEL} failed: {_prep_error}"
+    preparing = _prep_thread is not None and _prep_thread.is_alive()
+    if not preparing:
+        with _exclusive(blocking=False) as free:
+            preparing = not free
+    if preparing:
+        return "preparing", (f"{models.DEFAULT_MODEL} is being prepared: converted once into the model cache "
+                             "(about 20 s), then it loads in a second")
+    return "missing", f"{models.DEFAULT_MODEL} is not prepared yet"
+
+
+def preparation_seconds() -> float:
+    """Seconds since the current preparation of the default model started (meaningful while "preparing")."""
+    try:
+        return max(0.0, time.time() - _lock_file().stat().st_mtime)
+    except OSError:
+        return 0.0
+
+
+# ---------------------------------------------------------------------------------------- tinker
+
+
+@dataclass
+class TinkerStatus:
+    state: str  # "no_key" | "checking" | "ok" | "error" | "unavailable"
+    message: str
+    models: list[str] = field(default_factory=list)
+    checked_at: float = 0.0
+
+
+_tinker_lock = threading.Lock()
+_tinker_status: TinkerStatus | None = None
+_tinker_thread: threading.Thread | None = None
+
+
+def tinker_key_present() -> bool:
+    return bool(os.environ.get(TINKER_KEY_ENV, "").strip())
+
+
+def _field(result, name: str, default=None):
+    if isinstance(result, dict):
+        return result.get(name, default)
+    return getattr(result, name, default)
+
+
+def _probe_tinker() -> None:
+    global _tinker_status
+    try:
+        from cookbook_engine.backends import tinker as tinker_backend
+
+        result = tinker_backend.probe()
+        ok = bool(_field(result, "ok", False))
+        names = [str(m) for m in (_field(result, "models", None) or [])]
+        message = _field(result, "message", "") or ("reachable" if ok else _field(result, "reason", "unreachable"))
+        status = TinkerStatus("ok" if ok else "error", str(message), names, time.monotonic())
+    except ImportError:
+        status = TinkerStatus("unavailable", "this build has no Tinker backend", [], time.monotonic())
+    except Exception as exc:
+        status = TinkerStatus("error", f"{type(exc).__name__}: {exc}", [], time.monotonic())
+    with _tinker_lock:
+        _tinker_status = status
+
+
+def tinker_status() -> TinkerStatus:
+    """The hosted backend's status, probed on a background thread (never on the page's thread); cached 2 min."""
+    global _tinker_thread
+    if not tinker_key_present():
+        return TinkerStatus("no_key", f"no {TINKER_KEY_ENV} set: hosted models are off; local training works")
+    with _tinker_lock:
+        status = _tinker_status
+        fresh = status is not None and time.monotonic() - status.checked_at < TINKER_STATUS_TTL_S
+        if not fresh and (_tinker_thread is None or not _tinker_thread.is_alive()):
+            _tinker_thread = threading.Thread(target=_probe_tinker, name="probe-tinker", daemon=True)
+            _tinker_thread.start()
+    if status is None:
+        return TinkerStatus("checking", "checking the Tinker service…")
+    return status
+
+
+def main() -> None:
+    """`python -m app.state`: prepare the default model now (scripts/run.sh runs this next to the studio)."""
+    if models.default_model_ready():
+        return
+    print(f"studio: preparing {models.DEFAULT_MODEL} in the background (first time only, about 20 s)", flush=True)
+    ensure_default_model()
+    print(f"studio: {models.DEFAULT_MODEL} is ready", flush=True)
+
+
+if __name__ == "__main__":
+    main()

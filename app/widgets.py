@@ -1,0 +1,192 @@
+"""Small UI pieces the studio's pages share: status badges, run tables and pickers, one-shot notices, safe text.
+
+Model output and uploaded text are always drawn as text (st.text, st.code, or st.markdown on escaped text),
+never as raw HTML. These helpers read what they show from the arguments they get; the pages fetch it from storage.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+
+import pandas as pd
+import streamlit as st
+
+KEY_METRIC = {"sl": "train_mean_nll", "dpo": "dpo_loss", "rl": "env/all/reward/total"}
+KIND_LABEL = {"sl": "SL", "dpo": "DPO", "rl": "RL"}
+STATUS_STYLE = {  # status -> (badge color, icon)
+    "queued": ("gray", ":material/schedule:"),
+    "running": ("blue", ":material/progress_activity:"),
+    "cancelling": ("orange", ":material/pause_circle:"),
+    "completed": ("green", ":material/check_circle:"),
+    "failed": ("red", ":material/error:"),
+    "cancelled": ("gray", ":material/stop_circle:"),
+    "interrupted": ("orange", ":material/warning:"),
+}
+STATUS_EMOJI = {"queued": "⏳", "running": "🔵", "cancelling": "🟠", "completed": "🟢", "failed": "🔴",
+                "cancelled": "⚪", "interrupted": "🟠"}
+ACTIVE = ("queued", "running", "cancelling")
+
+
+def status_badge(status: str) -> None:
+    color, icon = STATUS_STYLE.get(status, ("gray", None))
+    st.badge(status, color=color, icon=icon)
+
+
+def age(timestamp: datetime | None) -> str:
+    """'just now', '5 min ago', '3 h ago', '2 days ago' for a naive-UTC timestamp."""
+    if timestamp is None or pd.isna(timestamp):
+        return ""
+    if timestamp.tzinfo is None:
+        timestamp = timestamp.replace(tzinfo=timezone.utc)
+    seconds = (datetime.now(timezone.utc) - timestamp).total_seconds()
+    if seconds < 45:
+        return "just now"
+    if seconds < 3600:
+        return f"{round(seconds / 60)} min ago"
+    if seconds < 86400:
+        return f"{round(seconds / 3600)} h ago"
+    return f"{round(seconds / 86400)} days ago"
+
+
+def duration(start: datetime | None, end: datetime | None) -> str:
+    if start is None or pd.isna(start):
+        return ""
+    end = end if end is not None and not pd.isna(end) else datetime.now(timezone.utc).replace(tzinfo=None)
+    seconds = max(0, int((end - start).total_seconds()))
+    minutes, seconds = divmod(seconds, 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {seconds:02d}s"
+
+
+def short_model(name: str) -> str:
+    return name.rsplit("/", 1)[-1] if name else ""
+
+
+def step_text(run: dict) -> str:
+    step, total = run.get("step"), run.get("total_steps")
+    if step is None and total is None:
+        return ""
+    return f"{step or 0}/{total}" if total else f"{step or 0}"
+
+
+def progress_fraction(run: dict) -> float:
+    step, total = run.get("step") or 0, run.get("total_steps") or 0
+    if run.get("status") == "completed":
+        return 1.0
+    return min(1.0, step / total) if total else 0.0
+
+
+def format_value(value: float | None) -> str:
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return ""
+    return f"{value:.4g}"
+
+
+def runs_frame(runs: list[dict], key_values: dict[str, float]) -> pd.DataFrame:
+    """The runs table: one row per run, in the given order."""
+    rows = []
+    for run in runs:
+        metric = KEY_METRIC.get(run["kind"], "")
+        value = key_values.get(run["run_id"])
+        rows.append({
+            "Run": run["name"],
+            "Kind": KIND_LABEL.get(run["kind"], run["kind"]),
+            "Status": f"{STATUS_EMOJI.get(run['status'], '')} {run['status']}",
+            "Progress": progress_fraction(run),
+            "Step": step_text(run),
+            "Key metric": f"{metric} = {format_value(value)}" if value is not None else "",
+            "Model": short_model(run["base_model"]) + ("" if run["backend"] == "local" else f" ({run['backend']})"),
+            "Age": age(run["created_at"]),
+            "run_id": run["run_id"],
+        })
+    return pd.DataFrame(rows, columns=["Run", "Kind", "Status", "Progress", "Step", "Key metric", "Model", "Age",
+                                       "run_id"])
+
+
+RUNS_COLUMN_CONFIG = {
+    "Run": st.column_config.TextColumn("Run", width="medium"),
+    "Progress": st.column_config.ProgressColumn("Progress", min_value=0.0, max_value=1.0, format="percent"),
+    "Key metric": st.column_config.TextColumn("Key metric", help="train_mean_nll (SL), dpo_loss (DPO), "
+                                              "env/all/reward/total (RL), at the latest step"),
+    "run_id": None,  # kept for selection, not shown
+}
+
+
+def key_metric_values(store, runs: list[dict]) -> dict[str, float]:
+    values: dict[str, float] = {}
+    for kind, metric in KEY_METRIC.items():
+        ids = [r["run_id"] for r in runs if r["kind"] == kind]
+        if ids:
+            values.update(store.last_metrics(ids, metric))
+    return values
+
+
+def run_label(run: dict) -> str:
+    return f"{run['name']} · {KIND_LABEL.get(run['kind'], run['kind'])} · {run['status']}"
+
+
+def run_picker(label: str, runs: list[dict], key: str, default_id: str | None = None,
+               help: str | None = None) -> str | None:
+    """A selectbox of runs (newest first); returns the chosen run id."""
+    if not runs:
+        return None
+    ids = [r["run_id"] for r in runs]
+    labels = {r["run_id"]: run_label(r) for r in runs}
+    index = ids.index(default_id) if default_id in ids else 0
+    return st.selectbox(label, ids, index=index, format_func=labels.get, key=key, help=help)
+
+
+def notice(message: str, kind: str = "success") -> None:
+    """Queue a message to show once at the top of the next page drawn (survives st.switch_page)."""
+    st.session_state["_notice"] = (kind, message)
+
+
+def show_notice() -> None:
+    queued = st.session_state.pop("_notice", None)
+    if queued:
+        kind, message = queued
+        {"success": st.success, "info": st.info, "warning": st.warning, "error": st.error}[kind](message)
+
+
+_MARKDOWN_SPECIALS = frozenset("\\`*_{}[]()#+-.!|>~:$<&=")
+
+
+def safe_markdown_stream(pieces):
+    """Turn streamed text into markdown that shows exactly that text: every markdown/HTML special character is
+    backslash-escaped, line breaks stay line breaks and leading spaces stay (as no-break spaces)."""
+    at_line_start = True
+    for piece in pieces:
+        out = []
+        for char in piece:
+            if char == "\n":
+                out.append("  \n")
+                at_line_start = True
+                continue
+            if char == " " and at_line_start:
+                out.append("\u00a0")
+                continue
+            at_line_start = False
+            out.append("\\" + char if char in _MARKDOWN_SPECIALS else char)
+        yield "".join(out)
+
+
+def safe_markdown(text: str) -> str:
+    """`text` as markdown that displays it literally (see safe_markdown_stream)."""
+    return "".join(safe_markdown_stream([text]))
+
+
+def plain_text(text: str, *, code: bool = False) -> None:
+    """Show model output or uploaded text exactly as it is (never interpreted as markdown or HTML)."""
+    if code:
+        st.code(text, language=None, wrap_lines=True)
+    else:
+        st.text(text)
+
+
+def empty_state(message: str, link_key: str | None = None, link_label: str | None = None) -> None:
+    from app import nav
+
+    st.info(message, icon=":material/info:")
+    if link_key:
+        nav.link(link_key, link_label)

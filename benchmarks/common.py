@@ -1,0 +1,164 @@
+"""Shared pieces of the benchmark scripts: the benchmark chat data, the machine's measured matmul peak, load
+averages, medians, printed tables and the JSON result files under benchmarks/results/.
+
+The data are built here, deterministically, from the built-in datasets' sentences: conversations whose rendered
+length is spread evenly over a range (64 to 280 tokens by default), with the loss on the assistant reply only.
+Nothing here times a peer or our backend: each benchmark script does that itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = Path(__file__).resolve().parent / "results"
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+
+# ------------------------------------------------------------------------------------------------------ data
+
+
+def _sentences() -> list[str]:
+    from cookbook_engine import builtin_data
+
+    sentences = [f.answer for f in builtin_data.FACTS] + [q for f in builtin_data.FACTS for q in f.questions]
+    sentences += [answer for _, answer in builtin_data.GENERAL_FACTS]
+    sentences += [question for question, _ in builtin_data.GENERAL_FACTS]
+    sentences += [f"The capital of {country} is {capital}." for country, capital in builtin_data.CAPITALS]
+    return sentences
+
+
+def chat_examples(tokenizer, count: int, min_tokens: int = 64, max_tokens: int = 280, seed: int = 0
+                  ) -> list[tuple[list[int], list[float]]]:
+    """`count` rendered conversations (tokens, loss weights) with lengths spread evenly over
+    [min_tokens, max_tokens]: a user turn of 25-60% of the length, the rest the assistant's reply (weight 1)."""
+    from cookbook_engine.renderers import get_renderer
+
+    renderer = get_renderer("auto", tokenizer)
+    rng = random.Random(seed)
+    pool = _sentences()
+    examples = []
+    for index in range(count):
+        target = min_tokens + (max_tokens - min_tokens) * index // max(1, count - 1)
+        user_words, reply_words = [], []
+        user_target = int(target * rng.uniform(0.25, 0.6))
+        while len(tokenizer.encode(" ".join(user_words))) < user_target - 8:
+            user_words += rng.choice(pool).split()
+        while True:
+            reply_words += rng.choice(pool).split()
+            tokens, weights = renderer.build_supervised_example([
+                {"role": "user", "content": " ".join(user_words)},
+                {"role": "assistant", "content": " ".join(reply_words)}])
+            if len(tokens) >= target:
+                break
+        examples.append((tokens[:max_tokens], weights[:max_tokens]))
+    rng.shuffle(examples)
+    return examples
+
+
+def chat_prompt(tokenizer) -> list[int]:
+    """The sampling benchmarks' one chat prompt (an open question, so 64 new tokens rarely stop early)."""
+    from cookbook_engine.renderers import get_renderer
+
+    renderer = get_renderer("auto", tokenizer)
+    question = "Write a short story about a lighthouse keeper who finds a message in a bottle."
+    return renderer.build_generation_prompt([{"role": "user", "content": question}]).to_ints()
+
+
+# --------------------------------------------------------------------------------------------------- machine
+
+
+def matmul_peak_gflops(size: int = 1536, repeats: int = 8) -> dict[str, float]:
+    """This machine's fp32 matmul throughput at the current thread count, best of `repeats`: torch's default
+    kernel (`torch.mm`, MKL here) and oneDNN's (`mkldnn._linear_pointwise`, which the local backend uses)."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    flops = 2 * size ** 3
+
+    def best(fn) -> float:
+        fn()
+        times = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - started)
+        return flops / min(times) / 1e9
+
+    result = {"torch_mm": best(lambda: torch.mm(a, b))}
+    try:
+        result["onednn"] = best(lambda: torch.ops.mkldnn._linear_pointwise(a, b, None, "none", [], ""))
+    except (RuntimeError, AttributeError):
+        result["onednn"] = float("nan")
+    result["peak"] = max(v for v in result.values() if v == v)
+    return result
+
+
+def machine() -> dict[str, Any]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory_gib = None
+    try:
+        memory_gib = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30, 1)
+    except (ValueError, OSError):
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(), "memory_gib": memory_gib,
+            "torch": torch.__version__, "python": platform.python_version()}
+
+
+def load_average() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+# ---------------------------------------------------------------------------------------------------- output
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def print_table(title: str, header: list[str], rows: list[list[Any]]) -> None:
+    cells = [[_cell(v) for v in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(header)]
+    print(f"\n{title}")
+    print("  ".join(h.ljust(w) for h, w in zip(header, widths)))
+    print("  ".join("-" * w for w in widths))
+    for row in cells:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)))
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        if value != value:
+            return "-"
+        return f"{value:.3g}" if abs(value) < 10 else f"{value:,.1f}"
+    return str(value)
+
+
+def write_result(name: str, payload: dict[str, Any]) -> Path:
+    """benchmarks/results/<name>.json with the payload, the machine, the load averages and the command."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    record = {"benchmark": name, "finished_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+              "command": " ".join([Path(sys.executable).name, *sys.argv]), "machine": machine(),
+              "load_average_end": load_average(), **payload}
+    path = RESULTS / f"{name}.json"
+    partial = path.with_suffix(".json.tmp")
+    partial.write_text(json.dumps(record, indent=2))
+    partial.replace(path)
+    print(f"\nwrote {path.relative_to(REPO)}")
+    return path

@@ -1,0 +1,163 @@
+"""Clock cycles per training step on the clocked simulator (Tinker-style worker-pool clock), pipelined vs not.
+
+    .venv/bin/python benchmarks/pipelining.py [--period 0.25] [--steps 6] [--out results.md]
+
+SL, three loops over the same tiny batches (2 short chats of ~20 tokens, max_length 64):
+- "pipelined": the studio's own SL loop (cookbook_engine.supervised.train, started by the RunManager): forward_backward
+  and optim_step submitted back to back, the next batch queued before the previous results are awaited;
+- "await each step": forward_backward and optim_step back to back, then both awaited before the next step (the
+  tinker docs' "non-pipelined" loop);
+- "await each request": forward_backward awaited before optim_step is sent, optim_step awaited before the next step.
+RL (when cookbook_engine/rl/loop.py exists): the studio's RL loop on a tiny arithmetic run, on-policy, with
+`stream_minibatch=true`, and with `max_steps_off_policy=2` (each as the RL loop implements it).
+
+Cycles per step = mean distance, in clock ticks, between consecutive optim_step answers (see backends/clocked.py).
+The run happens in a throw-away studio home; the converted default model is reused from the usual model cache.
+Not here: wall-clock speed of the local backend (the cycle counts are independent of it by construction).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+SHORT_CHATS = [("Hi", "Hello."), ("Bye", "Goodbye."), ("Thanks", "You're welcome."), ("Yes?", "Yes."),
+               ("Ping", "Pong."), ("Up?", "Down."), ("Red?", "Blue."), ("One?", "Two."), ("Cat?", "Dog."),
+               ("Sun?", "Moon."), ("Hot?", "Cold."), ("Tea?", "Coffee.")]
+
+
+def use_scratch_home() -> str:
+    """Point the studio at a temporary home, keeping the model cache of the current one."""
+    from cookbook_engine import paths
+
+    os.environ.setdefault("COOKBOOK_MODEL_CACHE", str(paths.models_dir()))
+    home = tempfile.mkdtemp(prefix="cookbook-bench-")
+    os.environ["COOKBOOK_HOME"] = home
+    return home
+
+
+def write_dataset(folder: str) -> str:
+    path = Path(folder) / "short_chats.jsonl"
+    path.write_text("".join(json.dumps({"messages": [{"role": "user", "content": q},
+                                                     {"role": "assistant", "content": a}]}) + "\n"
+                            for q, a in SHORT_CHATS))
+    return str(path)
+
+
+def sl_config(dataset: str, period_s: float, steps: int):
+    from cookbook_engine.config import SLConfig
+
+    return SLConfig(dataset=dataset, backend="clocked", clock_period_s=period_s, batch_size=2, max_length=64,
+                    max_steps=steps, learning_rate=1e-4, lora_rank=4, test_fraction=0.0, eval_every=0, save_every=0)
+
+
+def run_with_manager(config) -> dict:
+    """A run of the studio's own loop through the RunManager; returns the clock's figures."""
+    from cookbook_engine.backends import clocked
+    from cookbook_engine.runs import RunManager
+
+    manager = RunManager()
+    run_id = manager.start(config)
+    run = manager.wait(run_id)
+    if run["status"] != "completed":
+        raise RuntimeError(f"run {run_id} {run['status']}: {run.get('error')}")
+    return figures(clocked.latest_stats())
+
+
+def figures(stats) -> dict:
+    steps = len(stats.optim_step_ticks)
+    return {"cycles_per_step": stats.cycles_per_step(), "steps": steps, "work_cycles": stats.cycles}
+
+
+def run_manual_loop(config, await_each_request: bool) -> dict:
+    """An unpipelined SL loop over the same batches as the studio's loop, on the clocked backend."""
+    from cookbook_engine.backends import service_client
+    from cookbook_engine.supervised import batch_at, plan_steps, prepare
+    from cookbook_engine.train_common import adam_params
+
+    prepared = prepare(config)
+    batches_per_epoch, total = plan_steps(config, len(prepared.train))
+    service = service_client("clocked", clock_period_s=config.clock_period_s)
+    client = service.create_lora_training_client(config.model, rank=config.lora_rank, seed=config.seed)
+
+    async def loop():
+        for step in range(total):
+            batch = batch_at(prepared.train, config, step, batches_per_epoch)
+            forward_backward = await client.forward_backward_async(batch, "cross_entropy")
+            if await_each_request:
+                await forward_backward
+            optim = await client.optim_step_async(adam_params(config, config.learning_rate))
+            await forward_backward
+            await optim
+
+    with service:
+        asyncio.run(loop())
+    return figures(service.stats)
+
+
+def rl_variants(period_s: float, steps: int) -> list:
+    from cookbook_engine.config import RLConfig
+
+    base = dict(env="arithmetic", backend="clocked", clock_period_s=period_s, group_size=2, groups_per_batch=2,
+                max_tokens=8, max_steps=steps, eval_every=0, save_every=0, lora_rank=4, learning_rate=1e-4)
+    return [("RL on-policy", RLConfig(**base)),
+            ("RL stream_minibatch=true", RLConfig(**base, stream_minibatch=True)),
+            ("RL max_steps_off_policy=2", RLConfig(**base, max_steps_off_policy=2))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--period", type=float, default=0.25, help="clock period in seconds (default 0.25)")
+    parser.add_argument("--steps", type=int, default=6, help="training steps per loop (default 6)")
+    parser.add_argument("--out", help="also write the markdown table to this file")
+    options = parser.parse_args(argv)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    home = use_scratch_home()
+    try:
+        table = measure(options, write_dataset(home))
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    print(table)
+    if options.out:
+        Path(options.out).write_text(table + "\n")
+    return 0
+
+
+def measure(options: argparse.Namespace, dataset: str) -> str:
+    rows: list[tuple[str, dict | str]] = []
+    config = sl_config(dataset, options.period, options.steps)
+    rows.append(("SL pipelined (studio loop)", run_with_manager(config)))
+    rows.append(("SL await each step", run_manual_loop(config, await_each_request=False)))
+    rows.append(("SL await each request", run_manual_loop(config, await_each_request=True)))
+    if importlib.util.find_spec("cookbook_engine.rl.loop") is None:
+        rows.append(("RL", "not measured: cookbook_engine/rl/loop.py does not exist yet"))
+    else:
+        for name, rl_config in rl_variants(options.period, options.steps):
+            try:
+                rows.append((name, run_with_manager(rl_config)))
+            except Exception as exc:  # report what exists; a variant the RL loop refuses is a row, not a crash
+                rows.append((name, f"not measured: {type(exc).__name__}: {exc}"))
+
+    lines = [f"Clocked simulator, period {options.period:g} s, {options.steps} steps per loop, batch 2 x ~20 tokens.",
+             "", "| loop | cycles / step | steps | cycles with work |", "| --- | ---: | ---: | ---: |"]
+    for name, result in rows:
+        if isinstance(result, str):
+            lines.append(f"| {name} | {result} | | |")
+        else:
+            per_step = result["cycles_per_step"]
+            shown = f"{per_step:.2f}" if per_step is not None else "n/a"
+            lines.append(f"| {name} | {shown} | {result['steps']} | {result['work_cycles']} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

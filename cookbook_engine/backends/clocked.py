@@ -1,0 +1,405 @@
+"""The clocked simulator: the local backend admitted only at clock ticks, like Tinker's worker pools, to count how
+many clock cycles each training step costs.
+
+Tinker runs training in lock-step clock cycles: at the start of a cycle the pool takes the requests already queued,
+does their forward-backward passes and one optimizer step per model, and answers at the end of the cycle. A request
+that arrives after a cycle started waits for the next one, so a loop that waits for one answer before sending the
+next request pays whole cycles for each round trip. This backend reproduces that on top of the local backend:
+
+- every request to a clocked training or sampling client is queued, and the call returns a future at once;
+- a clock ticks every `period_s`. At each tick the simulator first waits until the work admitted at the previous
+  tick has finished (a cycle lasts `period_s`, or longer when its work does: so the counts below do not depend on
+  how fast, or how loaded, this CPU is), then admits the queued requests (one cycle), runs them on the local
+  backend, and only then releases the answers of the previous cycle. An answer therefore arrives one tick after
+  its request was admitted, and anything sent in reply to it waits for the tick after that;
+- per training client a cycle admits requests in order up to and including one optim_step, plus the checkpoint
+  requests queued right behind it; the next forward/forward_backward/optim_step waits for the next cycle. Sampling
+  requests (a separate pool at Tinker) are all admitted at each tick.
+
+`service.tick_count` counts ticks, `service.cycles` the ticks that admitted work, and `service.optim_step_ticks`
+the tick at which each optim_step's answer was released; `cycles_per_step()` is the mean distance between those,
+the steady-state cost of one training step. The counts live in `service.stats`, which outlives the service
+(`latest_stats()` gives the last one created, e.g. after a run the RunManager ended). A loop that submits forward_backward and optim_step back to back and
+queues the next step before awaiting the previous one pays 1 cycle per step; awaiting each step before sending the
+next pays 2; awaiting forward_backward before sending optim_step pays 4.
+
+Choosing the period: the answers of a cycle arrive at the next tick, and the loop must have queued its next step
+before the tick after that, so the loop's own work per step (logging to DuckDB, building the batch: ~50 ms here)
+must fit in one period. Periods of 0.2-0.5 s with tiny batches (2 short examples) keep the figures exact on this
+2-core CPU; compute longer than the period only stretches the cycle, it never changes the counts.
+
+Not here: a model of the service's latency or capacity, multi-tenant pools, anything but counting cycles.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import itertools
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from tinker import types
+
+from cookbook_engine.backends.local import LocalSamplingClient, LocalServiceClient, LocalTrainingClient
+from cookbook_engine.backends.protocol import LocalFuture
+
+# Request kinds: a cycle admits a training client's requests up to one optim_step; after it only CHECKPOINT ones.
+FORWARD, FORWARD_BACKWARD, OPTIM_STEP, CHECKPOINT, SAMPLE = "forward", "forward_backward", "optim_step", \
+    "checkpoint", "sample"
+STEP_KINDS = (FORWARD, FORWARD_BACKWARD, OPTIM_STEP)
+
+_queue_ids = itertools.count(1)
+
+
+@dataclass
+class ClockStats:
+    """A clocked service's counts. They outlive the service, so they can be read after a run has ended."""
+
+    period_s: float
+    tick_count: int = 0  # ticks so far
+    cycles: int = 0  # ticks that admitted work
+    cycle_log: list[tuple[int, list[str]]] = field(default_factory=list)  # (tick, kinds admitted), work ticks only
+    optim_step_ticks: list[int] = field(default_factory=list)  # tick at which each optim_step's answer came
+
+    def cycles_per_step(self) -> float | None:
+        """Clock cycles between consecutive optimizer steps' answers, on average (None before two steps)."""
+        ticks = self.optim_step_ticks
+        if len(ticks) < 2:
+            return None
+        return (ticks[-1] - ticks[0]) / (len(ticks) - 1)
+
+
+_latest_stats: ClockStats | None = None
+
+
+def latest_stats() -> ClockStats | None:
+    """The counts of the most recently created clocked service in this process (benchmarks and tests read them
+    after a run that the RunManager started and ended)."""
+    return _latest_stats
+
+
+@dataclass
+class _Request:
+    kind: str
+    start: Callable[[], LocalFuture]  # submits the work to the local backend
+    wrap: Callable[[Any], Any] | None = None  # turns the local result into the clocked one (sampling clients)
+    outer: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+    inner: LocalFuture | None = None
+
+
+class ClockedServiceClient:
+    """Drop-in for tinker.ServiceClient whose training and sampling clients are admitted only at clock ticks."""
+
+    def __init__(self, period_s: float = 0.05):
+        global _latest_stats
+        if not period_s > 0:
+            raise ValueError(f"clock_period_s={period_s}: must be positive")
+        self.period_s = float(period_s)
+        self.local = LocalServiceClient()
+        self.stats = _latest_stats = ClockStats(self.period_s)
+        self._lock = threading.Lock()
+        self._queues: dict[int, collections.deque[_Request]] = {}
+        self._sampling_queues: set[int] = set()
+        self._in_flight: list[_Request] = []
+        self._closed = False
+        threading.Thread(target=_run_clock, args=(weakref.ref(self), self.period_s), name="clocked-backend",
+                         daemon=True).start()
+
+    # --- the clock -----------------------------------------------------------------------------------------------
+    def _new_queue(self, owner: object, sampling: bool = False) -> int:
+        """A FIFO for one client; it goes away with the client (RL makes a sampling client every step)."""
+        queue_id = next(_queue_ids)
+        with self._lock:
+            self._queues[queue_id] = collections.deque()
+            if sampling:
+                self._sampling_queues.add(queue_id)
+        weakref.finalize(owner, self._drop_queue, queue_id)
+        return queue_id
+
+    def _drop_queue(self, queue_id: int) -> None:
+        with self._lock:
+            self._queues.pop(queue_id, None)
+            self._sampling_queues.discard(queue_id)
+
+    def submit(self, queue_id: int, kind: str, start: Callable[[], LocalFuture],
+               wrap: Callable[[Any], Any] | None = None) -> LocalFuture:
+        """Queue a request for the next tick; its future resolves one tick after it is admitted."""
+        request = _Request(kind, start, wrap)
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the clocked backend is closed")
+            self._queues[queue_id].append(request)
+        return LocalFuture(request.outer)
+
+    def _tick(self) -> None:
+        """One clock tick: wait for the previous cycle's work, admit the queued requests, release the previous
+        cycle's answers (in that order, so that nothing sent in reply to an answer makes this cycle)."""
+        previous = self._in_flight
+        concurrent.futures.wait([r.inner.future() for r in previous if r.inner is not None])
+        with self._lock:
+            self.stats.tick_count += 1
+            tick = self.stats.tick_count
+            admitted = self._admit()
+        for request in admitted:
+            try:
+                request.inner = request.start()
+            except BaseException as exc:  # a bad request fails alone, at its release
+                failed: concurrent.futures.Future = concurrent.futures.Future()
+                failed.set_exception(exc)
+                request.inner = LocalFuture(failed)
+        if admitted:
+            self.stats.cycles += 1
+            self.stats.cycle_log.append((tick, [r.kind for r in admitted]))
+        self._in_flight = admitted
+        for request in previous:
+            self._release(request, tick)
+
+    def _admit(self) -> list[_Request]:
+        admitted = []
+        for queue_id, queue in self._queues.items():
+            if queue_id in self._sampling_queues:
+                admitted.extend(queue)
+                queue.clear()
+                continue
+            optim_admitted = False
+            while queue:
+                if optim_admitted and queue[0].kind in STEP_KINDS:
+                    break
+                request = queue.popleft()
+                admitted.append(request)
+                optim_admitted = optim_admitted or request.kind == OPTIM_STEP
+        return admitted
+
+    def _release(self, request: _Request, tick: int) -> None:
+        inner = request.inner.future()
+        if inner.exception() is not None:
+            request.outer.set_exception(inner.exception())
+            return
+        try:
+            value = inner.result()
+            request.outer.set_result(request.wrap(value) if request.wrap else value)
+        except BaseException as exc:
+            request.outer.set_exception(exc)
+            return
+        if request.kind == OPTIM_STEP:
+            self.stats.optim_step_ticks.append(tick)
+
+    @property
+    def tick_count(self) -> int:
+        return self.stats.tick_count
+
+    @property
+    def cycles(self) -> int:
+        return self.stats.cycles
+
+    @property
+    def cycle_log(self) -> list[tuple[int, list[str]]]:
+        return self.stats.cycle_log
+
+    @property
+    def optim_step_ticks(self) -> list[int]:
+        return self.stats.optim_step_ticks
+
+    def cycles_per_step(self) -> float | None:
+        return self.stats.cycles_per_step()
+
+    def close(self, reason: str = "the clocked backend was closed before this request ran") -> None:
+        """Stop the clock; requests still queued or running fail."""
+        with self._lock:
+            self._closed = True
+            pending = [r for queue in self._queues.values() for r in queue] + list(self._in_flight)
+            for queue in self._queues.values():
+                queue.clear()
+        for request in pending:
+            if not request.outer.done():
+                request.outer.set_exception(RuntimeError(reason))
+
+    def __enter__(self) -> "ClockedServiceClient":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # --- the service surface -------------------------------------------------------------------------------------
+    def get_server_capabilities(self) -> types.GetServerCapabilitiesResponse:
+        return self.local.get_server_capabilities()
+
+    async def get_server_capabilities_async(self) -> types.GetServerCapabilitiesResponse:
+        return self.get_server_capabilities()
+
+    def create_lora_training_client(self, base_model: str, rank: int = 32, seed: int | None = None,
+                                    train_mlp: bool = True, train_attn: bool = True, train_unembed: bool = True,
+                                    **kw: Any) -> "ClockedTrainingClient":
+        local = self.local.create_lora_training_client(base_model, rank, seed=seed, train_mlp=train_mlp,
+                                                       train_attn=train_attn, train_unembed=train_unembed, **kw)
+        return ClockedTrainingClient(self, local)
+
+    async def create_lora_training_client_async(self, base_model: str, rank: int = 32, **kw: Any):
+        return self.create_lora_training_client(base_model, rank, **kw)
+
+    def create_training_client_from_state(self, path: str, **_: Any) -> "ClockedTrainingClient":
+        return ClockedTrainingClient(self, self.local.create_training_client_from_state(path))
+
+    def create_training_client_from_state_with_optimizer(self, path: str, **_: Any) -> "ClockedTrainingClient":
+        return ClockedTrainingClient(self, self.local.create_training_client_from_state_with_optimizer(path))
+
+    async def create_training_client_from_state_async(self, path: str, **_: Any):
+        return self.create_training_client_from_state(path)
+
+    async def create_training_client_from_state_with_optimizer_async(self, path: str, **_: Any):
+        return self.create_training_client_from_state_with_optimizer(path)
+
+    def create_sampling_client(self, model_path: str | None = None, base_model: str | None = None,
+                               **_: Any) -> "ClockedSamplingClient":
+        return ClockedSamplingClient(self, self.local.create_sampling_client(model_path, base_model))
+
+    async def create_sampling_client_async(self, model_path: str | None = None, base_model: str | None = None,
+                                           **_: Any):
+        return self.create_sampling_client(model_path, base_model)
+
+
+def _run_clock(service_ref: "weakref.ref[ClockedServiceClient]", period_s: float) -> None:
+    """The clock thread: ticks every period until its service is closed or garbage-collected."""
+    next_tick = time.monotonic() + period_s
+    while True:
+        time.sleep(max(0.0, next_tick - time.monotonic()))
+        service = service_ref()
+        if service is None or service._closed:
+            return
+        try:
+            service._tick()
+        except Exception as exc:  # never leave a loop waiting on a clock that died
+            service.close(f"the clocked backend's clock failed: {type(exc).__name__}: {exc}")
+            return
+        next_tick = time.monotonic() + period_s  # a cycle lasts the period, or longer when its work does
+        del service
+
+
+class ClockedTrainingClient:
+    """A local training client whose requests wait for the clock."""
+
+    def __init__(self, service: ClockedServiceClient, local: LocalTrainingClient):
+        self.service, self.local = service, local
+        self.model_id = local.model_id
+        self._queue = service._new_queue(self)
+
+    def _submit(self, kind: str, start: Callable[[], LocalFuture], wrap: Callable[[Any], Any] | None = None):
+        return self.service.submit(self._queue, kind, start, wrap)
+
+    def get_tokenizer(self):
+        return self.local.get_tokenizer()
+
+    def get_info(self) -> types.GetInfoResponse:
+        return self.local.get_info()
+
+    async def get_info_async(self) -> types.GetInfoResponse:
+        return self.get_info()
+
+    def forward(self, data: list[types.Datum], loss_fn: str = "cross_entropy", loss_fn_config: dict | None = None):
+        return self._submit(FORWARD, lambda: self.local.forward(data, loss_fn, loss_fn_config))
+
+    def forward_backward(self, data: list[types.Datum], loss_fn: str = "cross_entropy",
+                         loss_fn_config: dict | None = None):
+        return self._submit(FORWARD_BACKWARD, lambda: self.local.forward_backward(data, loss_fn, loss_fn_config))
+
+    def forward_backward_custom(self, data: list[types.Datum], loss_fn: Callable, **kw: Any):
+        return self._submit(FORWARD_BACKWARD, lambda: self.local.forward_backward_custom(data, loss_fn, **kw))
+
+    def optim_step(self, adam_params: types.AdamParams):
+        return self._submit(OPTIM_STEP, lambda: self.local.optim_step(adam_params))
+
+    async def forward_async(self, data, loss_fn="cross_entropy", loss_fn_config=None):
+        return self.forward(data, loss_fn, loss_fn_config)
+
+    async def forward_backward_async(self, data, loss_fn="cross_entropy", loss_fn_config=None):
+        return self.forward_backward(data, loss_fn, loss_fn_config)
+
+    async def forward_backward_custom_async(self, data, loss_fn, **kw):
+        return self.forward_backward_custom(data, loss_fn, **kw)
+
+    async def optim_step_async(self, adam_params):
+        return self.optim_step(adam_params)
+
+    def save_state(self, name: str):
+        return self._submit(CHECKPOINT, lambda: self.local.save_state(name))
+
+    def save_weights_for_sampler(self, name: str):
+        return self._submit(CHECKPOINT, lambda: self.local.save_weights_for_sampler(name))
+
+    async def save_state_async(self, name):
+        return self.save_state(name)
+
+    async def save_weights_for_sampler_async(self, name):
+        return self.save_weights_for_sampler(name)
+
+    def load_state(self, path: str):
+        return self._submit(CHECKPOINT, lambda: self.local.load_state(path))
+
+    def load_state_with_optimizer(self, path: str):
+        return self._submit(CHECKPOINT, lambda: self.local.load_state_with_optimizer(path))
+
+    async def load_state_async(self, path):
+        return self.load_state(path)
+
+    async def load_state_with_optimizer_async(self, path):
+        return self.load_state_with_optimizer(path)
+
+    def _sampler_snapshot(self, name: str | None) -> LocalFuture:
+        """Queue, on the local worker, a sampling client on the weights as they are then (what the local client's
+        save_weights_and_get_sampling_client does, without blocking the clock thread)."""
+        local = self.local
+        return local._worker.submit(
+            lambda: LocalSamplingClient(local._worker, local._snapshot(),
+                                        local._save("sampler", name, False) if name else None))
+
+    def _save_and_sample_request(self, name: str | None) -> LocalFuture:
+        return self._submit(CHECKPOINT, lambda: self._sampler_snapshot(name),
+                            wrap=lambda sampler: ClockedSamplingClient(self.service, sampler))
+
+    def save_weights_and_get_sampling_client(self, name: str | None = None, **_: Any) -> "ClockedSamplingClient":
+        return self._save_and_sample_request(name).result()
+
+    async def save_weights_and_get_sampling_client_async(self, name: str | None = None, **_: Any):
+        return await self._save_and_sample_request(name)
+
+    def create_sampling_client(self, model_path: str) -> "ClockedSamplingClient":
+        return self.service.create_sampling_client(model_path=model_path)
+
+    def close(self) -> None:
+        self.local.close()
+
+
+class ClockedSamplingClient:
+    """A local sampling client whose requests wait for the clock (all queued samples are admitted each tick)."""
+
+    def __init__(self, service: ClockedServiceClient, local: LocalSamplingClient):
+        self.service, self.local = service, local
+        self.model_path = local.model_path
+        self._queue = service._new_queue(self, sampling=True)
+
+    def get_tokenizer(self):
+        return self.local.get_tokenizer()
+
+    def get_base_model(self) -> str:
+        return self.local.get_base_model()
+
+    async def get_base_model_async(self) -> str:
+        return self.get_base_model()
+
+    def sample(self, prompt: types.ModelInput, num_samples: int, sampling_params: types.SamplingParams,
+               include_prompt_logprobs: bool = False, **options: Any):
+        return self.service.submit(self._queue, SAMPLE, lambda: self.local.sample(
+            prompt, num_samples, sampling_params, include_prompt_logprobs, **options))
+
+    async def sample_async(self, prompt, num_samples, sampling_params, include_prompt_logprobs=False, **options):
+        return await self.sample(prompt, num_samples, sampling_params, include_prompt_logprobs, **options)
+
+    def compute_logprobs(self, prompt: types.ModelInput):
+        return self.service.submit(self._queue, SAMPLE, lambda: self.local.compute_logprobs(prompt))
+
+    async def compute_logprobs_async(self, prompt):
+        return await self.compute_logprobs(prompt)

@@ -1,0 +1,251 @@
+"""The RL environments: arithmetic, Python coding problems graded by unit tests, and a user's prompt/answer file.
+
+All three are single-turn problem envs in the shape of tinker-cookbook's ProblemEnv: the prompt is the question as
+a user message, the completion is parsed with the renderer, and the reward is
+
+    reward = score + format_coef * (format_ok - 1)
+
+where `score` is 1 for a correct answer (the fraction of unit tests passed for code) and `format_ok` says the reply
+ended with the stop sequence and has the expected shape (a number; a ```python block). So a well-formed wrong
+answer earns 0, a rambling one cut off at max_tokens earns -0.1. Per-sample metrics: correct, format (and
+tests_passed / tests_total for code); logs carry what a person reading a transcript wants (the expected answer, the
+sandbox's error).
+
+- arithmetic: "What is 7 + 5? Answer with just the number." over a fixed, enumerated set of small +, -, * problems
+  (the default model gets roughly half of them right greedily); the last number in the reply is graded. A fixed part
+  of the set is held out for evaluation and never trained on.
+- code: rl/code_problems.py's built-in problems and fixed train/test split; the reply's code runs in the sandbox.
+- custom: datasets.load_rl_problems (prompt, answer, grader per row) graded by rl/graders.py.
+
+Not here: sampling, advantages, training (rl/loop.py, rl/advantages.py, rl/data.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from cookbook_engine import datasets
+from cookbook_engine.config import RLConfig
+from cookbook_engine.rl import code_problems, graders
+from cookbook_engine.rl.types import Env, EnvGroupBuilder, RLDataset, StepResult
+
+FORMAT_COEF = 0.1
+ARITHMETIC_INSTRUCTION = "Answer with just the number."
+ARITHMETIC_SPLIT_SEED = 1234  # the held-out arithmetic problems are the same whatever the run's seed
+
+
+@dataclass
+class Graded:
+    """What an env's grader says about one reply, before the format term is applied."""
+
+    score: float  # in [0, 1]
+    correct: bool
+    format_ok: bool
+    metrics: dict[str, float] = field(default_factory=dict)
+    logs: dict = field(default_factory=dict)
+
+
+class ProblemEnv(Env):
+    """One question as a user message; subclasses grade the reply text."""
+
+    grade_in_thread = False  # True for graders that run subprocesses (the sandbox), so groups grade concurrently
+
+    def __init__(self, renderer, question: str, format_coef: float = FORMAT_COEF):
+        self.renderer, self.question, self.format_coef = renderer, question, format_coef
+
+    def grade(self, response: str) -> Graded:
+        raise NotImplementedError
+
+    async def initial_observation(self):
+        prompt = self.renderer.build_generation_prompt([{"role": "user", "content": self.question}])
+        return prompt, self.renderer.get_stop_sequences()
+
+    async def step(self, action: list[int]) -> StepResult:
+        message, stopped = self.renderer.parse_response(action)
+        response = message["content"]
+        graded = await asyncio.to_thread(self.grade, response) if self.grade_in_thread else self.grade(response)
+        format_ok = stopped and graded.format_ok
+        reward = graded.score + self.format_coef * (float(format_ok) - 1.0)
+        metrics = {"correct": float(graded.correct), "format": float(format_ok), **graded.metrics}
+        return StepResult(reward=reward, episode_done=True, metrics=metrics, logs=graded.logs)
+
+
+# ------------------------------------------------------------------------------------------------ arithmetic
+
+OPERATIONS = {"+": "add", "-": "subtract", "*": "multiply"}
+
+
+@dataclass(frozen=True)
+class ArithmeticProblem:
+    a: int
+    op: str
+    b: int
+
+    @property
+    def answer(self) -> int:
+        return {"+": self.a + self.b, "-": self.a - self.b, "*": self.a * self.b}[self.op]
+
+    @property
+    def question(self) -> str:
+        return f"What is {self.a} {self.op} {self.b}? {ARITHMETIC_INSTRUCTION}"
+
+    @property
+    def tag(self) -> str:
+        return OPERATIONS[self.op]
+
+
+def arithmetic_problems() -> list[ArithmeticProblem]:
+    """Every problem of the arithmetic env, in a fixed shuffled order: a + b and a - b (a >= b) with a in 1..12 and
+    b in 1..9, a * b with a in 1..5 and b in 1..9. Small enough that the default model is right about half the time
+    greedily and far less often when sampling, so rewards vary within a group."""
+    problems = [ArithmeticProblem(a, "+", b) for a in range(1, 13) for b in range(1, 10)]
+    problems += [ArithmeticProblem(a, "-", b) for a in range(1, 13) for b in range(1, 10) if a >= b]
+    problems += [ArithmeticProblem(a, "*", b) for a in range(1, 6) for b in range(1, 10)]
+    random.Random(ARITHMETIC_SPLIT_SEED).shuffle(problems)
+    return problems
+
+
+class ArithmeticEnv(ProblemEnv):
+    def __init__(self, renderer, problem: ArithmeticProblem, format_coef: float = FORMAT_COEF):
+        super().__init__(renderer, problem.question, format_coef)
+        self.problem = problem
+
+    def grade(self, response: str) -> Graded:
+        found = graders.last_number(response)
+        correct = found is not None and found == self.problem.answer
+        return Graded(float(correct), correct, found is not None, logs={"answer": self.problem.answer, "found": found})
+
+
+# ------------------------------------------------------------------------------------------------ code
+
+
+class CodeEnv(ProblemEnv):
+    grade_in_thread = True
+
+    def __init__(self, renderer, problem: code_problems.CodeProblem, format_coef: float = FORMAT_COEF):
+        super().__init__(renderer, problem.prompt, format_coef)
+        self.problem = problem
+
+    def grade(self, response: str) -> Graded:
+        return _from_grade(code_problems.grade_response(self.problem, response))
+
+
+# ------------------------------------------------------------------------------------------------ custom
+
+
+class CustomEnv(ProblemEnv):
+    def __init__(self, renderer, problem: datasets.RLProblem, format_coef: float = FORMAT_COEF):
+        super().__init__(renderer, problem.prompt, format_coef)
+        self.problem = problem
+        self.grade_in_thread = problem.grader == "python_tests"
+
+    def grade(self, response: str) -> Graded:
+        graded = _from_grade(graders.grade(self.problem.grader, response, self.problem.answer))
+        if self.problem.grader != "python_tests":
+            graded.logs["answer"] = self.problem.answer
+        return graded
+
+
+def _from_grade(grade: graders.Grade) -> Graded:
+    """A grader's Grade as Graded: numeric details become metrics (tests_passed, tests_total), the rest logs."""
+    details = dict(grade.details)
+    format_ok = bool(details.pop("format_ok", True))
+    metrics = {key: float(details.pop(key)) for key in ("tests_passed", "tests_total") if key in details}
+    return Graded(float(grade.reward), bool(grade.correct), format_ok, metrics, details)
+
+
+# ------------------------------------------------------------------------------------------------ groups, datasets
+
+
+@dataclass(frozen=True)
+class ProblemGroupBuilder(EnvGroupBuilder):
+    make_env: Callable[[], Env]
+    group_size: int
+    tags: tuple[str, ...] = ()
+
+    async def make_envs(self) -> Sequence[Env]:
+        return [self.make_env() for _ in range(self.group_size)]
+
+    def logging_tags(self) -> list[str]:
+        return list(self.tags)
+
+
+class ProblemDataset(RLDataset):
+    """Problems in a deterministic shuffle per epoch, `groups_per_batch` of them per step (cycling when there are
+    fewer problems than that)."""
+
+    def __init__(self, problems: list, make_builder: Callable[[object], EnvGroupBuilder], groups_per_batch: int,
+                 seed: int):
+        if not problems:
+            raise ValueError("ProblemDataset: no problems")
+        self.problems, self.make_builder = problems, make_builder
+        self.groups_per_batch, self.seed = groups_per_batch, seed
+
+    def __len__(self) -> int:
+        return max(1, len(self.problems) // self.groups_per_batch)
+
+    def get_batch(self, index: int) -> list[EnvGroupBuilder]:
+        epoch, position = divmod(index, len(self))
+        order = list(range(len(self.problems)))
+        random.Random(self.seed * 100_003 + epoch).shuffle(order)
+        start = position * self.groups_per_batch
+        picked = [order[(start + k) % len(order)] for k in range(self.groups_per_batch)]
+        return [self.make_builder(self.problems[i]) for i in picked]
+
+
+@dataclass
+class EnvSetup:
+    """What the loop needs from an env: training batches, held-out builders (one sample each) and a description."""
+
+    train: ProblemDataset
+    test: list[EnvGroupBuilder]
+    description: str
+    prompts: list[str]  # every question, to check prompt lengths before the run starts
+
+
+def build_env(config: RLConfig, renderer) -> EnvSetup:
+    """The env a config names, with its train/test split; bad data raises DatasetError, bad settings ConfigError."""
+    from cookbook_engine.config import ConfigError
+
+    if config.env == "arithmetic":
+        problems = arithmetic_problems()
+        if config.num_eval_problems > len(problems) // 2:
+            raise ConfigError(f"num_eval_problems={config.num_eval_problems}: the arithmetic env has "
+                              f"{len(problems)} problems; hold out at most {len(problems) // 2}")
+        test, train = problems[:config.num_eval_problems], problems[config.num_eval_problems:]
+
+        def make(problem, size):
+            return ProblemGroupBuilder(lambda: ArithmeticEnv(renderer, problem), size, (problem.tag,))
+
+        description = f"arithmetic: {len(train)} training and {len(test)} held-out problems"
+    elif config.env == "code":
+        train, test = code_problems.train_test_split()
+        test = test[:config.num_eval_problems]
+
+        def make(problem, size):
+            return ProblemGroupBuilder(lambda: CodeEnv(renderer, problem), size, ())
+
+        description = f"code: {len(train)} training and {len(test)} held-out Python problems graded by unit tests"
+    elif config.env == "custom":
+        train, test = datasets.load_rl_problems(config.dataset, grader=config.grader,
+                                                test_fraction=config.test_fraction, seed=config.seed)
+        if not train:
+            raise datasets.DatasetError(f"{config.dataset}: no problems left to train on after holding out "
+                                        f"test_fraction={config.test_fraction}")
+        test = test[:config.num_eval_problems]
+
+        def make(problem, size):
+            return ProblemGroupBuilder(lambda: CustomEnv(renderer, problem), size, (problem.grader,))
+
+        graders_used = sorted({p.grader for p in train + test})
+        description = (f"custom {config.dataset}: {len(train)} training and {len(test)} held-out problems, "
+                       f"grader {', '.join(graders_used)}")
+    else:
+        raise ConfigError(f"env={config.env}: choose one of arithmetic, code, custom")
+    dataset = ProblemDataset(train, lambda problem: make(problem, config.group_size), config.groups_per_batch,
+                             config.seed)
+    prompts = [p.question if isinstance(p, ArithmeticProblem) else p.prompt for p in train + test]
+    return EnvSetup(dataset, [make(problem, 1) for problem in test], description, prompts)

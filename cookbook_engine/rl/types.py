@@ -1,0 +1,81 @@
+"""The RL vocabulary of tinker-cookbook's rl/types.py: environments, groups of environments, datasets of groups,
+and what a rollout produces.
+
+- `Env`: one episode. `initial_observation()` gives the prompt tokens and the stop condition; `step(action_tokens)`
+  grades the sampled completion and returns a `StepResult` (reward, done, metrics).
+- `EnvGroupBuilder`: `make_envs()` gives the G envs of one problem (GRPO compares samples within a group), and
+  `logging_tags()` names the metric groups the problem belongs to (e.g. "add" gives env/add/correct).
+- `RLDataset`: `get_batch(i)` gives the builders of step i, deterministically, so a resumed run sees the same batches.
+- `Rollout` / `RolloutGroup`: one sampled completion with its sampler log-probs, reward and metrics; a group of them.
+
+Single-turn only: every env of a group shares its prompt, which is sampled once with num_samples=G. Multi-turn
+episodes (tools, games) are not supported. This module holds types only, no sampling or training.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from tinker import types
+
+StopCondition = list[int] | list[str]
+
+
+@dataclass
+class StepResult:
+    reward: float
+    episode_done: bool
+    metrics: dict[str, float] = field(default_factory=dict)  # numeric, averaged into env/<tag>/<name>
+    logs: dict = field(default_factory=dict)  # anything else worth reading in the transcript (errors, answers)
+
+
+class Env(ABC):
+    @abstractmethod
+    async def initial_observation(self) -> tuple[types.ModelInput, StopCondition]:
+        """The prompt tokens and the stop condition of the sampler."""
+
+    @abstractmethod
+    async def step(self, action: list[int]) -> StepResult:
+        """Grade the sampled completion tokens."""
+
+
+class EnvGroupBuilder(ABC):
+    @abstractmethod
+    async def make_envs(self) -> Sequence[Env]:
+        """The envs of one group: the same problem, one env per sample."""
+
+    def logging_tags(self) -> list[str]:
+        return []
+
+
+class RLDataset(ABC):
+    @abstractmethod
+    def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
+        """The groups of step `index` (the same on every call)."""
+
+    @abstractmethod
+    def __len__(self) -> int:
+        """The number of distinct batches before the problems repeat."""
+
+
+@dataclass
+class Rollout:
+    prompt_tokens: list[int]
+    tokens: list[int]  # the sampled completion, with its stop token when it stopped
+    logprobs: list[float]  # the sampler's log-probability of each completion token
+    stop_reason: str  # "stop" | "length"
+    reward: float
+    metrics: dict[str, float]
+    logs: dict
+
+
+@dataclass
+class RolloutGroup:
+    rollouts_G: list[Rollout]
+    tags: list[str]
+
+    @property
+    def rewards_G(self) -> list[float]:
+        return [rollout.reward for rollout in self.rollouts_G]

@@ -1,0 +1,71 @@
+"""Checkpoints: every run's saved weights; export a LoRA adapter (PEFT) or a merged Hugging Face model, download."""
+
+from pathlib import Path
+
+import streamlit as st
+
+from app import state, widgets
+from cookbook_engine import export
+
+st.title("Checkpoints")
+st.caption("Each checkpoint is a LoRA adapter in PEFT format. Download it as is, or merge it into the base model "
+           "for tools that do not know LoRA.")
+widgets.show_notice()
+store = state.store()
+checkpoints = store.list_checkpoints()
+run_ids = {c["run_id"] for c in checkpoints}
+runs = [r for r in store.list_runs() if r["run_id"] in run_ids]
+if not runs:
+    widgets.empty_state("No checkpoints yet: runs save one every save_every steps and at the end.",
+                        "new_run", "Start a new run")
+    st.stop()
+
+run_id = widgets.run_picker("Run", runs, key="checkpoints-run", default_id=st.query_params.get("run"))
+run = next(r for r in runs if r["run_id"] == run_id)
+mine = [c for c in checkpoints if c["run_id"] == run_id]
+st.dataframe([{"Step": c["step"], "Name": c["name"], "Kind": c["kind"],
+               "Final": bool((c.get("loop_state") or {}).get("final")), "Saved": widgets.age(c["created_at"]),
+               "Weights (sampler)": c.get("sampler_path") or "", "Full state (resume)": c.get("state_path") or ""}
+              for c in mine], hide_index=True, width="stretch")
+
+labels = {i: f"step {c['step']} · {c['name']}" + (" (final)" if (c.get("loop_state") or {}).get("final") else "")
+          for i, c in enumerate(mine)}
+index = st.selectbox("Checkpoint to export", list(labels), format_func=labels.get, key=f"checkpoint-{run_id}")
+checkpoint = mine[index]
+path = checkpoint.get("sampler_path") or checkpoint.get("state_path")
+stem = f"{run['name']}-{checkpoint['name']}"
+
+c1, c2 = st.columns(2, gap="large")
+with c1.container(border=True):
+    st.markdown("**LoRA adapter** (PEFT format)")
+    st.caption("adapter_model.safetensors + adapter_config.json; load it with "
+               "`PeftModel.from_pretrained(base_model, folder)`.")
+    try:
+        export.checkpoint_folder(path)
+        st.download_button("Download adapter (.zip)", data=lambda: export.adapter_zip(path, name=stem).read_bytes(),
+                           file_name=f"{stem}-lora-adapter.zip", mime="application/zip", icon=":material/download:",
+                           key=f"adapter-{path}", on_click="ignore")
+    except export.ExportError as exc:
+        st.warning(str(exc))
+with c2.container(border=True):
+    st.markdown("**Merged model** (Hugging Face folder)")
+    st.caption("The base model with the adapter folded into its weights, plus the tokenizer; load it with "
+               "`AutoModelForCausalLM.from_pretrained(folder)`. About 0.5 GB for the default model.")
+    merged = st.session_state.setdefault("merged-exports", {})
+    if st.button("Build merged model", icon=":material/merge:", key=f"merge-{path}"):
+        with st.status("Merging the adapter into the base model…", expanded=True) as status:
+            try:
+                folder = export.merged_model(path, name=stem, progress=status.write)
+                merged[path] = str(folder)
+                status.update(label="Merged model saved", state="complete", expanded=False)
+            except (export.ExportError, OSError) as exc:
+                status.update(label="Export failed", state="error")
+                st.error(str(exc))
+    if path in merged and Path(merged[path]).is_dir():
+        folder = merged[path]
+        st.success("Saved:", icon=":material/check_circle:")
+        st.code(folder, language=None)
+        st.download_button("Download merged model (.zip)",
+                           data=lambda: export.zip_folder(folder).read_bytes(),
+                           file_name=f"{Path(folder).name}.zip", mime="application/zip", icon=":material/download:",
+                           key=f"merged-{path}", on_click="ignore")

@@ -1,0 +1,97 @@
+"""Home: runs at a glance, whether the backends are ready, and what to do next."""
+
+import streamlit as st
+
+from app import nav, state, widgets
+
+st.title("Cookbook Studio")
+st.caption("Post-train language models with supervised fine-tuning, DPO and RL: on this machine's CPU with the "
+           "built-in SmolLM2-135M, or on the hosted Tinker service for large models.")
+widgets.show_notice()
+
+
+def backend_status() -> None:
+    model_state, model_message = state.default_model_status()
+    tinker = state.tinker_status()
+    c1, c2 = st.columns(2)
+    with c1.container(border=True):
+        st.markdown("**Local backend** · default model")
+        icon = {"ready": ":material/check_circle:", "preparing": ":material/hourglass_top:",
+                "failed": ":material/error:", "missing": ":material/radio_button_unchecked:"}[model_state]
+        label = {"ready": "ready", "preparing": "being prepared", "failed": "failed", "missing": "not prepared"}
+        st.badge(label[model_state], icon=icon, color={"ready": "green", "preparing": "orange", "failed": "red",
+                                                       "missing": "gray"}[model_state])
+        st.caption(model_message)
+        if model_state == "preparing":
+            seconds = state.preparation_seconds()
+            st.progress(min(0.95, seconds / 25), text=f"Converting the packaged weights into the model cache: "
+                                                       f"{seconds:.0f} s so far, about 20 s in all")
+        if model_state in ("failed", "missing") and st.button("Prepare the default model", key="prepare"):
+            state.start_default_model_preparation(retry=True)
+            st.rerun()
+    with c2.container(border=True):
+        st.markdown("**Tinker backend** · hosted models")
+        color = {"ok": "green", "checking": "orange", "no_key": "gray", "error": "red", "unavailable": "gray"}
+        label = {"ok": "connected", "checking": "checking", "no_key": "no API key", "error": "unreachable",
+                 "unavailable": "not in this build"}
+        st.badge(label[tinker.state], color=color[tinker.state])
+        st.caption(tinker.message + (f" · {len(tinker.models)} models" if tinker.models else ""))
+    if model_state == "preparing" or tinker.state == "checking":
+        st.caption("This box refreshes by itself.")
+
+
+waiting = state.default_model_status()[0] == "preparing" or state.tinker_status().state == "checking"
+st.fragment(run_every=2 if waiting else None)(backend_status)()
+
+store = state.store()
+runs = store.list_runs()
+running = [r for r in runs if r["status"] in widgets.ACTIVE]
+finished = [r for r in runs if r["status"] == "completed"]
+failed = [r for r in runs if r["status"] in ("failed", "interrupted")]
+c1, c2, c3, c4 = st.columns(4)
+c1.metric("Running", len(running), border=True)
+c2.metric("Finished", len(finished), border=True)
+c3.metric("Failed", len(failed), border=True)
+c4.metric("Checkpoints", len(store.list_checkpoints()), border=True)
+
+st.subheader("Next steps")
+c1, c2, c3 = st.columns(3)
+with c1.container(border=True):
+    st.markdown("**Train a model**")
+    st.caption("SL on a built-in dataset takes a few minutes on this CPU; watch the loss fall live.")
+    nav.link("new_run", "Start a new run")
+with c2.container(border=True):
+    if finished:
+        st.markdown("**Chat with what you trained**")
+        st.caption("Compare the base model and your checkpoint side by side.")
+        nav.link("chat", "Open the chat")
+    else:
+        st.markdown("**Chat with the base model**")
+        st.caption("See what the model says before you train it.")
+        nav.link("chat", "Open the chat")
+with c3.container(border=True):
+    st.markdown("**Bring your own data**")
+    st.caption("Upload JSONL, CSV or Parquet; see errors by row and the tokens the loss trains on.")
+    nav.link("datasets", "Upload a dataset")
+
+st.subheader("Recent runs")
+if not runs:
+    widgets.empty_state("No runs yet. Start one: SL on builtin:facts teaches the model about a made-up country.",
+                        "new_run", "Start a new run")
+else:
+    values = widgets.key_metric_values(store, runs[:8])
+    for run in runs[:8]:
+        with st.container(border=True):
+            c1, c2, c3, c4 = st.columns([3, 1.2, 2, 1], vertical_alignment="center")
+            c1.markdown(f"**{widgets.safe_markdown(run['name'])}**  \n"
+                        f"{widgets.KIND_LABEL[run['kind']]} · {widgets.safe_markdown(widgets.short_model(run['base_model']))}"
+                        f" · {widgets.age(run['created_at'])}")
+            with c2:
+                widgets.status_badge(run["status"])
+            value = values.get(run["run_id"])
+            c3.caption(f"step {widgets.step_text(run)}" + (f" · {widgets.KEY_METRIC[run['kind']]} "
+                                                            f"{widgets.format_value(value)}" if value is not None else ""))
+            with c4:
+                nav.link("run", "Open", ":material/open_in_new:", run=run["run_id"])
+    if len(runs) > 8:
+        nav.link("runs", f"All {len(runs)} runs")

@@ -1,0 +1,47 @@
+"""New run: pick an algorithm, a model and data, set the hyperparameters, check them, start the run."""
+
+import streamlit as st
+
+from app import forms, nav, state, widgets
+
+st.title("New run")
+widgets.show_notice()
+kinds = {"sl": "Supervised (SL)", "dpo": "Preference (DPO)", "rl": "Reinforcement (RL)"}
+duplicate = st.session_state.get("new_run_base")
+kind = st.segmented_control("Algorithm", list(kinds), format_func=kinds.get, required=True,
+                            default=duplicate["kind"] if duplicate else "sl",
+                            key=f"kind-{st.session_state.get('form_generation', 0)}")
+if duplicate:
+    c1, c2 = st.columns([4, 1], vertical_alignment="center")
+    c1.info(f"Settings copied from run **{widgets.safe_markdown(duplicate['name'])}**; change what you like.",
+            icon=":material/content_copy:")
+    if c2.button("Reset to defaults", width="stretch"):
+        st.session_state.pop("new_run_base", None)
+        st.session_state["form_generation"] = st.session_state.get("form_generation", 0) + 1
+        st.rerun()
+
+base = forms.base_config(kind)
+st.subheader("Model and data")
+left, right = st.columns(2, gap="large")
+with left:
+    choice = forms.model_section(kind, base)
+    if choice.error:
+        st.warning(choice.error, icon=":material/warning:")
+with right:
+    if kind == "rl":
+        env, dataset, grader = forms.rl_task_section(base)
+        data = {"env": env, "dataset": dataset, "grader": grader}
+    else:
+        data = {"dataset": forms.dataset_section(kind, forms.DATA_KIND[kind], base.dataset)}
+
+st.subheader("Settings")
+config, action = forms.settings_form(kind, base, choice, data)
+if action:
+    result = forms.check(config)
+    forms.show_check(result, config)
+    if result.ok and action == "start":
+        run_id = state.manager().start(config, prepared=result.prepared)
+        st.session_state.pop("new_run_base", None)
+        widgets.notice(f"Run {config.name or run_id} started: it trains in the background, so you can leave this "
+                       "page or close the tab.")
+        nav.go("run", run=run_id)

@@ -1,0 +1,132 @@
+"""Run: one run's live charts, progress, config, checkpoints, log, and its error if it failed."""
+
+from pathlib import Path
+
+import streamlit as st
+
+from app import actions, charts, nav, state, widgets
+from cookbook_engine import config as cfg
+
+store = state.store()
+runs = store.list_runs()
+widgets.show_notice()
+if not runs:
+    st.title("Run")
+    widgets.empty_state("No runs yet.", "new_run", "Start a new run")
+    st.stop()
+
+requested = st.query_params.get("run") or st.session_state.get("last_run")
+run_id = widgets.run_picker("Run", runs, key=f"run-picker-{requested}", default_id=requested)
+if run_id != st.query_params.get("run"):
+    st.query_params["run"] = run_id
+st.session_state["last_run"] = run_id
+run = store.get_run(run_id)
+
+c1, c2 = st.columns([4, 2], vertical_alignment="bottom")
+c1.title(run["name"])
+with c2:
+    widgets.status_badge(run["status"])
+details = [widgets.KIND_LABEL[run["kind"]], run["base_model"], f"backend {run['backend']}",
+           f"created {widgets.age(run['created_at'])}"]
+if run.get("started_at") is not None:
+    details.append(f"ran {widgets.duration(run['started_at'], run.get('finished_at'))}")
+if run.get("parent_run_id"):
+    details.append(f"started from {run['parent_run_id']}")
+st.caption(" · ".join(widgets.safe_markdown(d) for d in details))
+
+# --- actions --------------------------------------------------------------------------------------------------
+c1, c2, c3, c4, c5, c6 = st.columns(6)
+if c1.button("Stop", icon=":material/stop:", disabled=not actions.can_stop(run), width="stretch",
+             help="Stops after the current step and saves a checkpoint, so it can be resumed."):
+    actions.stop([run])
+    st.rerun()
+if c2.button("Resume", icon=":material/play_arrow:", disabled=not actions.can_resume(run), width="stretch"):
+    actions.resume([run])
+    st.rerun()
+if c3.button("Duplicate as new", icon=":material/content_copy:", width="stretch"):
+    actions.duplicate(run)
+if c4.button("Chat with it", icon=":material/chat:", width="stretch",
+             disabled=run["status"] not in widgets.ACTIVE and not store.list_checkpoints(run_id)):
+    st.session_state["chat_target_request"] = run_id
+    nav.go("chat")
+if c5.button("Transcripts", icon=":material/forum:", width="stretch", disabled=run["kind"] != "rl"):
+    nav.go("transcripts", run=run_id)
+if c6.button("Delete", icon=":material/delete:", width="stretch"):
+    st.session_state["deleting_from"] = "run"
+    actions.confirm_delete([run])
+
+if run["status"] in ("failed", "interrupted") and run.get("error"):
+    st.error(run["error"], icon=":material/error:")
+    if run.get("traceback"):
+        with st.expander("Traceback"):
+            st.code(run["traceback"], language=None)
+
+
+def live_overview(run_id: str, was_active: bool) -> None:
+    run = store.get_run(run_id)
+    active = run["status"] in widgets.ACTIVE
+    if was_active and not active:
+        st.rerun()  # finished: redraw the whole page (status, buttons, checkpoints) and stop refreshing
+    progress = widgets.progress_fraction(run)
+    label = f"step {widgets.step_text(run)}" if run.get("total_steps") else "starting…"
+    if run["status"] == "queued":
+        label = "queued: waiting for the model worker"
+    st.progress(progress, text=label)
+    metrics = store.get_metrics(run_id)
+    if metrics.empty:
+        st.info("No metrics yet: the first ones appear when the first step finishes." if active
+                else "This run logged no metrics.", icon=":material/hourglass_top:")
+        return
+    main, system = charts.metric_groups(sorted(metrics["name"].unique()))
+    latest = metrics.dropna(subset=["value"]).groupby("name").last()["value"]
+    firsts = metrics.dropna(subset=["value"]).groupby("name").first()["value"]
+    cards = [names[0] for _, names in main][:5]
+    for column, name in zip(st.columns(max(1, len(cards))), cards):
+        delta = latest[name] - firsts[name] if name in firsts else None
+        column.metric(name, widgets.format_value(latest[name]),
+                      delta=None if not delta else f"{delta:+.3g}", delta_color="off", border=True)
+    for i in range(0, len(main), 2):
+        columns = st.columns(2)
+        for column, (title, names) in zip(columns, main[i:i + 2]):
+            column.plotly_chart(charts.metrics_chart(metrics, names, title), key=f"chart-{title}",
+                                config={"displaylogo": False})
+    if system:
+        with st.expander("Timing and throughput"):
+            for i in range(0, len(system), 3):
+                columns = st.columns(3)
+                for column, (title, names) in zip(columns, system[i:i + 3]):
+                    column.plotly_chart(charts.metrics_chart(metrics, names, title), key=f"sys-{title}",
+                                        config={"displaylogo": False})
+    if active:
+        st.caption(":material/autorenew: Live: refreshing every 2 s.")
+
+
+overview, config_tab, checkpoints_tab, log_tab = st.tabs(["Overview", "Config", "Checkpoints", "Log"])
+with overview:
+    is_active = run["status"] in widgets.ACTIVE
+    st.fragment(run_every=2 if is_active else None)(live_overview)(run_id, is_active)
+with config_tab:
+    config = cfg.from_dict(run["kind"], run["config"])
+    st.markdown("Start the same run from a terminal:")
+    st.code(cfg.to_command(config), language="bash", wrap_lines=True)
+    st.json(run["config"], expanded=True)
+with checkpoints_tab:
+    checkpoints = store.list_checkpoints(run_id)
+    if not checkpoints:
+        save_every = run["config"].get("save_every")
+        st.info(f"No checkpoints yet (this run saves every {save_every} steps and at the end)." if save_every
+                else "No checkpoints yet (this run saves at the end).", icon=":material/info:")
+    else:
+        st.dataframe([{"Step": c["step"], "Name": c["name"], "Kind": c["kind"],
+                       "Final": bool((c.get("loop_state") or {}).get("final")), "Saved": widgets.age(c["created_at"]),
+                       "State path": c.get("state_path") or "", "Sampler path": c.get("sampler_path") or ""}
+                      for c in checkpoints], hide_index=True, width="stretch")
+        nav.link("checkpoints", "Export or download a checkpoint", ":material/download:", run=run_id)
+with log_tab:
+    log_file = Path(run["log_dir"]) / "log.txt"
+    lines = log_file.read_text(encoding="utf-8", errors="replace").splitlines()[-300:] if log_file.exists() else []
+    if lines:
+        st.code("\n".join(lines), language=None)
+    else:
+        st.caption("No log lines yet.")
+    st.caption(f"Run folder: {run['log_dir']} (config.json, metrics.jsonl, checkpoints.jsonl, log.txt)")

@@ -1,0 +1,62 @@
+"""Runs: every run with its status, progress, step, key metric and age; stop, resume, duplicate, delete."""
+
+import streamlit as st
+
+from app import actions, nav, state, widgets
+
+c1, c2 = st.columns([5, 1], vertical_alignment="bottom")
+c1.title("Runs")
+with c2:
+    nav.link("new_run", "New run", ":material/add_circle:")
+widgets.show_notice()
+
+FILTERS = {"All": None, "Active": widgets.ACTIVE, "Completed": ("completed",),
+           "Failed": ("failed", "interrupted"), "Stopped": ("cancelled",)}
+show = st.segmented_control("Show", list(FILTERS), default="All", required=True, key="runs-filter",
+                            label_visibility="collapsed")
+
+
+def runs_table(live: bool) -> None:
+    store = state.store()
+    all_runs = store.list_runs()
+    now_active = any(r["status"] in widgets.ACTIVE for r in all_runs)
+    wanted = FILTERS[show]
+    runs = [r for r in all_runs if wanted is None or r["status"] in wanted]
+    if live and not now_active:
+        st.rerun()  # the last active run ended: redraw once without the timer
+    if not runs:
+        widgets.empty_state("No runs here yet." if show == "All" else f"No {show.lower()} runs.",
+                            "new_run", "Start a new run")
+        return
+    frame = widgets.runs_frame(runs, widgets.key_metric_values(store, runs))
+    event = st.dataframe(frame, key="runs-table", on_select="rerun", selection_mode="multi-row", hide_index=True,
+                         column_config=widgets.RUNS_COLUMN_CONFIG, width="stretch")
+    by_id = {r["run_id"]: r for r in runs}
+    chosen = [by_id[frame.iloc[i]["run_id"]] for i in event.selection.rows if i < len(frame)]
+    if not chosen:
+        st.caption("Select runs (the boxes on the left) to open, stop, resume, duplicate or delete them.")
+    else:
+        st.caption("Selected: " + ", ".join(r["name"] for r in chosen))
+    one = len(chosen) == 1
+    c1, c2, c3, c4, c5, _ = st.columns([1, 1, 1, 1.4, 1, 2])
+    if c1.button("Open", icon=":material/open_in_new:", disabled=not one, width="stretch"):
+        nav.go("run", run=chosen[0]["run_id"])
+    if c2.button("Stop", icon=":material/stop:", disabled=not any(actions.can_stop(r) for r in chosen),
+                 width="stretch"):
+        actions.stop(chosen)
+        st.rerun()
+    if c3.button("Resume", icon=":material/play_arrow:", disabled=not any(actions.can_resume(r) for r in chosen),
+                 width="stretch"):
+        actions.resume(chosen)
+        st.rerun()
+    if c4.button("Duplicate as new", icon=":material/content_copy:", disabled=not one, width="stretch"):
+        actions.duplicate(chosen[0])
+    if c5.button("Delete", icon=":material/delete:", disabled=not chosen, width="stretch"):
+        st.session_state["deleting_from"] = "runs"
+        actions.confirm_delete(chosen)
+    if now_active:
+        st.caption(":material/autorenew: Refreshing every 3 s while runs are active.")
+
+
+active = any(r["status"] in widgets.ACTIVE for r in state.store().list_runs())
+st.fragment(run_every=3 if active else None)(runs_table)(active)

@@ -1,0 +1,106 @@
+"""Transcripts: read RL rollouts by run and step; GRPO groups side by side with rewards and advantages."""
+
+import pandas as pd
+import streamlit as st
+
+from app import charts, state, widgets
+
+st.title("Transcripts")
+st.caption("What the model wrote during RL: every sampled completion, its reward, and its advantage (reward minus "
+           "the mean of its group).")
+store = state.store()
+rl_runs = [r for r in store.list_runs() if r["kind"] == "rl"]
+if not rl_runs:
+    widgets.empty_state("No RL runs yet: transcripts are recorded by RL runs.", "new_run", "Start an RL run")
+    st.stop()
+
+run_id = widgets.run_picker("Run", rl_runs, key="transcripts-run", default_id=st.query_params.get("run"))
+steps = store.transcript_steps(run_id)
+if not steps:
+    st.info("No rollouts recorded yet: they appear when the run's first step finishes.", icon=":material/hourglass_top:")
+    st.stop()
+
+c1, c2 = st.columns([3, 2])
+step = steps[0] if len(steps) == 1 else c1.select_slider("Step", steps, value=steps[-1], key=f"step-{run_id}")
+rollouts = store.get_transcripts(run_id, step=step)
+rewards = rollouts["reward"].dropna()
+low, high = (float(rewards.min()), float(rewards.max())) if len(rewards) else (0.0, 0.0)
+reward_range = (low, high)
+if high > low:
+    reward_range = c2.slider("Reward between", low, high, (low, high), key=f"reward-{run_id}-{step}")
+shown = rollouts[rollouts["reward"].isna() | rollouts["reward"].between(*reward_range)]
+
+c1, c2, c3, c4 = st.columns(4)
+c1.metric("Samples at this step", len(rollouts), border=True)
+c2.metric("Groups", rollouts["group_idx"].nunique(), border=True)
+c3.metric("Mean reward", widgets.format_value(rewards.mean()) if len(rewards) else "—", border=True)
+c4.metric("Correct (reward = 1)", f"{(rewards >= 1).mean():.0%}" if len(rewards) else "—", border=True)
+
+SANDBOX_KEYS = ("tests_passed", "tests_total", "failures", "solution_error", "printed", "stderr", "sandbox_error",
+                "error", "network_isolated")
+
+
+def sample_card(row) -> None:
+    with st.container(border=True):
+        reward = "—" if pd.isna(row["reward"]) else f"{row['reward']:.3g}"
+        advantage = "—" if pd.isna(row["advantage"]) else f"{row['advantage']:+.3g}"
+        color = "green" if not pd.isna(row["advantage"]) and row["advantage"] > 0 else (
+            "red" if not pd.isna(row["advantage"]) and row["advantage"] < 0 else "gray")
+        st.badge(f"reward {reward}", color="blue")
+        st.badge(f"advantage {advantage}", color=color)
+        st.caption(f"sample {row['sample_idx']}" + (f" · stopped: {row['stop_reason']}" if row["stop_reason"] else ""))
+        widgets.plain_text(row["completion"] or "", code=True)
+        details = row["metrics"] or {}
+        sandbox = {k: details[k] for k in SANDBOX_KEYS if k in details}
+        other = {k: v for k, v in details.items() if k not in sandbox}
+        if sandbox:
+            with st.expander("Sandbox output"):
+                if "tests_total" in sandbox:
+                    st.caption(f"tests passed: {sandbox.get('tests_passed', 0)}/{sandbox['tests_total']}")
+                for name in ("printed", "stderr", "solution_error", "sandbox_error", "error"):
+                    if sandbox.get(name):
+                        st.caption(name)
+                        widgets.plain_text(str(sandbox[name]), code=True)
+                if sandbox.get("failures"):
+                    st.caption("failed tests")
+                    widgets.plain_text("\n".join(f"test {k}: {v}" for k, v in sandbox["failures"].items()), code=True)
+        if other:
+            with st.expander("Per-sample metrics"):
+                st.json(other)
+
+
+view = st.segmented_control("View", ["Groups side by side", "Table"], default="Groups side by side", required=True,
+                            key="transcripts-view")
+if shown.empty:
+    st.info("No samples in this reward range.", icon=":material/filter_alt:")
+elif view == "Table":
+    st.dataframe(shown[["group_idx", "sample_idx", "reward", "advantage", "stop_reason", "prompt", "completion"]],
+                 hide_index=True, width="stretch",
+                 column_config={"completion": st.column_config.TextColumn("completion", width="large")})
+else:
+    groups = sorted(shown["group_idx"].unique())
+    per_page = 5
+    pages = max(1, (len(groups) + per_page - 1) // per_page)
+    page = st.number_input(f"Page of groups (1-{pages})", 1, pages, 1, key=f"group-page-{run_id}-{step}") \
+        if pages > 1 else 1
+    for group in groups[(page - 1) * per_page:page * per_page]:
+        members = shown[shown["group_idx"] == group].sort_values("sample_idx")
+        group_rewards = members["reward"].dropna()
+        st.markdown(f"**Group {group}** · {len(members)} samples · mean reward "
+                    f"{widgets.format_value(group_rewards.mean()) if len(group_rewards) else '—'}")
+        with st.expander("Prompt", expanded=False):
+            widgets.plain_text(members.iloc[0]["prompt"] or "", code=True)
+        rows = [members.iloc[i:i + 4] for i in range(0, len(members), 4)]
+        for chunk in rows:
+            for column, (_, row) in zip(st.columns(4), chunk.iterrows()):
+                with column:
+                    sample_card(row)
+
+st.subheader("Rewards")
+c1, c2 = st.columns(2)
+if len(rewards):
+    c1.plotly_chart(charts.reward_histogram(list(rewards), f"Rewards at step {step}"), key="reward-hist",
+                    config={"displaylogo": False})
+all_rows = store.get_transcripts(run_id)[["step", "reward"]].dropna()
+if len(all_rows):
+    c2.plotly_chart(charts.reward_by_step(all_rows), key="reward-steps", config={"displaylogo": False})
