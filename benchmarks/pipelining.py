@@ -1,6 +1,6 @@
 """Clock cycles per training step on the clocked simulator (Tinker-style worker-pool clock), pipelined vs not.
 
-    .venv/bin/python benchmarks/pipelining.py [--period 0.25] [--steps 6] [--out results.md]
+    .venv/bin/python benchmarks/pipelining.py [--period 0.5] [--steps 6] [--out results.md]
 
 SL, three loops over the same tiny batches (2 short chats of ~20 tokens, max_length 64):
 - "pipelined": the studio's own SL loop (cookbook_engine.supervised.train, started by the RunManager): forward_backward
@@ -11,8 +11,13 @@ SL, three loops over the same tiny batches (2 short chats of ~20 tokens, max_len
 RL (when cookbook_engine/rl/loop.py exists): the studio's RL loop on a tiny arithmetic run, on-policy, with
 `stream_minibatch=true`, and with `max_steps_off_policy=2` (each as the RL loop implements it).
 
-Cycles per step = mean distance, in clock ticks, between consecutive optim_step answers (see backends/clocked.py).
-The run happens in a throw-away studio home; the converted default model is reused from the usual model cache.
+SL cycles per step = mean distance, in clock ticks, between consecutive optim_step answers (backends/clocked.py).
+RL cycles per step = ticks from the first rollouts' admission to the final checkpoint's admission, per loop step (a
+step whose groups all got equal rewards trains nothing, so it is counted apart as a step without training).
+The period (default 0.5 s) must exceed each loop's own work between an answer and its next request: at 0.25 s the
+RL loop's work between steps (transcripts and metrics to DuckDB, ~0.3-1 s on this loaded 2-core CPU) sometimes
+outlasted a period and showed as extra cycles (6.8 per step instead of 6). The run happens in a throw-away studio
+home; the converted default model is reused from the usual model cache.
 Not here: wall-clock speed of the local backend (the cycle counts are independent of it by construction).
 """
 
@@ -60,8 +65,8 @@ def sl_config(dataset: str, period_s: float, steps: int):
                     max_steps=steps, learning_rate=1e-4, lora_rank=4, test_fraction=0.0, eval_every=0, save_every=0)
 
 
-def run_with_manager(config) -> dict:
-    """A run of the studio's own loop through the RunManager; returns the clock's figures."""
+def run_with_manager(config):
+    """A run of the studio's own loop through the RunManager; returns the clock's counts."""
     from cookbook_engine.backends import clocked
     from cookbook_engine.runs import RunManager
 
@@ -70,12 +75,21 @@ def run_with_manager(config) -> dict:
     run = manager.wait(run_id)
     if run["status"] != "completed":
         raise RuntimeError(f"run {run_id} {run['status']}: {run.get('error')}")
-    return figures(clocked.latest_stats())
+    return clocked.latest_stats()
 
 
 def figures(stats) -> dict:
-    steps = len(stats.optim_step_ticks)
-    return {"cycles_per_step": stats.cycles_per_step(), "steps": steps, "work_cycles": stats.cycles}
+    return {"cycles_per_step": stats.cycles_per_step(), "steps": len(stats.optim_step_ticks),
+            "work_cycles": stats.cycles}
+
+
+def rl_figures(stats, steps: int) -> dict:
+    """Ticks from the first rollouts' admission to the final save_state's admission, per RL step."""
+    first = next(tick for tick, methods in stats.cycle_log if "sample" in methods)
+    final_save = max(tick for tick, methods in stats.cycle_log if "save_state" in methods)
+    trained = len(stats.optim_step_ticks)
+    return {"cycles_per_step": (final_save - first) / steps, "steps": steps, "work_cycles": stats.cycles,
+            "note": f"{steps - trained} of {steps} steps without training" if trained < steps else ""}
 
 
 def run_manual_loop(config, await_each_request: bool) -> dict:
@@ -101,14 +115,15 @@ def run_manual_loop(config, await_each_request: bool) -> dict:
 
     with service:
         asyncio.run(loop())
-    return figures(service.stats)
+    return service.stats
 
 
 def rl_variants(period_s: float, steps: int) -> list:
     from cookbook_engine.config import RLConfig
 
-    base = dict(env="arithmetic", backend="clocked", clock_period_s=period_s, group_size=2, groups_per_batch=2,
-                max_tokens=8, max_steps=steps, eval_every=0, save_every=0, lora_rank=4, learning_rate=1e-4)
+    base = dict(env="arithmetic", backend="clocked", clock_period_s=period_s, group_size=4, groups_per_batch=2,
+                max_tokens=8, max_steps=steps, eval_every=0, num_eval_problems=0, save_every=0, lora_rank=4,
+                learning_rate=1e-4, temperature=1.0)
     return [("RL on-policy", RLConfig(**base)),
             ("RL stream_minibatch=true", RLConfig(**base, stream_minibatch=True)),
             ("RL max_steps_off_policy=2", RLConfig(**base, max_steps_off_policy=2))]
@@ -116,7 +131,7 @@ def rl_variants(period_s: float, steps: int) -> list:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--period", type=float, default=0.25, help="clock period in seconds (default 0.25)")
+    parser.add_argument("--period", type=float, default=0.5, help="clock period in seconds (default 0.5)")
     parser.add_argument("--steps", type=int, default=6, help="training steps per loop (default 6)")
     parser.add_argument("--out", help="also write the markdown table to this file")
     options = parser.parse_args(argv)
@@ -135,27 +150,28 @@ def main(argv: list[str] | None = None) -> int:
 def measure(options: argparse.Namespace, dataset: str) -> str:
     rows: list[tuple[str, dict | str]] = []
     config = sl_config(dataset, options.period, options.steps)
-    rows.append(("SL pipelined (studio loop)", run_with_manager(config)))
-    rows.append(("SL await each step", run_manual_loop(config, await_each_request=False)))
-    rows.append(("SL await each request", run_manual_loop(config, await_each_request=True)))
+    rows.append(("SL pipelined (studio loop)", figures(run_with_manager(config))))
+    rows.append(("SL await each step", figures(run_manual_loop(config, await_each_request=False))))
+    rows.append(("SL await each request", figures(run_manual_loop(config, await_each_request=True))))
     if importlib.util.find_spec("cookbook_engine.rl.loop") is None:
         rows.append(("RL", "not measured: cookbook_engine/rl/loop.py does not exist yet"))
     else:
         for name, rl_config in rl_variants(options.period, options.steps):
             try:
-                rows.append((name, run_with_manager(rl_config)))
+                rows.append((name, rl_figures(run_with_manager(rl_config), options.steps)))
             except Exception as exc:  # report what exists; a variant the RL loop refuses is a row, not a crash
                 rows.append((name, f"not measured: {type(exc).__name__}: {exc}"))
 
     lines = [f"Clocked simulator, period {options.period:g} s, {options.steps} steps per loop, batch 2 x ~20 tokens.",
-             "", "| loop | cycles / step | steps | cycles with work |", "| --- | ---: | ---: | ---: |"]
+             "", "| loop | cycles / step | steps | cycles with work | note |", "| --- | ---: | ---: | ---: | --- |"]
     for name, result in rows:
         if isinstance(result, str):
-            lines.append(f"| {name} | {result} | | |")
+            lines.append(f"| {name} | | | | {result} |")
         else:
             per_step = result["cycles_per_step"]
             shown = f"{per_step:.2f}" if per_step is not None else "n/a"
-            lines.append(f"| {name} | {shown} | {result['steps']} | {result['work_cycles']} |")
+            lines.append(f"| {name} | {shown} | {result['steps']} | {result['work_cycles']} | "
+                         f"{result.get('note', '')} |")
     return "\n".join(lines)
 
 

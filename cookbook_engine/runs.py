@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from cookbook_engine import config as cfg
-from cookbook_engine import paths
+from cookbook_engine import paths, secrets
 from cookbook_engine.run_logger import RunLogger
 from storage import Store
 
@@ -63,6 +63,7 @@ class RunContext:
 
     def note(self, message: str) -> None:
         """A line for the run's log (shown in the studio and printed by the CLI)."""
+        message = secrets.redact(message)
         stamp = datetime.now(timezone.utc).strftime("%H:%M:%S")
         with open(self.log_dir / "log.txt", "a", encoding="utf-8") as handle:
             handle.write(f"{stamp} {message}\n")
@@ -220,9 +221,10 @@ class RunManager:
             store.update_run(run_id, status="cancelled", finished_at=datetime.now(timezone.utc))
             context.note("run cancelled")
         except BaseException as exc:  # a failing run must never take the process down with it
-            message = f"{type(exc).__name__}: {exc}"
+            message = secrets.redact(f"{type(exc).__name__}: {exc}")
             try:
-                store.update_run(run_id, status="failed", error=message, traceback=traceback.format_exc(),
+                store.update_run(run_id, status="failed", error=message,
+                                 traceback=secrets.redact(traceback.format_exc()),
                                  finished_at=datetime.now(timezone.utc))
                 context.note(f"run failed: {message}")
             except Exception:

@@ -3,8 +3,9 @@
 The Tinker key comes from the `TINKER_API_KEY` environment variable, or is entered in the studio and kept in this
 process's memory until the process ends (`set_session_key`; shared by the studio's browser tabs, which all belong
 to the one local user): it is never put into os.environ (child processes such as the code sandbox do not inherit
-it), never written to DuckDB, run folders, logs, exported configs or the displayed CLI command. Configs have no key field at all. `redact(text)` replaces every known secret value with
-"***"; loggers and exporters pass text through it as a second line of defence.
+it), never written to DuckDB, run folders, logs, exported configs or the displayed CLI command. Configs have no
+key field at all. `redact(text)` replaces every known secret value with "***"; loggers and exporters pass text
+through it as a second line of defence.
 
 Not here: talking to the service (backends/tinker.py), storing anything (there is nothing to store).
 """

@@ -50,8 +50,8 @@ def test_the_sl_loop_pays_one_clock_cycle_per_step(home, default_model_ready, sh
     print(f"pipelined SL: {per_step:.2f} cycles/step, optim answers at ticks {service.optim_step_ticks}")
     assert per_step <= 1.2
     # each step's forward_backward and optim_step were admitted together, in one cycle
-    step_cycles = [kinds for _, kinds in service.cycle_log if "optim_step" in kinds]
-    assert all(kinds[:2] == ["forward_backward", "optim_step"] for kinds in step_cycles)
+    step_cycles = [methods for _, methods in service.cycle_log if "optim_step" in methods]
+    assert all(methods[:2] == ["forward_backward", "optim_step"] for methods in step_cycles)
     assert manager.store.last_checkpoint(run_id)["step"] == STEPS
 
 
@@ -91,9 +91,9 @@ def test_answers_arrive_one_tick_after_admission_and_one_optim_step_per_cycle(de
         for future in futures:
             future.result(timeout=120)
         assert saved.result(timeout=120).path
-        logged = [kinds for _, kinds in service.cycle_log]
+        logged = [methods for _, methods in service.cycle_log]
         # one optimizer step per cycle; the checkpoint rides along behind the second one
-        assert logged == [["forward_backward", "optim_step"], ["forward_backward", "optim_step", "checkpoint"]]
+        assert logged == [["forward_backward", "optim_step"], ["forward_backward", "optim_step", "save_state"]]
         assert service.optim_step_ticks[1] - service.optim_step_ticks[0] == 1
         admitted_at = service.cycle_log[0][0]
         assert service.optim_step_ticks[0] == admitted_at + 1  # the answer comes at the next tick

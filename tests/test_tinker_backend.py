@@ -256,7 +256,7 @@ def test_an_unreachable_service_is_reported_within_seconds(monkeypatch):
     assert not result.ok and result.reason == "unreachable"
     assert url in result.message and "TINKER_BASE_URL" in result.message
     with pytest.raises(hosted.TinkerUnavailable) as caught:
-        hosted.hosted_service_client(client_factory=lambda **kw: pytest.fail("SDK client built before the probe passed"))
+        hosted.hosted_service_client(client_factory=lambda **kw: pytest.fail("SDK client built before the probe"))
     assert caught.value.reason == "unreachable"
 
 

@@ -18,10 +18,11 @@ next request pays whole cycles for each round trip. This backend reproduces that
 
 `service.tick_count` counts ticks, `service.cycles` the ticks that admitted work, and `service.optim_step_ticks`
 the tick at which each optim_step's answer was released; `cycles_per_step()` is the mean distance between those,
-the steady-state cost of one training step. The counts live in `service.stats`, which outlives the service
-(`latest_stats()` gives the last one created, e.g. after a run the RunManager ended). A loop that submits forward_backward and optim_step back to back and
-queues the next step before awaiting the previous one pays 1 cycle per step; awaiting each step before sending the
-next pays 2; awaiting forward_backward before sending optim_step pays 4.
+the steady-state cost of one training step; `cycle_log` lists the methods each cycle admitted. The counts live in
+`service.stats`, which outlives the service (`latest_stats()` gives the last one created, e.g. after a run the
+RunManager ended). A loop that submits forward_backward and optim_step back to back and queues the next step
+before awaiting the previous one pays 1 cycle per step; awaiting each step before sending the next pays 2;
+awaiting forward_backward before sending optim_step pays 4.
 
 Choosing the period: the answers of a cycle arrive at the next tick, and the loop must have queued its next step
 before the tick after that, so the loop's own work per step (logging to DuckDB, building the batch: ~50 ms here)
@@ -47,10 +48,15 @@ from tinker import types
 from cookbook_engine.backends.local import LocalSamplingClient, LocalServiceClient, LocalTrainingClient
 from cookbook_engine.backends.protocol import LocalFuture
 
-# Request kinds: a cycle admits a training client's requests up to one optim_step; after it only CHECKPOINT ones.
-FORWARD, FORWARD_BACKWARD, OPTIM_STEP, CHECKPOINT, SAMPLE = "forward", "forward_backward", "optim_step", \
-    "checkpoint", "sample"
-STEP_KINDS = (FORWARD, FORWARD_BACKWARD, OPTIM_STEP)
+# A request's kind decides its admission: a cycle admits a training client's requests up to one optim_step, and
+# after it only checkpoint requests; sampling requests are all admitted at each tick.
+STEP, OPTIM_STEP, CHECKPOINT, SAMPLE = "step", "optim_step", "checkpoint", "sample"
+KIND_OF_METHOD = {
+    "forward": STEP, "forward_backward": STEP, "forward_backward_custom": STEP, "optim_step": OPTIM_STEP,
+    "save_state": CHECKPOINT, "save_weights_for_sampler": CHECKPOINT, "load_state": CHECKPOINT,
+    "load_state_with_optimizer": CHECKPOINT, "save_weights_and_get_sampling_client": CHECKPOINT,
+    "sample": SAMPLE, "compute_logprobs": SAMPLE,
+}
 
 _queue_ids = itertools.count(1)
 
@@ -62,7 +68,7 @@ class ClockStats:
     period_s: float
     tick_count: int = 0  # ticks so far
     cycles: int = 0  # ticks that admitted work
-    cycle_log: list[tuple[int, list[str]]] = field(default_factory=list)  # (tick, kinds admitted), work ticks only
+    cycle_log: list[tuple[int, list[str]]] = field(default_factory=list)  # (tick, methods admitted), work ticks only
     optim_step_ticks: list[int] = field(default_factory=list)  # tick at which each optim_step's answer came
 
     def cycles_per_step(self) -> float | None:
@@ -84,11 +90,15 @@ def latest_stats() -> ClockStats | None:
 
 @dataclass
 class _Request:
-    kind: str
+    method: str  # the client method that made it (a key of KIND_OF_METHOD)
     start: Callable[[], LocalFuture]  # submits the work to the local backend
     wrap: Callable[[Any], Any] | None = None  # turns the local result into the clocked one (sampling clients)
     outer: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
     inner: LocalFuture | None = None
+
+    @property
+    def kind(self) -> str:
+        return KIND_OF_METHOD[self.method]
 
 
 class ClockedServiceClient:
@@ -125,10 +135,12 @@ class ClockedServiceClient:
             self._queues.pop(queue_id, None)
             self._sampling_queues.discard(queue_id)
 
-    def submit(self, queue_id: int, kind: str, start: Callable[[], LocalFuture],
+    def submit(self, queue_id: int, method: str, start: Callable[[], LocalFuture],
                wrap: Callable[[Any], Any] | None = None) -> LocalFuture:
         """Queue a request for the next tick; its future resolves one tick after it is admitted."""
-        request = _Request(kind, start, wrap)
+        if method not in KIND_OF_METHOD:
+            raise ValueError(f"clocked backend: unknown request {method!r}")
+        request = _Request(method, start, wrap)
         with self._lock:
             if self._closed:
                 raise RuntimeError("the clocked backend is closed")
@@ -153,7 +165,7 @@ class ClockedServiceClient:
                 request.inner = LocalFuture(failed)
         if admitted:
             self.stats.cycles += 1
-            self.stats.cycle_log.append((tick, [r.kind for r in admitted]))
+            self.stats.cycle_log.append((tick, [r.method for r in admitted]))
         self._in_flight = admitted
         for request in previous:
             self._release(request, tick)
@@ -167,7 +179,7 @@ class ClockedServiceClient:
                 continue
             optim_admitted = False
             while queue:
-                if optim_admitted and queue[0].kind in STEP_KINDS:
+                if optim_admitted and queue[0].kind in (STEP, OPTIM_STEP):
                     break
                 request = queue.popleft()
                 admitted.append(request)
@@ -180,13 +192,13 @@ class ClockedServiceClient:
             request.outer.set_exception(inner.exception())
             return
         try:
-            value = inner.result()
-            request.outer.set_result(request.wrap(value) if request.wrap else value)
+            value = request.wrap(inner.result()) if request.wrap else inner.result()
         except BaseException as exc:
             request.outer.set_exception(exc)
             return
         if request.kind == OPTIM_STEP:
-            self.stats.optim_step_ticks.append(tick)
+            self.stats.optim_step_ticks.append(tick)  # before the answer, so whoever awaits it sees the count
+        request.outer.set_result(value)
 
     @property
     def tick_count(self) -> int:
@@ -287,8 +299,8 @@ class ClockedTrainingClient:
         self.model_id = local.model_id
         self._queue = service._new_queue(self)
 
-    def _submit(self, kind: str, start: Callable[[], LocalFuture], wrap: Callable[[Any], Any] | None = None):
-        return self.service.submit(self._queue, kind, start, wrap)
+    def _submit(self, method: str, start: Callable[[], LocalFuture], wrap: Callable[[Any], Any] | None = None):
+        return self.service.submit(self._queue, method, start, wrap)
 
     def get_tokenizer(self):
         return self.local.get_tokenizer()
@@ -300,17 +312,17 @@ class ClockedTrainingClient:
         return self.get_info()
 
     def forward(self, data: list[types.Datum], loss_fn: str = "cross_entropy", loss_fn_config: dict | None = None):
-        return self._submit(FORWARD, lambda: self.local.forward(data, loss_fn, loss_fn_config))
+        return self._submit("forward", lambda: self.local.forward(data, loss_fn, loss_fn_config))
 
     def forward_backward(self, data: list[types.Datum], loss_fn: str = "cross_entropy",
                          loss_fn_config: dict | None = None):
-        return self._submit(FORWARD_BACKWARD, lambda: self.local.forward_backward(data, loss_fn, loss_fn_config))
+        return self._submit("forward_backward", lambda: self.local.forward_backward(data, loss_fn, loss_fn_config))
 
     def forward_backward_custom(self, data: list[types.Datum], loss_fn: Callable, **kw: Any):
-        return self._submit(FORWARD_BACKWARD, lambda: self.local.forward_backward_custom(data, loss_fn, **kw))
+        return self._submit("forward_backward_custom", lambda: self.local.forward_backward_custom(data, loss_fn, **kw))
 
     def optim_step(self, adam_params: types.AdamParams):
-        return self._submit(OPTIM_STEP, lambda: self.local.optim_step(adam_params))
+        return self._submit("optim_step", lambda: self.local.optim_step(adam_params))
 
     async def forward_async(self, data, loss_fn="cross_entropy", loss_fn_config=None):
         return self.forward(data, loss_fn, loss_fn_config)
@@ -325,10 +337,10 @@ class ClockedTrainingClient:
         return self.optim_step(adam_params)
 
     def save_state(self, name: str):
-        return self._submit(CHECKPOINT, lambda: self.local.save_state(name))
+        return self._submit("save_state", lambda: self.local.save_state(name))
 
     def save_weights_for_sampler(self, name: str):
-        return self._submit(CHECKPOINT, lambda: self.local.save_weights_for_sampler(name))
+        return self._submit("save_weights_for_sampler", lambda: self.local.save_weights_for_sampler(name))
 
     async def save_state_async(self, name):
         return self.save_state(name)
@@ -337,10 +349,10 @@ class ClockedTrainingClient:
         return self.save_weights_for_sampler(name)
 
     def load_state(self, path: str):
-        return self._submit(CHECKPOINT, lambda: self.local.load_state(path))
+        return self._submit("load_state", lambda: self.local.load_state(path))
 
     def load_state_with_optimizer(self, path: str):
-        return self._submit(CHECKPOINT, lambda: self.local.load_state_with_optimizer(path))
+        return self._submit("load_state_with_optimizer", lambda: self.local.load_state_with_optimizer(path))
 
     async def load_state_async(self, path):
         return self.load_state(path)
@@ -357,7 +369,7 @@ class ClockedTrainingClient:
                                         local._save("sampler", name, False) if name else None))
 
     def _save_and_sample_request(self, name: str | None) -> LocalFuture:
-        return self._submit(CHECKPOINT, lambda: self._sampler_snapshot(name),
+        return self._submit("save_weights_and_get_sampling_client", lambda: self._sampler_snapshot(name),
                             wrap=lambda sampler: ClockedSamplingClient(self.service, sampler))
 
     def save_weights_and_get_sampling_client(self, name: str | None = None, **_: Any) -> "ClockedSamplingClient":
@@ -392,14 +404,14 @@ class ClockedSamplingClient:
 
     def sample(self, prompt: types.ModelInput, num_samples: int, sampling_params: types.SamplingParams,
                include_prompt_logprobs: bool = False, **options: Any):
-        return self.service.submit(self._queue, SAMPLE, lambda: self.local.sample(
+        return self.service.submit(self._queue, "sample", lambda: self.local.sample(
             prompt, num_samples, sampling_params, include_prompt_logprobs, **options))
 
     async def sample_async(self, prompt, num_samples, sampling_params, include_prompt_logprobs=False, **options):
         return await self.sample(prompt, num_samples, sampling_params, include_prompt_logprobs, **options)
 
     def compute_logprobs(self, prompt: types.ModelInput):
-        return self.service.submit(self._queue, SAMPLE, lambda: self.local.compute_logprobs(prompt))
+        return self.service.submit(self._queue, "compute_logprobs", lambda: self.local.compute_logprobs(prompt))
 
     async def compute_logprobs_async(self, prompt):
         return await self.compute_logprobs(prompt)
