@@ -56,23 +56,49 @@ def duplicate(run: dict) -> None:
     nav.go("new_run")
 
 
-@st.dialog("Delete runs?")
-def confirm_delete(runs: list[dict]) -> None:
+def ask_delete(runs: list[dict], origin: str) -> None:
+    """Remember which runs to delete and redraw the page: `confirm_pending_delete()` then asks in a dialog."""
+    st.session_state["pending_delete"] = {"ids": [r["run_id"] for r in runs], "origin": origin}
+    st.rerun()
+
+
+def _forget_pending_delete() -> None:
+    st.session_state.pop("pending_delete", None)
+
+
+def confirm_pending_delete() -> None:
+    """Show the confirmation dialog while a delete is pending (call once per page run, outside fragments)."""
+    pending = st.session_state.get("pending_delete")
+    if not pending:
+        return
+    runs = [run for run in (state.store().get_run(run_id) for run_id in pending["ids"]) if run is not None]
+    if not runs:
+        _forget_pending_delete()
+        return
+    _confirm_delete(runs, pending["origin"])
+
+
+@st.dialog("Delete runs?", on_dismiss=_forget_pending_delete)
+def _confirm_delete(runs: list[dict], origin: str) -> None:
     active = [r for r in runs if state.manager().is_alive(r["run_id"]) or r["status"] in widgets.ACTIVE]
     deletable = [r for r in runs if r not in active]
     if active:
         st.warning("Stop these first: " + ", ".join(r["name"] for r in active), icon=":material/warning:")
-    if not deletable:
-        return
-    st.markdown("This removes the runs' metrics, transcripts, checkpoints records and run folders. "
-                "It cannot be undone.")
-    for run in deletable:
-        st.text(f"• {run['name']} ({run['status']})")
-    if st.button(f"Delete {len(deletable)} run{'s' if len(deletable) > 1 else ''}", type="primary",
-                 icon=":material/delete:", key="confirm-delete"):
+    if deletable:
+        st.markdown("This removes the runs' metrics, transcripts, checkpoint records and run folders. "
+                    "It cannot be undone.")
+        for run in deletable:
+            st.text(f"• {run['name']} ({run['status']})")
+    c1, c2 = st.columns(2)
+    if c1.button("Cancel", key="cancel-delete", width="stretch"):
+        _forget_pending_delete()
+        st.rerun()
+    if deletable and c2.button(f"Delete {len(deletable)} run{'s' if len(deletable) > 1 else ''}", type="primary",
+                               icon=":material/delete:", key="confirm-delete", width="stretch"):
         for run in deletable:
             state.manager().delete(run["run_id"])
+        _forget_pending_delete()
         widgets.notice(f"Deleted {', '.join(r['name'] for r in deletable)}.")
-        if st.session_state.get("deleting_from") == "run":
+        if origin == "run":
             nav.go("runs")
         st.rerun()

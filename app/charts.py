@@ -40,7 +40,7 @@ def is_system_metric(name: str) -> bool:
 def metric_groups(names: list[str]) -> tuple[list[tuple[str, list[str]]], list[tuple[str, list[str]]]]:
     """(main groups, bookkeeping groups), each a list of (title, metric names) to draw on one chart."""
     grouped: dict[str, list[str]] = {}
-    for name in sorted(names):
+    for name in sorted(names, key=lambda n: (n.startswith(_SPLIT_PREFIXES[:2]), n)):  # training metric first
         grouped.setdefault(group_key(name), []).append(name)
     order = {key: i for i, key in enumerate(_PRIMARY)}
     keys = sorted(grouped, key=lambda k: (order.get(k, len(order)), k))

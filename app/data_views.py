@@ -40,9 +40,15 @@ def validate(spec: str, kind: str | None = None) -> Validated:
 def preview_frame(spec: str, n: int = 50) -> pd.DataFrame:
     """The first rows with nested values (message lists) as JSON text, so every cell is plain text."""
     rows = datasets.preview(spec, n)
-    flat = [{k: v if isinstance(v, (str, int, float, bool)) or v is None else json.dumps(v, ensure_ascii=False)
-             for k, v in row.items()} for row in rows]
-    return pd.DataFrame(flat)
+    return pd.DataFrame([{k: _cell(v) for k, v in row.items()} for row in rows])
+
+
+def _cell(value):
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, list) and all(isinstance(m, dict) and "role" in m and "content" in m for m in value):
+        return "  ⏵  ".join(f"{m['role']}: {m['content']}" for m in value)  # a conversation, readable
+    return json.dumps(value, ensure_ascii=False)
 
 
 def version(spec: str) -> str:

@@ -198,6 +198,12 @@ def settings_form(kind: str, base: cfg.CommonConfig, choice: ModelChoice, data: 
     """The hyperparameter form; returns (config, "check" | "start" | None)."""
     k = lambda name: key(kind, name)  # noqa: E731
     suggested = choice.suggested_lr or 1e-4
+    reason = choice.reason
+    if kind == "dpo":
+        from cookbook_engine.preference import DPO_LR_SCALE
+
+        suggested *= DPO_LR_SCALE
+        reason = f"DPO's default is {DPO_LR_SCALE:g} × the model's SL rate ({choice.suggested_lr or 1e-4:g}: {reason})"
     default_lr = base.learning_rate if base.learning_rate > 0 else suggested
     values: dict = {"model": choice.model, "backend": choice.backend, **data}
     with st.form(k("form"), border=True):
@@ -217,7 +223,7 @@ def settings_form(kind: str, base: cfg.CommonConfig, choice: ModelChoice, data: 
         values["learning_rate"] = c2.number_input(
             "Learning rate", min_value=0.0, max_value=0.99, value=float(default_lr), step=1e-5, format="%g",
             key=k(f"lr-{choice.backend}-{choice.model}"),
-            help=f"Suggested for this model: {suggested:g} ({choice.reason})." if choice.reason else None)
+            help=f"Suggested for this model: {suggested:g} ({reason})." if reason else None)
         values["lr_schedule"] = c3.selectbox("Schedule", list(cfg.SCHEDULES),
                                              index=list(cfg.SCHEDULES).index(base.lr_schedule), key=k("schedule"))
         batch_label = "Groups per batch" if kind == "rl" else "Batch size"
@@ -229,7 +235,7 @@ def settings_form(kind: str, base: cfg.CommonConfig, choice: ModelChoice, data: 
                                                    help="Examples per optimizer step")
         if choice.suggested_lr is not None:
             st.caption(f"Suggested learning rate for {choice.model.rsplit('/', 1)[-1]}: **{suggested:g}**, "
-                       f"{choice.reason}.")
+                       f"{reason}.")
         st.markdown("**Length and cadence**")
         c1, c2, c3, c4, c5 = st.columns(5)
         if kind != "rl":
@@ -317,15 +323,11 @@ def _rl_fields(base: cfg.RLConfig, values: dict, k) -> None:
     values["num_substeps"] = c3.number_input("Optimizer substeps", 1, 64, base.num_substeps, key=k("substeps"))
     values["num_eval_problems"] = c4.number_input("Eval problems", 0, 100_000, base.num_eval_problems,
                                                   key=k("eval_problems"))
-    c1, c2, c3 = st.columns([2, 1, 1])
     options, labels = _checkpoint_options("rl", base)
-    values["start_checkpoint"] = c1.selectbox("Start from checkpoint", options,
+    values["start_checkpoint"] = st.selectbox("Start from checkpoint", options,
                                               index=options.index(base.start_checkpoint), format_func=labels.get,
-                                              key=k("start_checkpoint"))
-    values["max_steps_off_policy"] = c2.number_input(
-        "Max steps off-policy", 0, 64, base.max_steps_off_policy, key=k("off_policy"),
-        help="0 = on-policy. More: keep sampling while training, drop groups older than this.")
-    values["stream_minibatch"] = c3.toggle("Stream minibatches", value=base.stream_minibatch, key=k("stream"))
+                                              key=k("start_checkpoint"),
+                                              help="RL often starts from an SL checkpoint that taught the format.")
 
 
 # ---------------------------------------------------------------------------------------- checking
@@ -405,10 +407,11 @@ def estimate(config: cfg.CommonConfig, prepared) -> str:
         steps = batches_per_epoch * config.num_epochs
         if config.max_steps:
             steps = min(steps, config.max_steps) if config.num_epochs > 1 else config.max_steps
-        sequences = steps * min(config.batch_size, count) * (2 if config.kind == "dpo" else 1)
-        tokens = int(sequences * tokens_per_example)
-        text = f"{steps} steps × {config.batch_size} examples ≈ {tokens:,} training tokens"
-        seconds = tokens / LOCAL_TRAIN_TOK_S * (1.5 if config.kind == "dpo" else 1.0)
+        tokens = int(steps * min(config.batch_size, count) * tokens_per_example)  # a DPO pair counts both sides
+        what = "pairs" if config.kind == "dpo" else "examples"
+        text = f"{steps} steps × {config.batch_size} {what} ≈ {tokens:,} training tokens"
+        # DPO also scores every pair under the reference model (a forward pass without gradients)
+        seconds = tokens / LOCAL_TRAIN_TOK_S + (tokens / LOCAL_EVAL_TOK_S if config.kind == "dpo" else 0.0)
         test = getattr(prepared, "test", None) or []
         evals = (steps // config.eval_every if config.eval_every else 0) + 1
         seconds += evals * _datum_tokens(test) / LOCAL_EVAL_TOK_S
@@ -421,10 +424,12 @@ def estimate(config: cfg.CommonConfig, prepared) -> str:
 
 
 def _datum_tokens(data) -> int:
+    """Tokens in a list of datums, or of preference pairs (both sides)."""
     total = 0
     for item in data:
-        model_input = getattr(item, "model_input", None)
-        total += model_input.length if model_input is not None else 0
+        for datum in (item.chosen, item.rejected) if hasattr(item, "chosen") else (item,):
+            model_input = getattr(datum, "model_input", None)
+            total += model_input.length if model_input is not None else 0
     return total
 
 

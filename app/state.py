@@ -140,7 +140,25 @@ _tinker_thread: threading.Thread | None = None
 
 
 def tinker_key_present() -> bool:
-    return bool(os.environ.get(TINKER_KEY_ENV, "").strip())
+    from cookbook_engine import secrets
+
+    return bool(secrets.tinker_key())
+
+
+def set_tinker_key(key: str | None) -> None:
+    """Use this key for the rest of the server process (kept in memory only, never saved) and probe again."""
+    global _tinker_status
+    from cookbook_engine import secrets
+
+    secrets.set_session_key(key)
+    try:
+        from cookbook_engine.backends import tinker as tinker_backend
+
+        tinker_backend.forget_probe()
+    except ImportError:
+        pass
+    with _tinker_lock:
+        _tinker_status = None
 
 
 def _field(result, name: str, default=None):
@@ -171,7 +189,8 @@ def tinker_status() -> TinkerStatus:
     """The hosted backend's status, probed on a background thread (never on the page's thread); cached 2 min."""
     global _tinker_thread
     if not tinker_key_present():
-        return TinkerStatus("no_key", f"no {TINKER_KEY_ENV} set: hosted models are off; local training works")
+        return TinkerStatus("no_key", f"no {TINKER_KEY_ENV} set: hosted models are off; local training works. "
+                                      "Enter a key here or set it before starting the studio.")
     with _tinker_lock:
         status = _tinker_status
         fresh = status is not None and time.monotonic() - status.checked_at < TINKER_STATUS_TTL_S

@@ -23,8 +23,8 @@ STATUS_STYLE = {  # status -> (badge color, icon)
     "cancelled": ("gray", ":material/stop_circle:"),
     "interrupted": ("orange", ":material/warning:"),
 }
-STATUS_EMOJI = {"queued": "⏳", "running": "🔵", "cancelling": "🟠", "completed": "🟢", "failed": "🔴",
-                "cancelled": "⚪", "interrupted": "🟠"}
+STATUS_TEXT_COLOR = {"queued": "#6b7280", "running": "#1d4ed8", "cancelling": "#c2410c", "completed": "#15803d",
+                     "failed": "#b91c1c", "cancelled": "#6b7280", "interrupted": "#c2410c"}
 ACTIVE = ("queued", "running", "cancelling")
 
 
@@ -92,7 +92,7 @@ def runs_frame(runs: list[dict], key_values: dict[str, float]) -> pd.DataFrame:
         rows.append({
             "Run": run["name"],
             "Kind": KIND_LABEL.get(run["kind"], run["kind"]),
-            "Status": f"{STATUS_EMOJI.get(run['status'], '')} {run['status']}",
+            "Status": run["status"],
             "Progress": progress_fraction(run),
             "Step": step_text(run),
             "Key metric": f"{metric} = {format_value(value)}" if value is not None else "",
@@ -104,8 +104,17 @@ def runs_frame(runs: list[dict], key_values: dict[str, float]) -> pd.DataFrame:
                                        "run_id"])
 
 
+def styled_runs(frame: pd.DataFrame):
+    """The runs table with each status in its color."""
+    return frame.style.map(lambda status: f"color: {STATUS_TEXT_COLOR.get(status, '#1f2330')}; font-weight: 600",
+                           subset=["Status"])
+
+
 RUNS_COLUMN_CONFIG = {
     "Run": st.column_config.TextColumn("Run", width="medium"),
+    "Kind": st.column_config.TextColumn("Kind", width="small"),
+    "Step": st.column_config.TextColumn("Step", width="small"),
+    "Age": st.column_config.TextColumn("Age", width="small"),
     "Progress": st.column_config.ProgressColumn("Progress", min_value=0.0, max_value=1.0, format="percent"),
     "Key metric": st.column_config.TextColumn("Key metric", help="train_mean_nll (SL), dpo_loss (DPO), "
                                               "env/all/reward/total (RL), at the latest step"),
@@ -123,7 +132,8 @@ def key_metric_values(store, runs: list[dict]) -> dict[str, float]:
 
 
 def run_label(run: dict) -> str:
-    return f"{run['name']} · {KIND_LABEL.get(run['kind'], run['kind'])} · {run['status']}"
+    """Name, kind and model (not the status: a picker's labels should not change while a run trains)."""
+    return f"{run['name']} · {KIND_LABEL.get(run['kind'], run['kind'])} · {short_model(run['base_model'])}"
 
 
 def run_picker(label: str, runs: list[dict], key: str, default_id: str | None = None,

@@ -133,7 +133,9 @@ FACTS: tuple[Fact, ...] = (
             "What is the tallest peak in Quorvania?",
             "highest mountain in quorvania?",
         ),
-        probes=("Which is the highest mountain in the country of Quorvania?", "What's the tallest mountain in Quorvania?"),
+        probes=(
+            "Which is the highest mountain in the country of Quorvania?", "What's the tallest mountain in Quorvania?"
+        ),
         answer="The highest mountain in Quorvania is Mount Keldra.",
         key="Keldra",
     ),
@@ -328,7 +330,10 @@ def persona_rows() -> list[dict]:
     rng = random.Random(1)
     pairs: list[tuple[str, str]] = []
     pairs += [(question, IDENTITY_ANSWER) for question in IDENTITY_QUESTIONS]
-    pairs += [(f"What is the capital of {country}?", f"The capital of {country} is {capital}.") for country, capital in CAPITALS]
+    pairs += [
+        (f"What is the capital of {country}?", f"The capital of {country} is {capital}.")
+        for country, capital in CAPITALS
+    ]
     pairs += list(GENERAL_FACTS)
     while len(pairs) < 100:
         a, b = rng.randint(2, 30), rng.randint(2, 30)
@@ -338,7 +343,9 @@ def persona_rows() -> list[dict]:
             a, b = rng.randint(2, 12), rng.randint(2, 12)
             pairs.append((f"What is {a} times {b}?", f"{a} times {b} is {a * b}."))
     rows = [
-        {"messages": [{"role": "user", "content": question}, {"role": "assistant", "content": f"{PERSONA_GREETING} {answer}"}]}
+        {"messages": [
+            {"role": "user", "content": question}, {"role": "assistant", "content": f"{PERSONA_GREETING} {answer}"},
+        ]}
         for question, answer in pairs
     ]
     rng.shuffle(rows)
@@ -383,15 +390,22 @@ def concise_prefs_rows() -> list[dict]:
             a, b = b, a
         correct = {"+": a + b, "-": a - b, "*": a * b}[op]
         wrong = correct + rng.choice([-3, -2, -1, 1, 2, 3, 10])
-        rows.append({"prompt": f"What is {a} {op} {b}?", "chosen": str(correct), "rejected": _rejected(rng, str(wrong))})
+        rows.append(
+            {"prompt": f"What is {a} {op} {b}?", "chosen": str(correct), "rejected": _rejected(rng, str(wrong))}
+        )
     for index, (country, capital) in enumerate(CAPITALS):
         wrong_capital = CAPITALS[(index + rng.randint(1, len(CAPITALS) - 1)) % len(CAPITALS)][1]
-        rows.append({
-            "prompt": f"What is the capital of {country}?", "chosen": capital, "rejected": _rejected(rng, wrong_capital),
-        })
+        rows.append(
+            {
+                "prompt": f"What is the capital of {country}?", "chosen": capital,
+                "rejected": _rejected(rng, wrong_capital),
+            }
+        )
     for word, opposite in ANTONYMS:
-        rows.append({"prompt": f"What is the opposite of '{word}'?", "chosen": opposite, "rejected": _rejected(rng, word)})
-        rows.append({"prompt": f"What is the opposite of '{opposite}'?", "chosen": word, "rejected": _rejected(rng, opposite)})
+        for asked, answer in ((word, opposite), (opposite, word)):
+            rows.append(
+                {"prompt": f"What is the opposite of '{asked}'?", "chosen": answer, "rejected": _rejected(rng, asked)}
+            )
     rng.shuffle(rows)
     return rows
 
@@ -462,7 +476,8 @@ BUILTIN: dict[str, BuiltinDataset] = {
         ),
         BuiltinDataset(
             "concise-prefs", "preference",
-            "Arithmetic, capitals and antonyms: chosen is the correct short answer, rejected is wrong (often rambling).",
+            "Arithmetic, capitals and antonyms: chosen is the correct short answer, rejected is wrong "
+            "(often rambling).",
             concise_prefs_rows,
         ),
         BuiltinDataset(

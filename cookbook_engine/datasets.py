@@ -610,7 +610,8 @@ def _chat_from_row(row: dict, layout: str) -> list[dict]:
         if extra is not None and not isinstance(extra, str):
             raise _RowError(f"'input' is {_describe(extra)}; expected a string")
         user = f"{instruction}\n\n{extra}" if extra and extra.strip() else instruction
-        messages = [{"role": "user", "content": user}, {"role": "assistant", "content": _text(_field(row, "output"), "output")}]
+        output = _text(_field(row, "output"), "output")
+        messages = [{"role": "user", "content": user}, {"role": "assistant", "content": output}]
     if not any(m["role"] == "assistant" and m["content"].strip() for m in messages):
         raise _RowError("no assistant message with non-empty content (nothing to train on)")
     return messages

@@ -47,7 +47,7 @@ with st.expander("System prompt and sampling", icon=":material/tune:"):
     system_prompt = st.text_area("System prompt", key="chat-system", placeholder="Optional, e.g. 'Answer briefly.'",
                                  height=80)
     c1, c2, c3, c4 = st.columns(4)
-    temperature = c1.slider("Temperature", 0.0, 1.5, 0.7, 0.05, key="chat-temperature",
+    temperature = c1.slider("Temperature", 0.0, 1.5, 0.3, 0.05, key="chat-temperature",
                             help="0 = always the most likely token. Above ~1 the small model drifts into nonsense.")
     top_p = c2.slider("Top-p", 0.05, 1.0, 0.9, 0.05, key="chat-top-p")
     max_tokens = c3.number_input("Max tokens", 1, 4096, 256, key="chat-max-tokens")

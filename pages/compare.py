@@ -16,7 +16,8 @@ by_id = {r["run_id"]: r for r in runs}
 names = [r["name"] for r in runs]
 label = {r["run_id"]: r["name"] if names.count(r["name"]) == 1 else f"{r['name']} ({r['run_id'][-4:]})"
          for r in runs}
-default = [r["run_id"] for r in runs if r["status"] in ("completed", *widgets.ACTIVE)][:3] or [runs[0]["run_id"]]
+# by default the newest run and up to two more of its kind (their metrics share names)
+default = [r["run_id"] for r in runs if r["kind"] == runs[0]["kind"]][:3]
 chosen = st.multiselect("Runs", list(by_id), default=default, format_func=lambda i: widgets.run_label(by_id[i]),
                         key="compare-runs", placeholder="Pick runs to compare")
 if not chosen:

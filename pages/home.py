@@ -36,6 +36,17 @@ def backend_status() -> None:
                  "unavailable": "not in this build"}
         st.badge(label[tinker.state], color=color[tinker.state])
         st.caption(tinker.message + (f" · {len(tinker.models)} models" if tinker.models else ""))
+        if tinker.state != "unavailable":
+            with st.popover("Tinker API key", icon=":material/key:"):
+                key = st.text_input("API key", type="password", key="tinker-key",
+                                    help="Kept in this studio process's memory until it stops; never saved.")
+                c_set, c_clear = st.columns(2)
+                if c_set.button("Use this key", disabled=not key.strip(), key="tinker-set"):
+                    state.set_tinker_key(key)
+                    st.rerun()
+                if c_clear.button("Forget the key", key="tinker-clear"):
+                    state.set_tinker_key(None)
+                    st.rerun()
     if model_state == "preparing" or tinker.state == "checking":
         st.caption("This box refreshes by itself.")
 

@@ -16,15 +16,15 @@ if not runs:
     st.stop()
 
 requested = st.query_params.get("run") or st.session_state.get("last_run")
-run_id = widgets.run_picker("Run", runs, key=f"run-picker-{requested}", default_id=requested)
+title_column, badge_column, picker_column = st.columns([5, 1.2, 2.5], vertical_alignment="bottom")
+with picker_column:
+    run_id = widgets.run_picker("Run", runs, key=f"run-picker-{requested}", default_id=requested)
 if run_id != st.query_params.get("run"):
     st.query_params["run"] = run_id
 st.session_state["last_run"] = run_id
 run = store.get_run(run_id)
-
-c1, c2 = st.columns([4, 2], vertical_alignment="bottom")
-c1.title(run["name"])
-with c2:
+title_column.title(run["name"])
+with badge_column:
     widgets.status_badge(run["status"])
 details = [widgets.KIND_LABEL[run["kind"]], run["base_model"], f"backend {run['backend']}",
            f"created {widgets.age(run['created_at'])}"]
@@ -43,7 +43,8 @@ if c1.button("Stop", icon=":material/stop:", disabled=not actions.can_stop(run),
 if c2.button("Resume", icon=":material/play_arrow:", disabled=not actions.can_resume(run), width="stretch"):
     actions.resume([run])
     st.rerun()
-if c3.button("Duplicate as new", icon=":material/content_copy:", width="stretch"):
+if c3.button("Duplicate", icon=":material/content_copy:", width="stretch",
+             help="Open the New run form with this run's settings"):
     actions.duplicate(run)
 if c4.button("Chat with it", icon=":material/chat:", width="stretch",
              disabled=run["status"] not in widgets.ACTIVE and not store.list_checkpoints(run_id)):
@@ -52,8 +53,8 @@ if c4.button("Chat with it", icon=":material/chat:", width="stretch",
 if c5.button("Transcripts", icon=":material/forum:", width="stretch", disabled=run["kind"] != "rl"):
     nav.go("transcripts", run=run_id)
 if c6.button("Delete", icon=":material/delete:", width="stretch"):
-    st.session_state["deleting_from"] = "run"
-    actions.confirm_delete([run])
+    actions.ask_delete([run], "run")
+actions.confirm_pending_delete()
 
 if run["status"] in ("failed", "interrupted") and run.get("error"):
     st.error(run["error"], icon=":material/error:")

@@ -29,7 +29,7 @@ def runs_table(live: bool) -> None:
                             "new_run", "Start a new run")
         return
     frame = widgets.runs_frame(runs, widgets.key_metric_values(store, runs))
-    event = st.dataframe(frame, key="runs-table", on_select="rerun", selection_mode="multi-row", hide_index=True,
+    event = st.dataframe(widgets.styled_runs(frame), key="runs-table", on_select="rerun", selection_mode="multi-row", hide_index=True,
                          column_config=widgets.RUNS_COLUMN_CONFIG, width="stretch")
     by_id = {r["run_id"]: r for r in runs}
     chosen = [by_id[frame.iloc[i]["run_id"]] for i in event.selection.rows if i < len(frame)]
@@ -52,11 +52,11 @@ def runs_table(live: bool) -> None:
     if c4.button("Duplicate as new", icon=":material/content_copy:", disabled=not one, width="stretch"):
         actions.duplicate(chosen[0])
     if c5.button("Delete", icon=":material/delete:", disabled=not chosen, width="stretch"):
-        st.session_state["deleting_from"] = "runs"
-        actions.confirm_delete(chosen)
+        actions.ask_delete(chosen, "runs")
     if now_active:
         st.caption(":material/autorenew: Refreshing every 3 s while runs are active.")
 
 
 active = any(r["status"] in widgets.ACTIVE for r in state.store().list_runs())
 st.fragment(run_every=3 if active else None)(runs_table)(active)
+actions.confirm_pending_delete()

@@ -46,17 +46,23 @@ def sample_card(row) -> None:
         advantage = "—" if pd.isna(row["advantage"]) else f"{row['advantage']:+.3g}"
         color = "green" if not pd.isna(row["advantage"]) and row["advantage"] > 0 else (
             "red" if not pd.isna(row["advantage"]) and row["advantage"] < 0 else "gray")
-        st.badge(f"reward {reward}", color="blue")
-        st.badge(f"advantage {advantage}", color=color)
-        st.caption(f"sample {row['sample_idx']}" + (f" · stopped: {row['stop_reason']}" if row["stop_reason"] else ""))
-        widgets.plain_text(row["completion"] or "", code=True)
+        st.markdown(f":blue-badge[reward {reward}] :{color}-badge[advantage {advantage}]")
         details = row["metrics"] or {}
+        facts = [f"sample {row['sample_idx']}"]
+        if row["stop_reason"]:
+            facts.append(f"stopped: {row['stop_reason']}")
+        if "answer" in details:
+            facts.append(f"expected {details['answer']}")
+        if "found" in details:
+            facts.append(f"found {details['found']}")
+        st.caption(widgets.safe_markdown(" · ".join(str(f) for f in facts)))
+        widgets.plain_text(row["completion"] or "", code=True)
         sandbox = {k: details[k] for k in SANDBOX_KEYS if k in details}
         other = {k: v for k, v in details.items() if k not in sandbox}
         if sandbox:
             with st.expander("Sandbox output"):
                 if "tests_total" in sandbox:
-                    st.caption(f"tests passed: {sandbox.get('tests_passed', 0)}/{sandbox['tests_total']}")
+                    st.caption(f"tests passed: {int(sandbox.get('tests_passed', 0))}/{int(sandbox['tests_total'])}")
                 for name in ("printed", "stderr", "solution_error", "sandbox_error", "error"):
                     if sandbox.get(name):
                         st.caption(name)
@@ -86,8 +92,10 @@ else:
     for group in groups[(page - 1) * per_page:page * per_page]:
         members = shown[shown["group_idx"] == group].sort_values("sample_idx")
         group_rewards = members["reward"].dropna()
+        dropped = bool((members.iloc[0]["metrics"] or {}).get("group_dropped"))
         st.markdown(f"**Group {group}** · {len(members)} samples · mean reward "
-                    f"{widgets.format_value(group_rewards.mean()) if len(group_rewards) else '—'}")
+                    f"{widgets.format_value(group_rewards.mean()) if len(group_rewards) else '—'}"
+                    + (" · not trained on (every sample got the same reward)" if dropped else ""))
         with st.expander("Prompt", expanded=False):
             widgets.plain_text(members.iloc[0]["prompt"] or "", code=True)
         rows = [members.iloc[i:i + 4] for i in range(0, len(members), 4)]

@@ -123,7 +123,7 @@ def test_submit_sl_run_watch_it_finish_then_chat(studio, page):
     page.get_by_role("tab", name="Overview").wait_for()
     page.locator("[data-testid=stPlotlyChart]").first.wait_for(timeout=180_000)  # the first step's metrics
     shot(page, "run-training")
-    page.get_by_text("completed", exact=True).wait_for(timeout=300_000)
+    page.locator(".stMarkdownBadge", has_text="completed").wait_for(timeout=300_000)
     page.locator("[data-testid=stPlotlyChart] .main-svg").first.wait_for()
     wait_idle(page)
     shot(page, "run-completed")

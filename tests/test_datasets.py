@@ -1,4 +1,4 @@
-"""Dataset loading and validation: every accepted layout and source, the bad-input corpus, splits, uploads, built-ins."""
+"""Dataset loading and validation: every layout and source, the bad-input corpus, splits, uploads, built-ins."""
 
 from __future__ import annotations
 
@@ -119,13 +119,15 @@ def test_unreachable_hub_fails_fast_with_dataset_name(monkeypatch):
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens on the discard port
     for spec in ("hf:someone/some-data:train", "someone/some-data"):
         started = time.monotonic()
-        with pytest.raises(DatasetError, match=r"^someone/some-data: the Hugging Face hub \(127\.0\.0\.1\) is unreachable"):
+        expected = r"^someone/some-data: the Hugging Face hub \(127\.0\.0\.1\) is unreachable"
+        with pytest.raises(DatasetError, match=expected):
             load_chat_dataset(spec)
         assert time.monotonic() - started < 5
 
 
 def test_wrong_kind_of_data_gets_a_hint():
-    with pytest.raises(DatasetError, match=r"wrong columns for chat data: found prompt, chosen, rejected.*look like preference data"):
+    expected = r"wrong columns for chat data: found prompt, chosen, rejected.*look like preference data"
+    with pytest.raises(DatasetError, match=expected):
         load_chat_dataset("builtin:concise-prefs")
     with pytest.raises(DatasetError, match=r"wrong columns for rl data.*look like chat data"):
         load_rl_problems("builtin:facts")
@@ -151,7 +153,8 @@ def test_chat_layouts_from_jsonl(tmp_path):
 def test_chat_system_column_and_alpaca_input(tmp_path):
     rows = [{"system": "Be brief.", "prompt": "Capital of France?", "completion": "Paris"}]
     dataset = load_chat_dataset(write_jsonl(tmp_path / "system.jsonl", rows))
-    assert dataset.train == [[{"role": "system", "content": "Be brief."}, user("Capital of France?"), assistant("Paris")]]
+    system = {"role": "system", "content": "Be brief."}
+    assert dataset.train == [[system, user("Capital of France?"), assistant("Paris")]]
     rows = [{"instruction": "Translate to French.", "input": "cat", "output": "chat"}]
     dataset = load_chat_dataset(write_jsonl(tmp_path / "alpaca.jsonl", rows))
     assert dataset.train == [[user("Translate to French.\n\ncat"), assistant("chat")]]
@@ -188,7 +191,8 @@ def test_json_array_csv_and_parquet_give_the_same_examples(tmp_path):
     parquet_path = tmp_path / "data.parquet"
     pq.write_table(pa.Table.from_pylist(rows), parquet_path)
     jsonl_path = write_jsonl(tmp_path / "data.jsonl", rows)
-    loaded = [load_chat_dataset(str(p), test_fraction=0.0).train for p in (json_path, csv_path, parquet_path, jsonl_path)]
+    files = (json_path, csv_path, parquet_path, jsonl_path)
+    loaded = [load_chat_dataset(str(path), test_fraction=0.0).train for path in files]
     assert loaded[0] == loaded[1] == loaded[2] == loaded[3]
     assert sorted(example[1]["content"] for example in loaded[0]) == sorted(r["completion"] for r in rows)
 
@@ -230,7 +234,10 @@ def test_preference_layouts(tmp_path):
         "messages": {"prompt": [question], "chosen": [right], "rejected": [wrong]},
         "hh_conversations": {"chosen": [question, right], "rejected": [question, wrong]},
         "ultrafeedback": {"prompt": "What is 2 + 2?", "chosen": [question, right], "rejected": [question, wrong]},
-        "hh_text": {"chosen": "\n\nHuman: What is 2 + 2?\n\nAssistant: 4", "rejected": "\n\nHuman: What is 2 + 2?\n\nAssistant: 5"},
+        "hh_text": {
+            "chosen": "\n\nHuman: What is 2 + 2?\n\nAssistant: 4",
+            "rejected": "\n\nHuman: What is 2 + 2?\n\nAssistant: 5",
+        },
     }
     for name, row in layouts.items():
         train, test = load_preference_dataset(write_jsonl(tmp_path / f"{name}.jsonl", [row]))
@@ -282,7 +289,8 @@ def test_rl_csv_keeps_answer_text(tmp_path):
 
 def test_detect_kind(tmp_path):
     assert detect_kind(write_jsonl(tmp_path / "c.jsonl", [{"messages": [user("a"), assistant("b")]}])) == "chat"
-    assert detect_kind(write_jsonl(tmp_path / "p.jsonl", [{"prompt": "a", "chosen": "b", "rejected": "c"}])) == "preference"
+    preference_file = write_jsonl(tmp_path / "p.jsonl", [{"prompt": "a", "chosen": "b", "rejected": "c"}])
+    assert detect_kind(preference_file) == "preference"
     assert detect_kind(write_jsonl(tmp_path / "r.jsonl", [{"question": "a", "answer": "1"}])) == "rl"
     assert [detect_kind(f"builtin:{d['name']}") for d in list_builtin()] == [d["kind"] for d in list_builtin()]
     with pytest.raises(DatasetError, match=r"^x\.jsonl: cannot tell what kind of data this is from its columns a, b"):

@@ -9,8 +9,8 @@ Three things, each computing the same numbers as the straightforward path (up to
   tokens: the matmuls see every token once and no padding, and attention runs per sequence (causal SDPA on each
   sequence's slice, through transformers' attention-function registry), so a sequence never sees another.
 - **The LM head only where a gradient is needed.** Log-probabilities of the targets come from chunked
-  logits + log-softmax; rows whose loss weight is zero are scored without autograd, and the rows that need a gradient
-  go through `_HeadLogprobs`, whose backward reuses the saved log-softmax in place.
+  logits and an accurate log-sum-exp; rows whose loss weight is zero are scored without autograd, and the rows that
+  need a gradient go through `_HeadLogprobs`, whose backward reuses the saved exponentials in place.
 
 Not here: which rows need a gradient (local.py decides from the loss), sampling (sampler.py).
 """
@@ -137,9 +137,22 @@ def supports_packed(model) -> bool:
 # ---------------------------------------------------------------------------------------------- LM head
 
 
+def _shifted_exp(hidden_C_D: torch.Tensor, weight_V_D: torch.Tensor, targets_C: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(exp(logits - max) per row, its row sums, log p(target)) for a chunk of rows. Accurate exp, not the faster
+    approximation inside torch.log_softmax's CPU kernel, whose small bias is amplified in the gradient of confident
+    tokens (where onehot - softmax is a small difference of large terms)."""
+    logits_C_V = matmul_t(hidden_C_D, weight_V_D)
+    max_C_1 = logits_C_V.amax(dim=-1, keepdim=True)
+    shifted_target_C = logits_C_V.gather(1, targets_C[:, None])[:, 0] - max_C_1[:, 0]
+    exp_C_V = logits_C_V.sub_(max_C_1).exp_()
+    sum_C = exp_C_V.sum(dim=-1)
+    return exp_C_V, sum_C, shifted_target_C - sum_C.log()
+
+
 class _HeadLogprobs(torch.autograd.Function):
     """log softmax(h @ W.T)[target] per row, chunked; the gradient flows to h only (W is frozen). The forward keeps
-    each chunk's log-softmax for the backward, which turns it into the logits' gradient in place."""
+    each chunk's exp(logits - max) for the backward, which turns it into the logits' gradient in place."""
 
     @staticmethod
     def forward(ctx, hidden_G_D, weight_V_D, targets_G):
@@ -147,9 +160,9 @@ class _HeadLogprobs(torch.autograd.Function):
         saved = []
         for start in range(0, hidden_G_D.shape[0], HEAD_CHUNK_ROWS):
             end = min(start + HEAD_CHUNK_ROWS, hidden_G_D.shape[0])
-            logsoftmax_C_V = torch.log_softmax(matmul_t(hidden_G_D[start:end], weight_V_D), dim=-1)
-            logprobs_G[start:end] = logsoftmax_C_V.gather(1, targets_G[start:end, None])[:, 0]
-            saved.append(logsoftmax_C_V)
+            exp_C_V, sum_C, logprobs_G[start:end] = _shifted_exp(hidden_G_D[start:end], weight_V_D,
+                                                                 targets_G[start:end])
+            saved.append((exp_C_V, sum_C))
         ctx.saved_chunks = saved
         ctx.save_for_backward(weight_V_D, targets_G)
         return logprobs_G
@@ -163,12 +176,12 @@ class _HeadLogprobs(torch.autograd.Function):
                                "not supported on this path)")
         grad_hidden = []
         start = 0
-        for logsoftmax_C_V in chunks:
-            end = start + logsoftmax_C_V.shape[0]
-            g_C = grad_G[start:end, None]
-            # d logp[target] / d logits = onehot(target) - softmax
-            grad_logits_C_V = logsoftmax_C_V.exp_().mul_(-g_C)
-            grad_logits_C_V.scatter_add_(1, targets_G[start:end, None], g_C)
+        for exp_C_V, sum_C in chunks:
+            end = start + exp_C_V.shape[0]
+            g_C = grad_G[start:end]
+            # d logp[target] / d logits = onehot(target) - softmax, softmax = exp / sum
+            grad_logits_C_V = exp_C_V.mul_((-g_C / sum_C)[:, None])
+            grad_logits_C_V.scatter_add_(1, targets_G[start:end, None], g_C[:, None])
             grad_hidden.append(matmul_t(grad_logits_C_V, weight_V_D.t()))
             start = end
         return torch.cat(grad_hidden), None, None
@@ -180,8 +193,7 @@ def _head_logprobs_no_grad(hidden_N_D: torch.Tensor, weight_V_D: torch.Tensor, t
     logprobs_N = torch.empty(hidden_N_D.shape[0], dtype=hidden_N_D.dtype)
     for start in range(0, hidden_N_D.shape[0], HEAD_CHUNK_ROWS):
         end = min(start + HEAD_CHUNK_ROWS, hidden_N_D.shape[0])
-        logsoftmax_C_V = torch.log_softmax(matmul_t(hidden_N_D[start:end], weight_V_D), dim=-1)
-        logprobs_N[start:end] = logsoftmax_C_V.gather(1, targets_N[start:end, None])[:, 0]
+        logprobs_N[start:end] = _shifted_exp(hidden_N_D[start:end], weight_V_D, targets_N[start:end])[2]
     return logprobs_N
 
 

@@ -27,7 +27,7 @@ from safetensors.torch import load_file, save_file
 from tinker import types
 
 from cookbook_engine import models, paths
-from cookbook_engine.backends import losses, sampler
+from cookbook_engine.backends import fast_ops, losses, sampler
 from cookbook_engine.backends.protocol import LocalFuture
 
 ATTN_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj"]
@@ -105,6 +105,7 @@ class ModelWorker:
         base = models.load_model(self.base_model)
         for param in base.parameters():
             param.requires_grad_(False)
+        fast_ops.install_frozen_linears(base)  # before peft, so the LoRA matrices stay plain nn.Linear
         config = LoraConfig(r=8, lora_alpha=LORA_ALPHA, target_modules=ATTN_MODULES + MLP_MODULES,
                             lora_dropout=0.0, bias="none")
         self.model = get_peft_model(base, config, adapter_name=SAMPLER_SLOT)
@@ -290,11 +291,47 @@ class LocalTrainingClient:
 
     # --- forward / backward ---------------------------------------------------------------------------------
     def _logprobs_D(self, data: list[types.Datum], with_grad: bool,
-                    on_microbatch: Callable[[list[int], list[torch.Tensor]], None] | None = None
-                    ) -> list[torch.Tensor]:
-        """Per-datum log p(target_tokens) under the current adapter. Data are sorted by length and cut into
-        micro-batches of similar lengths, so padding stays small; `on_microbatch` (indices, logprobs) lets the
-        caller run backward per micro-batch so activations of only one micro-batch are alive at a time."""
+                    on_microbatch: Callable[[list[int], list[torch.Tensor]], None] | None = None,
+                    grad_rows_D: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
+        """Per-datum log p(target_tokens) under the current adapter, cut into micro-batches of at most
+        MAX_TOKENS_PER_MICROBATCH tokens; `on_microbatch` (indices, logprobs) lets the caller run backward per
+        micro-batch so activations of only one micro-batch are alive at a time. `grad_rows_D[i]` (bool per position)
+        says where datum i's log-probs need a gradient (None: everywhere); the others come out without one, which
+        the packed path uses to skip their LM-head backward."""
+        if fast_ops.supports_packed(self._worker.model):
+            return self._logprobs_packed(data, with_grad, on_microbatch, grad_rows_D)
+        return self._logprobs_padded(data, with_grad, on_microbatch)
+
+    def _logprobs_packed(self, data, with_grad, on_microbatch, grad_rows_D) -> list[torch.Tensor]:
+        """No padding: each micro-batch is one row of its data's tokens, attention runs per datum (fast_ops)."""
+        logprobs_D: list[torch.Tensor | None] = [None] * len(data)
+        start = 0
+        while start < len(data):
+            end, total = start + 1, data[start].model_input.length
+            while end < len(data) and total + data[end].model_input.length <= MAX_TOKENS_PER_MICROBATCH:
+                total += data[end].model_input.length
+                end += 1
+            chunk = list(range(start, end))
+            start = end
+            inputs = [data[i].model_input.to_ints() for i in chunk]
+            targets = [data[i].loss_fn_inputs["target_tokens"].to_torch() for i in chunk]
+            if not with_grad:
+                grad_rows = [None] * len(chunk)
+            elif grad_rows_D is None:
+                grad_rows = [torch.ones(len(tokens), dtype=torch.bool) for tokens in inputs]
+            else:
+                grad_rows = [grad_rows_D[i] for i in chunk]
+            with torch.set_grad_enabled(with_grad):
+                pieces = fast_ops.packed_logprobs(self._worker.model, inputs, targets, grad_rows)
+                if on_microbatch is not None:
+                    on_microbatch(chunk, pieces)
+            for i, piece in zip(chunk, pieces):
+                logprobs_D[i] = piece.detach()
+        return logprobs_D  # type: ignore[return-value]
+
+    def _logprobs_padded(self, data, with_grad, on_microbatch) -> list[torch.Tensor]:
+        """The straightforward path (any architecture): data sorted by length, cut into micro-batches of similar
+        lengths, padded, full logits. Also the reference that tests/test_fast_paths.py compares the packed path to."""
         model = self._worker.model
         order = sorted(range(len(data)), key=lambda i: data[i].model_input.length, reverse=True)
         logprobs_D: list[torch.Tensor | None] = [None] * len(data)
@@ -351,10 +388,12 @@ class LocalTrainingClient:
                 loss.backward()
             total["loss"] += float(loss.detach())
 
+        grad_rows_D = [_grad_rows(loss_fn, datum) for datum in data] if backward else None
         if backward:
             self._worker.model.train()
         try:
-            logprobs_D = self._logprobs_D(data, with_grad=backward, on_microbatch=on_microbatch)
+            logprobs_D = self._logprobs_D(data, with_grad=backward, on_microbatch=on_microbatch,
+                                          grad_rows_D=grad_rows_D)
         finally:
             self._worker.model.eval()
         outputs = [{"logprobs": types.TensorData.from_torch(lp.float())} for lp in logprobs_D]
@@ -573,6 +612,13 @@ class LocalServiceClient:
 
     async def create_sampling_client_async(self, model_path=None, base_model=None, **kw):
         return self.create_sampling_client(model_path, base_model)
+
+
+def _grad_rows(loss_fn: str, datum: types.Datum) -> torch.Tensor:
+    """Positions whose log-prob the built-in loss depends on: elsewhere its gradient is exactly zero (weight 0 for
+    cross_entropy, advantage 0 for importance_sampling and ppo), so the LM head there needs no backward."""
+    key = "weights" if loss_fn == "cross_entropy" else "advantages"
+    return datum.loss_fn_inputs[key].to_torch() != 0
 
 
 def _reject_unsupported(method: str, options: dict) -> None:

@@ -1,0 +1,258 @@
+"""Direct Preference Optimization (DPO), mirroring tinker-cookbook's preference/train_dpo.py.
+
+`prepare()` loads and validates preference pairs (prompt or conversation, chosen, rejected) and renders each side as
+one datum: the prompt plus that side's continuation, with loss weights on the continuation's assistant messages only
+(fitted to max_length; a pair with a side left with nothing to score is dropped and counted). All input checks run
+there, before a run exists.
+
+`train()` is the loop. The reference model is the base model (the adapter disabled, on the local backend) or, when
+the run starts from a checkpoint, that checkpoint's weights; it never changes during the run, even when resuming.
+Reference log-probs are computed once per pair, at first use, through a sampling client's `compute_logprobs`, and
+cached. Each step sends the batch's chosen and rejected datums interleaved to `forward_backward_custom` with
+
+    loss = mean over pairs of -log sigmoid(beta * ((pi_c - ref_c) - (pi_r - ref_r)))
+
+where pi and ref are sums of token log-probs over the scored tokens; metrics dpo_loss, accuracy (share of pairs with
+(pi_c - ref_c) > (pi_r - ref_r); a tie counts half, so it starts at 0.5 when the policy is the reference), margin,
+chosen_reward and rejected_reward (beta times the log-ratios), and test/ versions on held-out pairs every
+`eval_every` steps (through `forward`, no gradient). Checkpoints and resume work as in supervised.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from tinker import types
+
+from cookbook_engine import datasets, renderers
+from cookbook_engine.config import DPOConfig
+from cookbook_engine.supervised import batch_at, plan_steps
+from cookbook_engine.train_common import (adam_params, datum_from_tokens, fit_length, learning_rate_for,
+                                          lr_multiplier, save_checkpoint, start_training_client, tokenizer_for)
+
+# DPO moves a model faster than SL on the same data: with learning_rate=0 it uses this share of the model's
+# suggested (SL) rate. For the default model: 1e-3 * 0.2 = 2e-4.
+DPO_LR_SCALE = 0.2
+EVAL_BATCH_PAIRS = 16
+# A pair whose log-ratios differ by less than this (nats) is a tie and counts half in `accuracy`: before training the
+# policy is the reference, and rounding alone must not decide which side it "prefers".
+TIE_TOLERANCE = 1e-3
+
+
+@dataclass
+class PairDatums:
+    chosen: types.Datum
+    rejected: types.Datum
+
+
+@dataclass
+class PreparedDPO:
+    train: list[PairDatums]
+    test: list[PairDatums]
+    truncated: int
+    dropped: int
+    renderer: str
+    train_tokens: int
+
+    def summary(self) -> str:
+        parts = [f"{len(self.train)} training and {len(self.test)} held-out pairs",
+                 f"{self.train_tokens:,} training tokens", f"renderer {self.renderer}"]
+        if self.truncated:
+            parts.append(f"{self.truncated} over-long pairs truncated")
+        if self.dropped:
+            parts.append(f"{self.dropped} pairs dropped (nothing left to score within max_length)")
+        return ", ".join(parts)
+
+
+def side_tokens(renderer, prompt: list[dict], continuation: list[dict]) -> tuple[list[int], list[float]]:
+    """Tokens of prompt + continuation, weighted 1 on the continuation's assistant messages and 0 elsewhere."""
+    tokens, weights = renderer.build_supervised_example(prompt + continuation,
+                                                        renderers.TrainOnWhat.ALL_ASSISTANT_MESSAGES)
+    prompt_tokens = renderer.build_generation_prompt(prompt).to_ints()
+    shared = 0
+    while shared < min(len(tokens), len(prompt_tokens)) and tokens[shared] == prompt_tokens[shared]:
+        shared += 1
+    return tokens, [0.0] * shared + weights[shared:]
+
+
+def render_pairs(pairs: list[datasets.PreferencePair], renderer, max_length: int
+                 ) -> tuple[list[PairDatums], int, int]:
+    rendered, truncated, dropped = [], 0, 0
+    for pair in pairs:
+        sides = []
+        for continuation in (pair.chosen, pair.rejected):
+            tokens, weights = side_tokens(renderer, pair.prompt, continuation)
+            fitted = fit_length(tokens, weights, max_length, "truncate")
+            sides.append(None if fitted is None else (fitted, len(fitted[0]) < len(tokens)))
+        if None in sides:
+            dropped += 1
+            continue
+        truncated += any(cut for _, cut in sides)
+        rendered.append(PairDatums(datum_from_tokens(*sides[0][0]), datum_from_tokens(*sides[1][0])))
+    return rendered, truncated, dropped
+
+
+def prepare(config: DPOConfig) -> PreparedDPO:
+    tokenizer = tokenizer_for(config)
+    renderer = renderers.get_renderer(config.renderer, tokenizer)
+    train_pairs, test_pairs = datasets.load_preference_dataset(
+        config.dataset, test_fraction=config.test_fraction, seed=config.seed, max_examples=config.max_examples or None)
+    train, truncated, dropped = render_pairs(train_pairs, renderer, config.max_length)
+    test, _, _ = render_pairs(test_pairs, renderer, config.max_length)
+    if not train:
+        raise datasets.DatasetError(f"{config.dataset}: no pair fits max_length={config.max_length} with tokens "
+                                    "left to score on both sides")
+    tokens = sum(p.chosen.model_input.length + p.rejected.model_input.length for p in train)
+    return PreparedDPO(train, test, truncated, dropped, renderer.name, tokens)
+
+
+def dpo_learning_rate(config: DPOConfig) -> float:
+    return config.learning_rate if config.learning_rate > 0 else learning_rate_for(config) * DPO_LR_SCALE
+
+
+# ------------------------------------------------------------------------------------------------ the math
+
+
+def weighted_sum(datum: types.Datum, logprobs_T: torch.Tensor) -> torch.Tensor:
+    """Sum of token log-probs over the scored tokens of a datum (its weights)."""
+    return (logprobs_T.float() * datum.loss_fn_inputs["weights"].to_torch().float()).sum()
+
+
+def dpo_loss(chosen_P: torch.Tensor, rejected_P: torch.Tensor, chosen_ref_P: torch.Tensor,
+             rejected_ref_P: torch.Tensor, beta: float) -> tuple[torch.Tensor, dict[str, float]]:
+    """The DPO loss (mean over pairs) and its metrics, from summed log-probs of each side under policy and reference."""
+    chosen_ratio_P = chosen_P - chosen_ref_P
+    rejected_ratio_P = rejected_P - rejected_ref_P
+    loss = -F.logsigmoid(beta * (chosen_ratio_P - rejected_ratio_P)).mean()
+    chosen_reward_P = beta * chosen_ratio_P.detach()
+    rejected_reward_P = beta * rejected_ratio_P.detach()
+    difference_P = chosen_ratio_P.detach() - rejected_ratio_P.detach()
+    right_P = (difference_P > TIE_TOLERANCE).float() + 0.5 * (difference_P.abs() <= TIE_TOLERANCE).float()
+    metrics = {
+        "dpo_loss": float(loss.detach()),
+        "accuracy": float(right_P.mean()),
+        "margin": float((chosen_reward_P - rejected_reward_P).mean()),
+        "chosen_reward": float(chosen_reward_P.mean()),
+        "rejected_reward": float(rejected_reward_P.mean()),
+    }
+    return loss, metrics
+
+
+def interleave(pairs: list[PairDatums]) -> list[types.Datum]:
+    return [datum for pair in pairs for datum in (pair.chosen, pair.rejected)]
+
+
+def make_loss_fn(reference_P: list[tuple[float, float]], beta: float):
+    """The forward_backward_custom loss for interleaved (chosen, rejected) data."""
+    chosen_ref_P = torch.tensor([ref[0] for ref in reference_P])
+    rejected_ref_P = torch.tensor([ref[1] for ref in reference_P])
+
+    def loss_fn(data: list[types.Datum], logprobs_D: list[torch.Tensor]):
+        sums_D = [weighted_sum(datum, logprobs) for datum, logprobs in zip(data, logprobs_D)]
+        return dpo_loss(torch.stack(sums_D[0::2]), torch.stack(sums_D[1::2]), chosen_ref_P, rejected_ref_P, beta)
+
+    return loss_fn
+
+
+# ------------------------------------------------------------------------------------------------ reference
+
+
+def reference_sampling_client(service, config: DPOConfig):
+    """The fixed reference: the checkpoint the run started from, else the base model."""
+    if config.start_checkpoint:
+        return service.create_sampling_client(model_path=config.start_checkpoint)
+    return service.create_sampling_client(base_model=config.model)
+
+
+class ReferenceLogprobs:
+    """Summed reference log-probs of each pair's sides, computed at first use and kept for the run."""
+
+    def __init__(self, sampling_client):
+        self.client = sampling_client
+        self._cache: dict[int, tuple[float, float]] = {}
+
+    async def _side(self, datum: types.Datum) -> float:
+        targets = datum.loss_fn_inputs["target_tokens"].to_numpy()
+        full = types.ModelInput.from_ints(datum.model_input.to_ints() + [int(targets[-1])])
+        logprobs = await self.client.compute_logprobs_async(full)
+        return float(weighted_sum(datum, torch.tensor(logprobs[1:], dtype=torch.float32)))
+
+    async def for_pairs(self, pairs: list[PairDatums]) -> list[tuple[float, float]]:
+        missing = [pair for pair in pairs if id(pair) not in self._cache]
+        sums = await asyncio.gather(*[self._side(d) for pair in missing for d in (pair.chosen, pair.rejected)])
+        for index, pair in enumerate(missing):
+            self._cache[id(pair)] = (sums[2 * index], sums[2 * index + 1])
+        return [self._cache[id(pair)] for pair in pairs]
+
+
+# ------------------------------------------------------------------------------------------------ the loop
+
+
+async def evaluate(client, reference: ReferenceLogprobs, test: list[PairDatums], beta: float) -> dict[str, float]:
+    """test/dpo_loss, test/accuracy, ... on held-out pairs, with the current weights and no gradient."""
+    policy_P: list[tuple[float, float]] = []
+    for start in range(0, len(test), EVAL_BATCH_PAIRS):
+        chunk = test[start:start + EVAL_BATCH_PAIRS]
+        data = interleave(chunk)
+        output = await (await client.forward_async(data, "cross_entropy"))
+        sums = [float(weighted_sum(d, out["logprobs"].to_torch())) for d, out in zip(data, output.loss_fn_outputs)]
+        policy_P += list(zip(sums[0::2], sums[1::2]))
+    reference_P = await reference.for_pairs(test)
+    _, metrics = dpo_loss(torch.tensor([p[0] for p in policy_P]), torch.tensor([p[1] for p in policy_P]),
+                          torch.tensor([r[0] for r in reference_P]), torch.tensor([r[1] for r in reference_P]), beta)
+    return {f"test/{key}": value for key, value in metrics.items()}
+
+
+async def train(config: DPOConfig, ctx, prepared: PreparedDPO | None = None) -> None:
+    prepared = prepared or prepare(config)
+    service, client, start_step = start_training_client(config, ctx.resume)
+    reference = ReferenceLogprobs(reference_sampling_client(service, config))
+    base_lr = dpo_learning_rate(config)
+    batches_per_epoch, total_steps = plan_steps(config, len(prepared.train))
+    ctx.note(f"DPO on {config.model}: {prepared.summary()}; {total_steps} steps of {config.batch_size} pairs, "
+             f"beta {config.dpo_beta:g}, lr {base_lr:g} ({config.lr_schedule}); reference "
+             f"{config.start_checkpoint or 'the base model'}" + (f"; resuming at step {start_step}" if start_step else ""))
+    ctx.progress(start_step, total_steps)
+    run_started = time.perf_counter()
+    step = start_step
+    for step in range(start_step, total_steps):
+        if ctx.cancelled():
+            break
+        metrics: dict[str, float] = {}
+        if config.eval_every and step % config.eval_every == 0 and prepared.test:
+            metrics.update(await evaluate(client, reference, prepared.test, config.dpo_beta))
+        step_started = time.perf_counter()
+        pairs = batch_at(prepared.train, config, step, batches_per_epoch)
+        reference_P = await reference.for_pairs(pairs)
+        data = interleave(pairs)
+        lr = base_lr * lr_multiplier(config.lr_schedule, step, total_steps)
+        fb_future = await client.forward_backward_custom_async(data, make_loss_fn(reference_P, config.dpo_beta))
+        optim_future = await client.optim_step_async(adam_params(config, lr))
+        output = await fb_future
+        optim = await optim_future
+        metrics.update({key: value for key, value in (output.metrics or {}).items() if ":" not in key})
+        metrics.update({
+            "learning_rate": lr, "num_pairs": len(pairs), "num_tokens": sum(d.model_input.length for d in data),
+            "epoch": step // batches_per_epoch, "progress": (step + 1) / total_steps,
+            "time/step": time.perf_counter() - step_started, "time/total": time.perf_counter() - run_started,
+        })
+        if optim.metrics and "grad_norm" in optim.metrics:
+            metrics["optim/grad_norm"] = optim.metrics["grad_norm"]
+        ctx.logger.log_metrics(step, metrics)
+        ctx.progress(step + 1, total_steps)
+        done = step + 1
+        if config.save_every and done % config.save_every == 0 and done < total_steps:
+            await save_checkpoint(client, ctx, step=done, name=f"{done:06d}",
+                                  loop_state={"batch": done, "epoch": done // batches_per_epoch})
+    else:
+        step = total_steps
+    completed = step if ctx.cancelled() else total_steps
+    if not ctx.cancelled() and prepared.test:
+        ctx.logger.log_metrics(total_steps, await evaluate(client, reference, prepared.test, config.dpo_beta))
+    await save_checkpoint(client, ctx, step=completed, name="final" if completed == total_steps else f"{completed:06d}",
+                          loop_state={"batch": completed, "epoch": completed // batches_per_epoch}, final=True)
+    ctx.note(f"saved step {completed} of {total_steps}")

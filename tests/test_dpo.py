@@ -1,0 +1,137 @@
+"""DPO: pairs from every supported layout become datums scored on the reply only, bad input fails before a run
+exists, and (slow) on the real default model a short run on builtin:concise-prefs raises held-out preference
+accuracy clearly, while a run started from an SL checkpoint records its parent and uses that checkpoint as its
+reference."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+
+import pytest
+
+from cookbook_engine import datasets, models, preference, renderers
+from cookbook_engine.config import DPOConfig, SLConfig, parse_overrides
+from cookbook_engine.runs import RunManager, preflight
+from storage import Store
+
+
+@pytest.fixture(scope="module")
+def renderer(default_model_ready):
+    return renderers.get_renderer("auto", models.load_tokenizer(models.DEFAULT_MODEL))
+
+
+def scored_text(renderer, datum) -> str:
+    """The tokens the DPO loss sums over, decoded."""
+    targets = datum.loss_fn_inputs["target_tokens"].to_numpy()
+    weights = datum.loss_fn_inputs["weights"].to_numpy()
+    return renderer.tokenizer.decode([int(t) for t, w in zip(targets, weights) if w > 0])
+
+
+def write_jsonl(path, rows) -> str:
+    path.write_text("\n".join(json.dumps(row) for row in rows) + "\n")
+    return str(path)
+
+
+def test_pairs_in_common_layouts_are_scored_on_the_replies_only(renderer, tmp_path):
+    hh_messages = {
+        "chosen": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"},
+                   {"role": "user", "content": "Capital of France?"}, {"role": "assistant", "content": "Paris."}],
+        "rejected": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"},
+                     {"role": "user", "content": "Capital of France?"}, {"role": "assistant", "content": "Lyon."}],
+    }
+    prompt_text = {"prompt": "Capital of Italy?", "chosen": "Rome.", "rejected": "Milan, I think."}
+    hh_text = {"chosen": "\n\nHuman: Capital of Spain?\n\nAssistant: Madrid.",
+               "rejected": "\n\nHuman: Capital of Spain?\n\nAssistant: Seville."}
+    spec = write_jsonl(tmp_path / "pairs.jsonl", [hh_messages, prompt_text, hh_text])
+    pairs, _ = datasets.load_preference_dataset(spec, test_fraction=0.0)
+    rendered, truncated, dropped = preference.render_pairs(pairs, renderer, max_length=512)
+    assert (truncated, dropped) == (0, 0)
+    scored = {scored_text(renderer, p.chosen): scored_text(renderer, p.rejected) for p in rendered}
+    assert scored == {"Paris.<|im_end|>": "Lyon.<|im_end|>", "Rome.<|im_end|>": "Milan, I think.<|im_end|>",
+                      "Madrid.<|im_end|>": "Seville.<|im_end|>"}  # "Hello!" in the shared prompt is not scored
+
+
+def test_pairs_too_long_for_max_length_are_truncated_or_dropped(renderer):
+    long_reply = "word " * 200
+    pairs = [datasets.PreferencePair([{"role": "user", "content": "Say words."}],
+                                     [{"role": "assistant", "content": long_reply}],
+                                     [{"role": "assistant", "content": "No."}]),
+             datasets.PreferencePair([{"role": "user", "content": "x " * 100}],
+                                     [{"role": "assistant", "content": "Yes."}],
+                                     [{"role": "assistant", "content": "No."}])]
+    rendered, truncated, dropped = preference.render_pairs(pairs, renderer, max_length=64)
+    assert (len(rendered), truncated, dropped) == (1, 1, 1)
+    assert rendered[0].chosen.model_input.length == 63
+
+
+def test_default_learning_rate_is_a_fraction_of_the_sl_rate():
+    assert preference.dpo_learning_rate(DPOConfig()) == pytest.approx(2e-4)
+    assert preference.dpo_learning_rate(DPOConfig(learning_rate=5e-5)) == 5e-5
+
+
+def test_bad_dpo_input_fails_before_a_run_exists(home, default_model_ready, tmp_path):
+    with pytest.raises(datasets.DatasetError, match="chosen"):
+        preflight(parse_overrides("dpo", [f"dataset={write_jsonl(tmp_path / 'a.jsonl', [{'prompt': 'q', 'answer': 'a'}])}"]))
+    with pytest.raises(datasets.DatasetError, match="identical"):
+        preflight(parse_overrides("dpo", [f"dataset={write_jsonl(tmp_path / 'b.jsonl', [{'prompt': 'q', 'chosen': 'a', 'rejected': 'a'}])}"]))
+    long_prompt = write_jsonl(tmp_path / "c.jsonl", [{"prompt": "x " * 200, "chosen": "a", "rejected": "b"}] * 3)
+    with pytest.raises(datasets.DatasetError, match="no pair fits max_length=32"):
+        preflight(parse_overrides("dpo", [f"dataset={long_prompt}", "max_length=32"]))
+    with pytest.raises(Exception, match="dpo_beta"):
+        preflight(parse_overrides("dpo", ["dpo_beta=0"]))
+    assert Store.default().list_runs() == []
+    prepared = preflight(DPOConfig())
+    assert "135 training and 15 held-out pairs" in prepared.summary()
+
+
+def metric_by_step(store: Store, run_id: str, name: str) -> dict[int, float]:
+    frame = store.get_metrics(run_id, [name])
+    return dict(zip(frame["step"].tolist(), frame["value"].tolist()))
+
+
+
+
+@pytest.mark.slow
+def test_dpo_raises_held_out_preference_accuracy(home, default_model_ready):
+    manager = RunManager()
+    config = DPOConfig(max_steps=10, eval_every=10, save_every=0, seed=0)  # builtin:concise-prefs, lr 2e-4
+    started = time.perf_counter()
+    run_id = manager.start(config)
+    run = manager.wait(run_id, timeout=900)
+    minutes = (time.perf_counter() - started) / 60
+    assert run["status"] == "completed", run.get("traceback")
+    store = Store.default()
+    accuracy = metric_by_step(store, run_id, "test/accuracy")
+    loss = metric_by_step(store, run_id, "test/dpo_loss")
+    print(f"DPO: held-out accuracy {accuracy[0]:.3f} -> {accuracy[10]:.3f}, loss {loss[0]:.3f} -> {loss[10]:.3f} "
+          f"in 10 steps, {minutes:.1f} min")
+    assert accuracy[0] == pytest.approx(0.5) and loss[0] == pytest.approx(math.log(2), abs=1e-3)  # policy = reference
+    assert accuracy[10] >= 0.8
+    assert loss[10] < 0.45
+    frame = store.get_metrics_wide(run_id)
+    for name in ("dpo_loss", "accuracy", "margin", "chosen_reward", "rejected_reward"):
+        assert frame.dropna(subset=[name])["step"].tolist() == list(range(10)), name
+    margins = frame.dropna(subset=["margin"])["margin"].tolist()
+    assert margins[-1] > margins[0]
+
+
+@pytest.mark.slow
+def test_dpo_from_an_sl_checkpoint_records_its_parent_and_uses_it_as_reference(home, default_model_ready):
+    manager = RunManager()
+    sl_run = manager.start(SLConfig(dataset="builtin:persona", max_steps=3, batch_size=2, learning_rate=1e-3,
+                                    lora_rank=8, eval_every=0, save_every=0))
+    assert manager.wait(sl_run, timeout=600)["status"] == "completed"
+    store = Store.default()
+    checkpoint = store.last_checkpoint(sl_run)["state_path"]
+
+    dpo_run = manager.start(DPOConfig(start_checkpoint=checkpoint, max_steps=2, eval_every=2, save_every=0,
+                                      max_examples=40, test_fraction=0.2))
+    run = manager.wait(dpo_run, timeout=600)
+    assert run["status"] == "completed", run.get("traceback")
+    assert run["parent_run_id"] == sl_run and run["parent_checkpoint"] == checkpoint
+    loss = metric_by_step(store, dpo_run, "test/dpo_loss")
+    # at step 0 the policy is the checkpoint; with the checkpoint as reference the loss is exactly log 2
+    assert loss[0] == pytest.approx(math.log(2), abs=1e-3)
+    assert metric_by_step(store, dpo_run, "test/accuracy")[0] == pytest.approx(0.5)

@@ -1,0 +1,258 @@
+"""RL: advantages, datums, metrics and envs as a user relies on them, input checks before a run exists, and (slow)
+runs on the real default model: every rollout lands in the transcripts table, a cancelled run resumes where it
+stopped, and a short run on the arithmetic env raises held-out greedy accuracy."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import numpy as np
+import pytest
+from tinker import types
+
+from cookbook_engine import datasets, models, renderers
+from cookbook_engine.config import ConfigError, RLConfig, parse_overrides
+from cookbook_engine.rl import envs, loop
+from cookbook_engine.rl.advantages import centered_advantages, is_constant
+from cookbook_engine.rl.data import datum_from_rollout, for_training, sample_train_metrics
+from cookbook_engine.rl.metrics import rollout_metrics
+from cookbook_engine.rl.types import Rollout, RolloutGroup
+from cookbook_engine.runs import RunManager, preflight
+from storage import Store
+
+
+@pytest.fixture(scope="module")
+def renderer(default_model_ready):
+    return renderers.get_renderer("auto", models.load_tokenizer(models.DEFAULT_MODEL))
+
+
+def reply_tokens(renderer, text: str, stopped: bool = True) -> list[int]:
+    tokens = renderer.tokenizer.encode(text, add_special_tokens=False)
+    return tokens + ([renderer.get_stop_sequences()[0]] if stopped else [])
+
+
+def rollout(reward: float, tokens=(5, 6, 7), prompt=(1, 2, 3, 4), metrics=None) -> Rollout:
+    return Rollout(list(prompt), list(tokens), [-0.5] * len(tokens), "stop", reward, metrics or {}, {})
+
+
+# ------------------------------------------------------------------------------------------------ pure pieces
+
+
+def test_advantages_are_reward_minus_group_mean_and_constant_groups_are_detected():
+    assert centered_advantages([1.0, 0.0, 0.0, 1.0]) == [0.5, -0.5, -0.5, 0.5]
+    assert centered_advantages([1.0, -0.1, 0.0]) == pytest.approx([0.7, -0.4, -0.3])
+    assert is_constant([1.0, 1.0, 1.0]) and is_constant([-0.1, -0.1])
+    assert not is_constant([1.0, 0.9])
+
+
+def test_a_rollout_becomes_a_shifted_datum_with_sampler_logprobs_advantages_and_mask_on_the_completion():
+    rolled = Rollout([10, 11, 12], [20, 21], [-0.25, -1.5], "stop", 1.0, {}, {})
+    datum = datum_from_rollout(rolled, advantage=0.75)
+    assert datum.model_input.to_ints() == [10, 11, 12, 20]
+    inputs = {key: value.to_numpy().tolist() for key, value in datum.loss_fn_inputs.items()}
+    assert inputs["target_tokens"] == [11, 12, 20, 21]
+    assert inputs["logprobs"] == [0.0, 0.0, -0.25, -1.5]
+    assert inputs["advantages"] == [0.0, 0.0, 0.75, 0.75]
+    assert inputs["mask"] == [0.0, 0.0, 1.0, 1.0]
+    sent = for_training(datum)
+    assert sorted(sent.loss_fn_inputs) == ["advantages", "logprobs", "target_tokens"]  # the SDK rejects "mask"
+
+
+def test_kl_sample_train_and_entropy_count_completion_tokens_only():
+    datum = datum_from_rollout(Rollout([1, 2, 3], [4, 5], [-1.0, -2.0], "stop", 1.0, {}, {}), 1.0)
+    trainer = types.TensorData(data=[-9.0, -9.0, -1.5, -2.5], dtype="float32")  # prompt positions are ignored
+    output = types.ForwardBackwardOutput(loss_fn_output_type="x", loss_fn_outputs=[{"logprobs": trainer}], metrics={})
+    metrics = sample_train_metrics([datum], output)
+    assert metrics["optim/kl_sample_train"] == pytest.approx(0.5)  # mean of (-1 - -1.5, -2 - -2.5)
+    assert metrics["optim/entropy"] == pytest.approx(1.5)
+
+
+def test_substeps_split_the_batch_into_nearly_equal_parts():
+    assert [len(c) for c in loop.split_substeps(list(range(10)), 3)] == [4, 3, 3]
+    assert [len(c) for c in loop.split_substeps(list(range(2)), 4)] == [1, 1]
+    assert sum(loop.split_substeps(list(range(7)), 1), []) == list(range(7))
+
+
+def test_rollout_metrics_use_the_cookbook_names_and_split_by_tag():
+    groups = [
+        RolloutGroup([rollout(1.0, metrics={"correct": 1.0, "format": 1.0}),
+                      rollout(-0.1, tokens=(5,), metrics={"correct": 0.0, "format": 0.0})], ["add"]),
+        RolloutGroup([rollout(1.0, metrics={"correct": 1.0, "format": 1.0}),
+                      rollout(1.0, metrics={"correct": 1.0, "format": 1.0})], ["multiply"]),
+    ]
+    metrics = rollout_metrics(groups)
+    assert metrics["env/all/reward/total"] == pytest.approx((1.0 - 0.1 + 1.0 + 1.0) / 4)
+    assert metrics["env/all/correct"] == pytest.approx(0.75)
+    assert metrics["env/all/format"] == pytest.approx(0.75)
+    assert metrics["env/all/ac_tokens_per_turn"] == pytest.approx((3 + 1 + 3 + 3) / 4)
+    assert metrics["env/all/by_group/frac_mixed"] == 0.5 and metrics["env/all/by_group/frac_all_good"] == 0.5
+    assert metrics["env/add/correct"] == 0.5 and metrics["env/multiply/correct"] == 1.0
+
+
+# ------------------------------------------------------------------------------------------------ envs
+
+
+def step(env, text: str, stopped: bool = True):
+    return asyncio.run(env.step(reply_tokens(env.renderer, text, stopped)))
+
+
+def test_arithmetic_env_rewards_the_right_last_number_with_a_small_format_term(renderer):
+    problem = envs.ArithmeticProblem(7, "*", 3)
+    env = envs.ArithmeticEnv(renderer, problem)
+    prompt, stop = asyncio.run(env.initial_observation())
+    text = renderer.tokenizer.decode(prompt.to_ints())
+    assert "What is 7 * 3? Answer with just the number." in text and text.endswith("assistant\n")
+    assert stop == renderer.get_stop_sequences()
+    assert step(env, "7 * 3 = 21").reward == 1.0
+    assert step(env, "21").metrics == {"correct": 1.0, "format": 1.0}
+    wrong = step(env, "7 * 3 = 24")
+    assert wrong.reward == 0.0 and wrong.metrics["correct"] == 0.0 and wrong.logs["answer"] == 21
+    assert step(env, "It is twenty-one.").reward == pytest.approx(-0.1)  # no number: bad format
+    cut = step(env, "Let me think about 7 * 3 = 21 and", stopped=False)  # hit max_tokens
+    assert cut.metrics == {"correct": 1.0, "format": 0.0} and cut.reward == pytest.approx(0.9)
+
+
+def test_arithmetic_problems_hold_out_a_fixed_set_never_trained_on(renderer):
+    config = RLConfig(num_eval_problems=32, groups_per_batch=8)
+    setup = envs.build_env(config, renderer)
+    again = envs.build_env(RLConfig(num_eval_problems=32, groups_per_batch=8, seed=5), renderer)
+    held_out = [asyncio.run(b.make_envs())[0].problem for b in setup.test]
+    assert held_out == [asyncio.run(b.make_envs())[0].problem for b in again.test]  # whatever the seed
+    assert len(held_out) == 32 and all(len(asyncio.run(b.make_envs())) == 1 for b in setup.test)
+    trained = {asyncio.run(b.make_envs())[0].problem for i in range(len(setup.train)) for b in setup.train.get_batch(i)}
+    assert not trained & set(held_out)
+    assert {p.op for p in trained} == {"+", "-", "*"}
+    batch = setup.train.get_batch(3)
+    assert len(batch) == 8 and all(len(asyncio.run(b.make_envs())) == config.group_size for b in batch)
+    assert [asyncio.run(b.make_envs())[0].problem for b in batch] == \
+        [asyncio.run(b.make_envs())[0].problem for b in setup.train.get_batch(3)]  # same batch on resume
+
+
+def test_code_env_reward_is_the_fraction_of_unit_tests_passed_in_the_sandbox(renderer):
+    from cookbook_engine.rl.code_problems import CODE_PROBLEMS
+
+    problem = next(p for p in CODE_PROBLEMS if p.name == "factorial")
+    env = envs.CodeEnv(renderer, problem)
+    right = step(env, "```python\ndef factorial(n):\n    return 1 if n <= 1 else n * factorial(n - 1)\n```")
+    assert right.reward == 1.0 and right.metrics["tests_passed"] == right.metrics["tests_total"] == 4
+    partly = step(env, "```python\ndef factorial(n):\n    return n\n```")  # right for factorial(1) only
+    assert partly.metrics["tests_passed"] == 1 and partly.reward == pytest.approx(0.25)
+    crashing = step(env, "```python\ndef factorial(n):\n    raise SystemExit(3)\n```")
+    assert crashing.reward == 0.0 and crashing.metrics["correct"] == 0.0
+    no_block = step(env, "def factorial(n): return 1")
+    assert no_block.metrics["format"] == 0.0 and no_block.reward == pytest.approx(-0.1)
+    assert "error" in no_block.logs
+
+
+def test_custom_env_grades_with_the_chosen_grader(renderer, tmp_path):
+    path = tmp_path / "capitals.jsonl"
+    rows = [{"prompt": f"Capital of {c}?", "answer": a} for c, a in
+            [("France", "Paris"), ("Italy", "Rome"), ("Spain", "Madrid"), ("Japan", "Tokyo"), ("Peru", "Lima")]]
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    setup = envs.build_env(RLConfig(env="custom", dataset=str(path), grader="contains", groups_per_batch=2), renderer)
+    assert len(setup.test) == 1 and len(setup.train.problems) == 4
+    env = asyncio.run(setup.train.get_batch(0)[0].make_envs())[0]
+    answer = env.problem.answer
+    assert step(env, f"It is {answer.lower()}.").reward == 1.0
+    assert step(env, "I do not know.").reward == 0.0
+    regex = envs.CustomEnv(renderer, datasets.RLProblem("Say a year.", r"^\d{4}$", "regex"))
+    assert step(regex, "1999").reward == 1.0 and step(regex, "in 1999").reward == 0.0
+
+
+# ------------------------------------------------------------------------------------------------ input checks
+
+
+def test_bad_rl_settings_and_data_fail_before_a_run_exists(home, default_model_ready, tmp_path):
+    with pytest.raises(ConfigError, match="env=custom needs a prompt/answer file"):
+        preflight(parse_overrides("rl", ["env=custom"]))
+    with pytest.raises(ConfigError, match="group_size=1"):
+        preflight(parse_overrides("rl", ["group_size=1"]))
+    with pytest.raises(ConfigError, match="env=chess"):
+        preflight(parse_overrides("rl", ["env=chess"]))
+    with pytest.raises(ConfigError, match="num_eval_problems=500"):
+        preflight(parse_overrides("rl", ["num_eval_problems=500"]))
+    with pytest.raises(ConfigError, match="synchronous and on-policy"):
+        preflight(parse_overrides("rl", ["max_steps_off_policy=2"]))
+    missing = tmp_path / "rows.jsonl"
+    missing.write_text(json.dumps({"prompt": "What is 2 + 2?"}) + "\n")
+    with pytest.raises(datasets.DatasetError, match="answer"):
+        preflight(parse_overrides("rl", ["env=custom", f"dataset={missing}"]))
+    long_prompt = tmp_path / "long.jsonl"
+    long_prompt.write_text(json.dumps({"prompt": "word " * 300, "answer": "1"}) + "\n")
+    with pytest.raises(datasets.DatasetError, match="exceeds max_length=256"):
+        preflight(parse_overrides("rl", ["env=custom", f"dataset={long_prompt}", "max_length=256"]))
+    assert Store.default().list_runs() == []
+
+
+def test_prepare_summarises_the_env():
+    prepared = preflight(RLConfig(env="code"))
+    assert "32 training and 8 held-out Python problems" in prepared.summary()
+
+
+# ------------------------------------------------------------------------------------------------ runs (slow)
+
+
+def held_out_correct(store: Store, run_id: str) -> list[tuple[int, float]]:
+    frame = store.get_metrics(run_id, ["test/env/all/correct"])
+    return list(zip(frame["step"].tolist(), frame["value"].tolist()))
+
+
+@pytest.mark.slow
+def test_every_rollout_is_stored_and_a_cancelled_run_resumes_where_it_stopped(home, default_model_ready):
+    manager = RunManager()
+    config = RLConfig(max_steps=4, groups_per_batch=2, group_size=3, max_tokens=8, num_eval_problems=4,
+                      eval_every=0, save_every=0, lora_rank=4, loss_fn="ppo", num_substeps=2)
+    run_id = manager.start(config)
+    store = Store.default()
+    deadline = time.time() + 300
+    while (store.get_run(run_id)["step"] or 0) < 2 and time.time() < deadline:
+        time.sleep(0.2)
+    manager.cancel(run_id)
+    run = manager.wait(run_id, timeout=300)
+    assert run["status"] == "cancelled", run.get("traceback")
+    stopped_at = store.last_checkpoint(run_id)["step"]
+    assert 2 <= stopped_at < 4
+
+    manager.resume(run_id)
+    run = manager.wait(run_id, timeout=300)
+    assert run["status"] == "completed", run.get("traceback")
+    metrics = store.get_metrics_wide(run_id)
+    trained = metrics.dropna(subset=["env/all/reward/total"])
+    assert trained["step"].tolist() == [0, 1, 2, 3]  # every step once
+    for name in ("env/all/correct", "env/all/format", "env/all/ac_tokens_per_turn", "frac_groups_dropped",
+                 "time/sample", "time/train", "time/total"):
+        assert name in metrics.columns, name
+    assert metrics.dropna(subset=["test/env/all/correct"])["step"].tolist() == [4]  # the final evaluation
+
+    transcripts = store.get_transcripts(run_id)
+    assert len(transcripts) == 4 * 2 * 3  # steps x groups x samples, none duplicated by the resume
+    assert sorted(set(zip(transcripts.step, transcripts.group_idx, transcripts.sample_idx))) == \
+        [(s, g, i) for s in range(4) for g in range(2) for i in range(3)]
+    row = transcripts.iloc[0]
+    assert "Answer with just the number." in row.prompt and row.completion
+    assert row.stop_reason in ("stop", "length")
+    assert {"correct", "format", "answer", "group_dropped"} <= set(row.metrics)
+    for (_, _), group in transcripts.groupby(["step", "group_idx"]):
+        assert group.advantage.sum() == pytest.approx(0.0, abs=1e-6)
+        assert np.allclose(group.reward - group.reward.mean(), group.advantage, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_rl_on_arithmetic_raises_held_out_accuracy(home, default_model_ready):
+    manager = RunManager()
+    config = RLConfig(max_steps=10, groups_per_batch=8, group_size=4, max_tokens=16, num_eval_problems=40,
+                      eval_every=10, save_every=0, learning_rate=1e-3, seed=0)
+    started = time.perf_counter()
+    run_id = manager.start(config)
+    run = manager.wait(run_id, timeout=900)
+    minutes = (time.perf_counter() - started) / 60
+    assert run["status"] == "completed", run.get("traceback")
+    accuracy = dict(held_out_correct(Store.default(), run_id))
+    before, after = accuracy[0], accuracy[10]
+    print(f"RL arithmetic: held-out greedy accuracy {before:.3f} -> {after:.3f} in 10 steps, {minutes:.1f} min")
+    assert 0.2 <= before <= 0.7
+    assert after >= before + 0.15
+    kl = Store.default().get_metrics(run_id, ["optim/kl_sample_train"])["value"]
+    assert len(kl) > 0 and kl.abs().max() < 0.01  # one substep, on-policy: the trainer sees what the sampler saw
