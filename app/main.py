@@ -22,8 +22,8 @@ page = st.navigation(nav.sections())
 
 with st.sidebar:
     st.caption("**Cookbook Studio** · post-train language models with SL, DPO and RL")
-    active = state.manager().active_run_ids()
-    if active:
+    active = [r for r in state.store().list_runs() if r["status"] in ("queued", "running", "cancelling")]
+    if active:  # counted from storage, so runs started from the command line show too
         st.caption(f":material/progress_activity: {len(active)} run{'s' if len(active) != 1 else ''} training")
     status, _ = state.default_model_status()
     if status != "ready":

@@ -6,7 +6,6 @@ never as raw HTML. These helpers read what they show from the arguments they get
 
 from __future__ import annotations
 
-import re
 from datetime import datetime, timezone
 
 import pandas as pd
@@ -96,11 +95,11 @@ def runs_frame(runs: list[dict], key_values: dict[str, float]) -> pd.DataFrame:
             "Progress": progress_fraction(run),
             "Step": step_text(run),
             "Key metric": f"{metric} = {format_value(value)}" if value is not None else "",
-            "Model": short_model(run["base_model"]) + ("" if run["backend"] == "local" else f" ({run['backend']})"),
             "Age": age(run["created_at"]),
+            "Model": short_model(run["base_model"]) + ("" if run["backend"] == "local" else f" ({run['backend']})"),
             "run_id": run["run_id"],
         })
-    return pd.DataFrame(rows, columns=["Run", "Kind", "Status", "Progress", "Step", "Key metric", "Model", "Age",
+    return pd.DataFrame(rows, columns=["Run", "Kind", "Status", "Progress", "Step", "Key metric", "Age", "Model",
                                        "run_id"])
 
 

@@ -135,8 +135,9 @@ def stream_reply(target: ChatTarget, messages: list[dict], params: ChatParams | 
     chunk = FIRST_CHUNK_TOKENS
     while len(completion_T) < params.max_tokens:
         want = min(chunk, params.max_tokens - len(completion_T))
+        seed = None if params.seed is None else params.seed + len(completion_T)
         sampling = types.SamplingParams(max_tokens=want, temperature=params.temperature, top_p=params.top_p,
-                                        stop=stop, seed=None if params.seed is None else params.seed + len(completion_T))
+                                        stop=stop, seed=seed)
         response = client.sample(types.ModelInput.from_ints(prompt_T + completion_T), 1, sampling).result()
         sequence = response.sequences[0]
         completion_T += list(sequence.tokens)

@@ -45,7 +45,8 @@ else:
                         config={"displaylogo": False})
         summary = [{"Run": name, "Steps logged": len(frame), "First": widgets.format_value(frame["value"].iloc[0]),
                     "Last": widgets.format_value(frame["value"].iloc[-1]),
-                    "Min": widgets.format_value(frame["value"].min()), "Max": widgets.format_value(frame["value"].max())}
+                    "Min": widgets.format_value(frame["value"].min()),
+                    "Max": widgets.format_value(frame["value"].max())}
                    for name, frame in series.items()]
         st.dataframe(summary, hide_index=True, width="stretch")
     missing = [label[i] for i in chosen if label[i] not in series]

@@ -94,14 +94,14 @@ else:
     for run in runs[:8]:
         with st.container(border=True):
             c1, c2, c3, c4 = st.columns([3, 1.2, 2, 1], vertical_alignment="center")
+            model = widgets.safe_markdown(widgets.short_model(run["base_model"]))
             c1.markdown(f"**{widgets.safe_markdown(run['name'])}**  \n"
-                        f"{widgets.KIND_LABEL[run['kind']]} · {widgets.safe_markdown(widgets.short_model(run['base_model']))}"
-                        f" · {widgets.age(run['created_at'])}")
+                        f"{widgets.KIND_LABEL[run['kind']]} · {model} · {widgets.age(run['created_at'])}")
             with c2:
                 widgets.status_badge(run["status"])
             value = values.get(run["run_id"])
-            c3.caption(f"step {widgets.step_text(run)}" + (f" · {widgets.KEY_METRIC[run['kind']]} "
-                                                            f"{widgets.format_value(value)}" if value is not None else ""))
+            metric = f" · {widgets.KEY_METRIC[run['kind']]} {widgets.format_value(value)}" if value is not None else ""
+            c3.caption(f"step {widgets.step_text(run)}{metric}")
             with c4:
                 nav.link("run", "Open", ":material/open_in_new:", run=run["run_id"])
     if len(runs) > 8:

@@ -29,8 +29,8 @@ def runs_table(live: bool) -> None:
                             "new_run", "Start a new run")
         return
     frame = widgets.runs_frame(runs, widgets.key_metric_values(store, runs))
-    event = st.dataframe(widgets.styled_runs(frame), key="runs-table", on_select="rerun", selection_mode="multi-row", hide_index=True,
-                         column_config=widgets.RUNS_COLUMN_CONFIG, width="stretch")
+    event = st.dataframe(widgets.styled_runs(frame), key="runs-table", on_select="rerun", selection_mode="multi-row",
+                         hide_index=True, column_config=widgets.RUNS_COLUMN_CONFIG, width="stretch")
     by_id = {r["run_id"]: r for r in runs}
     chosen = [by_id[frame.iloc[i]["run_id"]] for i in event.selection.rows if i < len(frame)]
     if not chosen:

@@ -17,7 +17,8 @@ if not rl_runs:
 run_id = widgets.run_picker("Run", rl_runs, key="transcripts-run", default_id=st.query_params.get("run"))
 steps = store.transcript_steps(run_id)
 if not steps:
-    st.info("No rollouts recorded yet: they appear when the run's first step finishes.", icon=":material/hourglass_top:")
+    st.info("No rollouts recorded yet: they appear when the run's first step finishes.",
+            icon=":material/hourglass_top:")
     st.stop()
 
 c1, c2 = st.columns([3, 2])

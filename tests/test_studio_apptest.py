@@ -351,9 +351,11 @@ def test_chat_with_latest_weights_of_a_running_run_then_stop_and_resume(studio_h
     run_id = manager.start(config)
     wait_for(lambda: manager.store.list_checkpoints(run_id), what="the run's first checkpoint")
 
-    at = open_page("chat")
+    at = open_page("run", run=run_id)
+    click(at, "Chat with it")  # a running run's page opens the chat on its latest weights
     latest = f"latest:{run_id}"
-    by_label(at.selectbox, "Model").set_value(latest)
+    assert [t.value for t in at.title] == ["Chat"] and by_label(at.selectbox, "Model").value == latest
+    at.switch_page("../pages/chat.py")  # AppTest reruns the page it was last sent to, not one the app switched to
     by_label(at.number_input, "Max tokens").set_value(12)
     at.run()
     assert "newest weights" in shown_text(at)
@@ -442,5 +444,5 @@ def test_checkpoint_exports_as_peft_adapter_and_merged_model(form_run):
 
 
 def test_no_page_renders_raw_html():
-    sources = [p.read_text() for p in (REPO / "app").glob("*.py")] + [p.read_text() for p in (REPO / "pages").glob("*.py")]
+    sources = [p.read_text() for folder in ("app", "pages") for p in (REPO / folder).glob("*.py")]
     assert not any("unsafe_allow_html" in s or "st.html(" in s for s in sources)

@@ -1,10 +1,12 @@
 """Exact fast paths for the local backend's forward/backward on CPU, used by local.py's hot path.
 
-Three things, each computing the same numbers as the straightforward path (up to fp32 rounding):
+Four things, each computing the same numbers as the straightforward path (up to fp32 rounding):
 - **oneDNN matmuls for frozen linear layers.** On this machine torch's default fp32 matmul (MKL) runs its AVX2 code
   on AMD CPUs, at about half of what oneDNN's `_linear_pointwise` reaches with AVX-512. `install_frozen_linears`
   turns the base model's `nn.Linear` layers into `FrozenLinear`, which calls oneDNN for the forward and for the
   gradient with respect to its input while the weight is frozen, and falls back to `F.linear` otherwise.
+- **Fused LoRA.** `install_fast_lora` gives peft's LoRA Linear layers a forward that computes
+  x W^T + s (x A^T) B^T as one autograd op on oneDNN (gradients for x, A, B), instead of four modules and two adds.
 - **Packed sequences without padding.** `packed_logprobs` runs a micro-batch as one row of all its sequences'
   tokens: the matmuls see every token once and no padding, and attention runs per sequence (causal SDPA on each
   sequence's slice, through transformers' attention-function registry), so a sequence never sees another.
@@ -92,6 +94,92 @@ def install_frozen_linears(model: torch.nn.Module) -> int:
             module.__class__ = FrozenLinear
             changed += 1
     return changed
+
+
+class _LoraMatmul(torch.autograd.Function):
+    """y = x @ W.T + scaling * (x @ A.T) @ B.T with W frozen: peft's vanilla LoRA forward as one op on oneDNN,
+    gradients for x, A and B."""
+
+    @staticmethod
+    def forward(ctx, x_N_K, weight_M_K, a_R_K, b_M_R, scaling: float):
+        xa_N_R = matmul_t(x_N_K, a_R_K)
+        y_N_M = matmul_t(x_N_K, weight_M_K)
+        y_N_M.add_(matmul_t(xa_N_R, b_M_R), alpha=scaling)
+        ctx.save_for_backward(x_N_K, weight_M_K, a_R_K, b_M_R, xa_N_R)
+        ctx.scaling = scaling
+        return y_N_M
+
+    @staticmethod
+    def backward(ctx, grad_N_M):
+        x_N_K, weight_M_K, a_R_K, b_M_R, xa_N_R = ctx.saved_tensors
+        scaling = ctx.scaling
+        g_N_M = grad_N_M.contiguous()
+        g_xa_N_R = matmul_t(g_N_M, b_M_R.t()).mul_(scaling)
+        grad_b = matmul_t(xa_N_R.t().contiguous(), g_N_M.t()).t().mul_(scaling).contiguous()
+        grad_a = matmul_t(g_xa_N_R.t().contiguous(), x_N_K.t())
+        grad_x = None
+        if ctx.needs_input_grad[0]:
+            grad_x = matmul_t(g_N_M, weight_M_K.t())
+            grad_x.add_(matmul_t(g_xa_N_R, a_R_K.t()))
+        return grad_x, None, grad_a, grad_b, None
+
+
+def _fast_lora_forward(layer, x: torch.Tensor) -> torch.Tensor | None:
+    """The fused forward of a peft LoRA Linear, or None when this call needs peft's own (several or no active
+    adapters, dropout, a variant such as DoRA, merged weights, a bias, another dtype)."""
+    if not ONEDNN or layer.disable_adapters or layer.merged or x.dtype != torch.float32 or x.device.type != "cpu":
+        return None
+    base = layer.base_layer
+    active = layer.active_adapters
+    if type(base) is not FrozenLinear or base.bias is not None or base.weight.requires_grad or len(active) != 1:
+        return None
+    name = active[0]
+    if name not in layer.lora_A:
+        return base(x)
+    if name in layer.lora_variant or not isinstance(layer.lora_dropout[name], torch.nn.Identity) \
+            or layer.use_dora.get(name, False):
+        return None
+    a_R_K, b_M_R = layer.lora_A[name].weight, layer.lora_B[name].weight
+    if layer.lora_A[name].bias is not None or layer.lora_B[name].bias is not None or a_R_K.dtype != torch.float32:
+        return None
+    x_N_K = x.reshape(-1, x.shape[-1])
+    if not x_N_K.is_contiguous():
+        x_N_K = x_N_K.contiguous()
+    y_N_M = _LoraMatmul.apply(x_N_K, base.weight, a_R_K, b_M_R, float(layer.scaling[name]))
+    return y_N_M.reshape(*x.shape[:-1], y_N_M.shape[-1])
+
+
+def install_fast_lora(model: torch.nn.Module) -> int:
+    """Give every peft LoRA Linear of `model` the fused forward (in place, by subclass); layers already done and
+    calls the fused path does not cover keep peft's behaviour. Returns how many layers changed."""
+    from peft.tuners.lora import Linear as LoraLinear
+
+    changed = 0
+    for module in model.modules():
+        if type(module) is LoraLinear:
+            module.__class__ = _fast_lora_class(LoraLinear)
+            changed += 1
+    return changed
+
+
+_FAST_LORA_CLASS = None
+
+
+def _fast_lora_class(lora_linear):
+    global _FAST_LORA_CLASS
+    if _FAST_LORA_CLASS is None:
+        class FastLoraLinear(lora_linear):
+            """peft's LoRA Linear with `_fast_lora_forward` when it applies."""
+
+            def forward(self, x, *args, **kwargs):
+                if not args and not kwargs:
+                    y = _fast_lora_forward(self, x)
+                    if y is not None:
+                        return y
+                return super().forward(x, *args, **kwargs)
+
+        _FAST_LORA_CLASS = FastLoraLinear
+    return _FAST_LORA_CLASS
 
 
 # ---------------------------------------------------------------------------------------- packed attention

@@ -109,6 +109,7 @@ class ModelWorker:
         config = LoraConfig(r=8, lora_alpha=LORA_ALPHA, target_modules=ATTN_MODULES + MLP_MODULES,
                             lora_dropout=0.0, bias="none")
         self.model = get_peft_model(base, config, adapter_name=SAMPLER_SLOT)
+        fast_ops.install_fast_lora(self.model)
         self.adapters[SAMPLER_SLOT] = {"rank": 8, "target_modules": ATTN_MODULES + MLP_MODULES}
         self.model.eval()
         self._loaded.set()
@@ -126,6 +127,7 @@ class ModelWorker:
         config = LoraConfig(r=rank, lora_alpha=LORA_ALPHA, target_modules=target_modules, lora_dropout=0.0,
                             bias="none")
         self.model.add_adapter(name, config)
+        fast_ops.install_fast_lora(self.model)  # layers this adapter wraps for the first time
         self.adapters[name] = {"rank": rank, "target_modules": list(target_modules)}
 
     def delete_adapter(self, name: str) -> None:
@@ -237,9 +239,12 @@ class LocalSamplingClient:
         _reject_unsupported("sample", unsupported)
         tokens = prompt.to_ints()
 
+        weights_key = self._snapshot if self._snapshot is not None else sampler.BASE_WEIGHTS
+
         def fn():
             rows, prompt_lp = sampler.sample(self._worker.model, self._worker.tokenizer, tokens, num_samples,
-                                             sampling_params, include_prompt_logprobs, self._worker.max_context)
+                                             sampling_params, include_prompt_logprobs, self._worker.max_context,
+                                             weights_key=weights_key)
             sequences = [
                 types.SampledSequence(stop_reason=row.stop_reason, sequence_id=uuid.uuid4().hex,
                                       _tokens_list=row.tokens, _logprobs_list=row.logprobs)
@@ -256,9 +261,15 @@ class LocalSamplingClient:
         tokens = prompt.to_ints()
 
         def fn():
+            if len(tokens) < 2:
+                return [None] * len(tokens)
+            model = self._worker.model
             with torch.inference_mode():
+                if fast_ops.supports_packed(model):
+                    lp = fast_ops.packed_logprobs(model, [tokens[:-1]], [torch.tensor(tokens[1:])], [None])[0]
+                    return [None, *lp.tolist()]
                 ids = torch.tensor([tokens], dtype=torch.long)
-                logits = self._worker.model(input_ids=ids).logits
+                logits = model(input_ids=ids).logits
                 lp = sampler.target_logprobs(logits[:, :-1].float(), ids[:, 1:])[0].tolist()
             return [None, *lp]
 

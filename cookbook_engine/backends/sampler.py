@@ -1,19 +1,34 @@
 """Token sampling for the local backend: one prompt, N samples, temperature / top-k / top-p, stops, seeds.
 
-The prompt is prefilled once and its key/value cache repeated for the N samples, which then decode together;
-rows that stop are dropped from the batch so finished samples cost nothing. Returned log-probabilities are the
-model's own (temperature 1, before top-k/top-p), the quantity the trainer computes, so on-policy importance
-ratios start at 1. Stop handling follows the SDK: `stop=None` stops on EOS, `[]` never stops early, stop may be
-token ids or strings, and a sequence includes its stop token exactly once. This module is decoding only: it knows
-nothing of adapters, clients or queues.
+The prompt is prefilled once and its key/value cache shared by the N samples, which then decode together; rows
+that stop are dropped from the batch so finished samples cost nothing. Returned log-probabilities are the model's
+own (temperature 1, before top-k/top-p), the quantity the trainer computes, so on-policy importance ratios start at
+1. Stop handling follows the SDK: `stop=None` stops on EOS, `[]` never stops early, stop may be token ids or
+strings, and a sequence includes its stop token exactly once.
+
+Two decoders behind one loop: for Llama-architecture models `fast_decode.MergedLlama` (LoRA merged into a weight
+copy built once per sampler snapshot and cached, fused projections, a preallocated KV cache); for anything else the
+model's own forward with transformers' cache. Token choice is exact either way: top-p looks at a top-k shortlist
+first and falls back to sorting the whole vocabulary for any row whose shortlist holds less than top_p of the
+probability, so the kept set is always the one the full sort gives (tests/test_fast_paths.py checks it). Sampling
+draws one uniform number per row and walks the kept tokens in descending probability, so both routes pick the same
+token for the same seed. This module is decoding only: it knows nothing of adapters, clients or queues.
 """
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import torch
 from tinker import types
+
+from cookbook_engine.backends import fast_decode, fast_ops
+
+TOP_P_SHORTLIST = 64  # tokens looked at before sorting the whole vocabulary (exact: see nucleus())
+BASE_WEIGHTS = "base-weights"  # weights_key of the base model without adapter (its weights never change)
+
+_merged_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> (weights_key, MergedLlama)
 
 
 @dataclass
@@ -42,29 +57,111 @@ def resolve_stops(stop, tokenizer) -> tuple[set[int], list[str]]:
     raise ValueError("sampling_params.stop must be a string, a list of strings or a list of token ids")
 
 
-def choose_next(logits_B_V: torch.Tensor, params: types.SamplingParams, generator: torch.Generator) -> torch.Tensor:
+# ------------------------------------------------------------------------------------------- choosing tokens
+
+
+def nucleus_sorted(scores_B_V: torch.Tensor, top_k: int, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reference: (kept probabilities, their token ids), both B x K in descending probability, from sorting
+    the whole vocabulary. top_k keeps the k highest scores (0: all); top_p then drops a token when the tokens before
+    it already hold top_p of the probability (the first always stays). Dropped entries have probability 0."""
+    sorted_B_V, ids_B_V = torch.sort(scores_B_V, dim=-1, descending=True)
+    if top_k:
+        sorted_B_V, ids_B_V = sorted_B_V[:, :top_k], ids_B_V[:, :top_k]
+    probs_B_V = torch.softmax(sorted_B_V, dim=-1)
+    if top_p < 1.0:
+        before_B_V = probs_B_V.cumsum(dim=-1) - probs_B_V
+        probs_B_V = probs_B_V.masked_fill(before_B_V >= top_p, 0.0)
+    return probs_B_V, ids_B_V
+
+
+def nucleus(scores_B_V: torch.Tensor, top_k: int, top_p: float, shortlist: int = TOP_P_SHORTLIST
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Same result as nucleus_sorted, from the `shortlist` highest scores when they suffice. Exact: probabilities
+    are normalised over the whole (top-k) vocabulary, and when the shortlist holds at least top_p of it every token
+    outside has at least top_p before it, so the full sort would drop it too. Rows whose shortlist holds less are
+    sorted in full."""
+    vocab = scores_B_V.shape[-1]
+    if top_k and top_k <= shortlist:
+        return nucleus_sorted_topk(scores_B_V, top_k, top_p)
+    size = min(shortlist, vocab)
+    values_B_S, ids_B_S = torch.topk(scores_B_V, size, dim=-1)
+    if top_k and top_k < vocab:
+        logsumexp_B_1 = torch.logsumexp(torch.topk(scores_B_V, top_k, dim=-1).values, dim=-1, keepdim=True)
+    else:
+        logsumexp_B_1 = torch.logsumexp(scores_B_V, dim=-1, keepdim=True)
+    probs_B_S = torch.exp(values_B_S - logsumexp_B_1)
+    cumulative_B_S = probs_B_S.cumsum(dim=-1)
+    probs_B_S = probs_B_S.masked_fill(cumulative_B_S - probs_B_S >= top_p, 0.0)
+    short_rows = (cumulative_B_S[:, -1] < top_p).nonzero()[:, 0]
+    if len(short_rows) == 0 or size == vocab:
+        return probs_B_S, ids_B_S
+    full_probs, full_ids = nucleus_sorted(scores_B_V[short_rows], top_k, top_p)
+    probs = torch.zeros(scores_B_V.shape[0], full_probs.shape[-1])
+    ids = torch.zeros(scores_B_V.shape[0], full_probs.shape[-1], dtype=torch.long)
+    probs[:, :size], ids[:, :size] = probs_B_S, ids_B_S
+    probs[short_rows], ids[short_rows] = full_probs, full_ids
+    return probs, ids
+
+
+def nucleus_sorted_topk(scores_B_V: torch.Tensor, top_k: int, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """top_k small enough to take directly: the k highest, in order, then top_p among them."""
+    values_B_K, ids_B_K = torch.topk(scores_B_V, top_k, dim=-1)
+    probs_B_K = torch.softmax(values_B_K, dim=-1)
+    if top_p < 1.0:
+        probs_B_K = probs_B_K.masked_fill(probs_B_K.cumsum(dim=-1) - probs_B_K >= top_p, 0.0)
+    return probs_B_K, ids_B_K
+
+
+def pick(probs_B_K: torch.Tensor, ids_B_K: torch.Tensor, uniform_B: torch.Tensor) -> torch.Tensor:
+    """The token whose cumulative-probability interval holds uniform * total, walking the kept tokens in order."""
+    cumulative_B_K = probs_B_K.double().cumsum(dim=-1)
+    target_B_1 = (uniform_B.double() * cumulative_B_K[:, -1])[:, None]
+    index_B_1 = torch.searchsorted(cumulative_B_K, target_B_1, right=True)
+    last_kept_B_1 = cumulative_B_K.argmax(dim=-1, keepdim=True)  # first index reaching the total
+    return ids_B_K.gather(1, torch.minimum(index_B_1, last_kept_B_1))[:, 0]
+
+
+def choose_next(logits_B_V: torch.Tensor, params: types.SamplingParams, generator: torch.Generator,
+                shortlist: int = TOP_P_SHORTLIST) -> torch.Tensor:
     """Pick one token per row from raw logits under temperature, top_k and top_p."""
     if params.temperature <= 0:
         return logits_B_V.argmax(dim=-1)
-    scores = logits_B_V / params.temperature
-    if params.top_k and params.top_k > 0 and params.top_k < scores.shape[-1]:
-        kth = torch.topk(scores, params.top_k, dim=-1).values[:, -1:]
-        scores = scores.masked_fill(scores < kth, float("-inf"))
+    scores_B_V = logits_B_V / params.temperature
+    vocab = scores_B_V.shape[-1]
+    top_k = params.top_k if params.top_k and 0 < params.top_k < vocab else 0
+    uniform_B = torch.rand(scores_B_V.shape[0], generator=generator, dtype=torch.float64)
     if params.top_p < 1.0:
-        sorted_scores, sorted_idx = torch.sort(scores, dim=-1, descending=True)
-        cumulative = torch.softmax(sorted_scores, dim=-1).cumsum(dim=-1)
-        # drop a token when the tokens before it already reach top_p (the first token always stays)
-        drop_sorted = (cumulative - torch.softmax(sorted_scores, dim=-1)) >= params.top_p
-        drop = torch.zeros_like(drop_sorted).scatter(-1, sorted_idx, drop_sorted)
-        scores = scores.masked_fill(drop, float("-inf"))
-    probs = torch.softmax(scores, dim=-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        probs_B_K, ids_B_K = nucleus(scores_B_V, top_k, params.top_p, shortlist)
+    elif top_k:
+        values_B_K, ids_B_K = torch.topk(scores_B_V, top_k, dim=-1)
+        probs_B_K = torch.softmax(values_B_K, dim=-1)
+    else:
+        probs_B_K, ids_B_K = torch.softmax(scores_B_V, dim=-1), torch.arange(vocab).expand(scores_B_V.shape[0], -1)
+    return pick(probs_B_K, ids_B_K, uniform_B)
+
+
+# ------------------------------------------------------------------------------------------------- decoding
+
+
+def merged_weights(model, weights_key) -> fast_decode.MergedLlama | None:
+    """The fast decoder for the model's current adapter state, reused while `weights_key` is the same object
+    (a sampler snapshot, or BASE_WEIGHTS). None: the model's own forward must be used."""
+    cached = _merged_cache.get(model)
+    if cached is not None and weights_key is not None and cached[0] is weights_key:
+        return cached[1]
+    _merged_cache.pop(model, None)  # free the old copy before building the new one
+    merged = fast_decode.MergedLlama.from_model(model)
+    if merged is not None and weights_key is not None:
+        _merged_cache[model] = (weights_key, merged)
+    return merged
 
 
 @torch.inference_mode()
 def sample(model, tokenizer, prompt_tokens: list[int], num_samples: int, params: types.SamplingParams,
-           include_prompt_logprobs: bool = False, max_context: int = 8192
+           include_prompt_logprobs: bool = False, max_context: int = 8192, weights_key=None
            ) -> tuple[list[SampledRow], list[float | None] | None]:
+    """`weights_key` names the weights the model holds now (same object = same weights), so the fast decoder's
+    merged copy is built once per sampler snapshot; None builds it afresh."""
     if not prompt_tokens:
         raise ValueError("sample: the prompt is empty")
     if num_samples < 1:
@@ -80,22 +177,18 @@ def sample(model, tokenizer, prompt_tokens: list[int], num_samples: int, params:
     else:
         generator.seed()
 
+    merged = merged_weights(model, weights_key)
+    decoder = _MergedDecoder(merged) if merged is not None else _ModelDecoder(model)
     prompt = torch.tensor([prompt_tokens], dtype=torch.long)
-    out = model(input_ids=prompt, use_cache=True)
-    prompt_logprobs = None
-    if include_prompt_logprobs:
-        lp = target_logprobs(out.logits[:, :-1].float(), prompt[:, 1:])[0].tolist()
-        prompt_logprobs = [None, *lp]
-    cache = out.past_key_values
-    logits_B_V = out.logits[:, -1].float().expand(num_samples, -1)
-    if num_samples > 1:
-        cache.batch_repeat_interleave(num_samples)
+    logits_1_V, prompt_logprobs = decoder.prefill(prompt, num_samples, len(prompt_tokens) + max_tokens,
+                                                  include_prompt_logprobs)
+    logits_B_V = logits_1_V.expand(num_samples, -1)
 
     rows = [SampledRow([], [], "length") for _ in range(num_samples)]
     live = list(range(num_samples))  # row index of each batch slot still decoding
     for step in range(max_tokens):
         next_B = choose_next(logits_B_V, params, generator)
-        logprob_B = torch.log_softmax(logits_B_V, dim=-1).gather(-1, next_B[:, None]).squeeze(-1)
+        logprob_B = logits_B_V.gather(-1, next_B[:, None])[:, 0] - torch.logsumexp(logits_B_V, dim=-1)
         keep = []
         for slot, row_idx in enumerate(live):
             row, token = rows[row_idx], int(next_B[slot])
@@ -108,13 +201,63 @@ def sample(model, tokenizer, prompt_tokens: list[int], num_samples: int, params:
         if not keep or step == max_tokens - 1:
             break
         if len(keep) < len(live):
-            cache.batch_select_indices(torch.tensor(keep))
+            decoder.keep_rows(keep)
             next_B = next_B[keep]
             live = [live[slot] for slot in keep]
-        out = model(input_ids=next_B[:, None], past_key_values=cache, use_cache=True)
-        cache = out.past_key_values
-        logits_B_V = out.logits[:, -1].float()
+        logits_B_V = decoder.step(next_B)
     return rows, prompt_logprobs
+
+
+class _MergedDecoder:
+    """Decoding on fast_decode.MergedLlama with a preallocated cache."""
+
+    def __init__(self, merged: fast_decode.MergedLlama):
+        self.merged = merged
+
+    def prefill(self, prompt_1_T, rows, capacity, want_prompt_logprobs):
+        self.cache = self.merged.new_cache(rows, capacity)
+        self.cos, self.sin = self.merged.rope_table(capacity)
+        hidden_1_T_D = self.merged.hidden(prompt_1_T, self.cache, 0, self.cos, self.sin)
+        self.position = prompt_1_T.shape[1]
+        prompt_logprobs = None
+        if want_prompt_logprobs:
+            lp = fast_ops.head_logprobs(hidden_1_T_D[0, :-1], self.merged.head, prompt_1_T[0, 1:], None)
+            prompt_logprobs = [None, *lp.tolist()]
+        return self.merged.logits(hidden_1_T_D[:, -1]), prompt_logprobs
+
+    def keep_rows(self, slots):
+        self.cache.keep_rows(slots)
+
+    def step(self, tokens_B):
+        hidden_B_1_D = self.merged.hidden(tokens_B[:, None], self.cache, self.position, self.cos, self.sin)
+        self.position += 1
+        return self.merged.logits(hidden_B_1_D[:, 0])
+
+
+class _ModelDecoder:
+    """Decoding on the model's own forward and transformers' cache (any architecture)."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def prefill(self, prompt_1_T, rows, capacity, want_prompt_logprobs):
+        out = self.model(input_ids=prompt_1_T, use_cache=True)
+        prompt_logprobs = None
+        if want_prompt_logprobs:
+            lp = target_logprobs(out.logits[:, :-1].float(), prompt_1_T[:, 1:])[0].tolist()
+            prompt_logprobs = [None, *lp]
+        self.cache = out.past_key_values
+        if rows > 1:
+            self.cache.batch_repeat_interleave(rows)
+        return out.logits[:, -1].float(), prompt_logprobs
+
+    def keep_rows(self, slots):
+        self.cache.batch_select_indices(torch.tensor(slots))
+
+    def step(self, tokens_B):
+        out = self.model(input_ids=tokens_B[:, None], past_key_values=self.cache, use_cache=True)
+        self.cache = out.past_key_values
+        return out.logits[:, -1].float()
 
 
 def _ends_with_stop(tokenizer, tokens: list[int], stop_strings: list[str]) -> bool:

@@ -1,0 +1,163 @@
+"""A minimal decoder for Llama-architecture models, used by the sampler when it can: merged LoRA weights, fused
+projections, a preallocated KV cache, oneDNN matmuls.
+
+`MergedLlama.from_model(model)` reads a transformers Llama model (peft-wrapped or not) in its current adapter state
+and builds fp32 copies of each layer's weights with the active LoRA adapter merged in (W + scaling * B @ A), q/k/v
+fused into one matrix and gate/up into another; the embedding (and LM head) is shared, not copied. It returns None
+for anything it does not reproduce exactly (other architectures, biases, rope types that change with length,
+adapter variants such as DoRA), and the sampler then uses the model's own forward. The arithmetic follows
+transformers' LlamaModel step for step (RMSNorm, rotary embedding from the model's own module, causal SDPA), so
+logits agree with the model's to fp32 rounding; tests/test_fast_paths.py checks greedy tokens and log-probs.
+
+Not here: choosing tokens, stops, rows that finish (sampler.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from cookbook_engine.backends.fast_ops import matmul_t
+
+STATIC_ROPE_TYPES = {"default", "linear", "llama3"}
+
+
+@dataclass
+class _Layer:
+    input_norm: torch.Tensor
+    qkv: torch.Tensor  # (q + 2 kv) * head_dim x hidden
+    o: torch.Tensor
+    post_norm: torch.Tensor
+    gate_up: torch.Tensor  # 2 intermediate x hidden
+    down: torch.Tensor
+
+
+class KVCache:
+    """Keys and values of every layer for `rows` sequences, room for `capacity` positions, allocated once."""
+
+    def __init__(self, layers: int, rows: int, kv_heads: int, capacity: int, head_dim: int):
+        self.keys = torch.zeros(layers, rows, kv_heads, capacity, head_dim)
+        self.values = torch.zeros(layers, rows, kv_heads, capacity, head_dim)
+
+    def keep_rows(self, rows: list[int]) -> None:
+        index = torch.tensor(rows)
+        self.keys = self.keys.index_select(1, index)
+        self.values = self.values.index_select(1, index)
+
+
+def _merged_weight(module) -> torch.Tensor | None:
+    """A linear layer's weight with the active LoRA adapter merged in (a new tensor), or None if unsupported."""
+    base = getattr(module, "base_layer", None)
+    if base is None:
+        return module.weight.detach() if module.bias is None else None
+    if base.bias is not None or getattr(module, "merged", False):
+        return None
+    weight = base.weight.detach()
+    if module.disable_adapters:
+        return weight
+    for name in module.active_adapters:
+        if name not in module.lora_A:
+            continue
+        if name in getattr(module, "lora_variant", {}) or module.use_dora.get(name, False):
+            return None
+        delta = module.lora_B[name].weight.detach() @ module.lora_A[name].weight.detach()
+        weight = weight + module.scaling[name] * delta
+    return weight
+
+
+class MergedLlama:
+    def __init__(self, causal_lm, layers: list[_Layer]):
+        config = causal_lm.config
+        self.layers = layers
+        decoder = causal_lm.get_decoder()
+        self.embed = decoder.embed_tokens.weight.detach()
+        self.head = causal_lm.get_output_embeddings().weight.detach()
+        self.final_norm = decoder.norm.weight.detach()
+        self.rotary = decoder.rotary_emb
+        self.eps = float(config.rms_norm_eps)
+        self.heads = config.num_attention_heads
+        self.kv_heads = config.num_key_value_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        self.intermediate = config.intermediate_size
+
+    @classmethod
+    def from_model(cls, model) -> "MergedLlama | None":
+        causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
+        config = causal_lm.config
+        rope = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
+        if (config.model_type != "llama" or config.attention_bias or config.mlp_bias or config.hidden_act != "silu"
+                or rope not in STATIC_ROPE_TYPES or causal_lm.dtype != torch.float32):
+            return None
+        layers = []
+        with torch.no_grad():
+            for layer in causal_lm.get_decoder().layers:
+                attn, mlp = layer.self_attn, layer.mlp
+                weights = [_merged_weight(m) for m in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj,
+                                                       mlp.gate_proj, mlp.up_proj, mlp.down_proj)]
+                if any(w is None for w in weights):
+                    return None
+                q, k, v, o, gate, up, down = weights
+                layers.append(_Layer(layer.input_layernorm.weight.detach(), torch.cat([q, k, v]).contiguous(),
+                                     o.contiguous(), layer.post_attention_layernorm.weight.detach(),
+                                     torch.cat([gate, up]).contiguous(), down.contiguous()))
+        return cls(causal_lm, layers)
+
+    # --- the arithmetic of transformers' Llama, one layer at a time ---------------------------------------------
+    def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        variance = x.pow(2).mean(-1, keepdim=True)
+        return weight * (x * torch.rsqrt(variance + self.eps))
+
+    @staticmethod
+    def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        half = x.shape[-1] // 2
+        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+        return x * cos + rotated * sin
+
+    def rope_table(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin (length x head_dim) from the model's own rotary module."""
+        positions = torch.arange(length)[None]
+        cos, sin = self.rotary(self.embed[:1][None], position_ids=positions)
+        return cos[0], sin[0]
+
+    def _layer(self, x_B_T_D, layer: _Layer, index: int, cache: KVCache, start: int, cos_T_H, sin_T_H):
+        rows, length, _ = x_B_T_D.shape
+        h = self._norm(x_B_T_D, layer.input_norm)
+        qkv = matmul_t(h.reshape(rows * length, -1), layer.qkv).view(rows, length, -1)
+        q_size, kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        q = qkv[..., :q_size].reshape(rows, length, self.heads, self.head_dim).transpose(1, 2)
+        k = qkv[..., q_size:q_size + kv_size].reshape(rows, length, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = qkv[..., q_size + kv_size:].reshape(rows, length, self.kv_heads, self.head_dim).transpose(1, 2)
+        q, k = self._rotate(q, cos_T_H, sin_T_H), self._rotate(k, cos_T_H, sin_T_H)
+        end = start + length
+        cache.keys[index, :, :, start:end] = k  # a prefill of one row fills every row of the cache
+        cache.values[index, :, :, start:end] = v
+        keys, values = cache.keys[index, :rows, :, :end], cache.values[index, :rows, :, :end]
+        attn = F.scaled_dot_product_attention(q, keys, values, is_causal=length > 1,
+                                              enable_gqa=self.heads != self.kv_heads)
+        attn = attn.transpose(1, 2).reshape(rows * length, q_size)
+        x_B_T_D = x_B_T_D + matmul_t(attn, layer.o).view(rows, length, -1)
+        h = self._norm(x_B_T_D, layer.post_norm).reshape(rows * length, -1)
+        gate_up = matmul_t(h, layer.gate_up)
+        act = F.silu(gate_up[:, :self.intermediate]) * gate_up[:, self.intermediate:]
+        return x_B_T_D + matmul_t(act, layer.down).view(rows, length, -1)
+
+    @torch.inference_mode()
+    def hidden(self, tokens_B_T: torch.Tensor, cache: KVCache, start: int, cos: torch.Tensor, sin: torch.Tensor
+               ) -> torch.Tensor:
+        """Final (normed) hidden states of tokens at positions start.. (the cache holds everything before)."""
+        x = F.embedding(tokens_B_T, self.embed)
+        length = tokens_B_T.shape[1]
+        if length > 1 and start != 0:
+            raise ValueError("MergedLlama.hidden: several tokens at once only from position 0 (a prefill)")
+        cos_T_H, sin_T_H = cos[start:start + length], sin[start:start + length]
+        for index, layer in enumerate(self.layers):
+            x = self._layer(x, layer, index, cache, start, cos_T_H, sin_T_H)
+        return self._norm(x, self.final_norm)
+
+    def new_cache(self, rows: int, capacity: int) -> KVCache:
+        return KVCache(len(self.layers), rows, self.kv_heads, capacity, self.head_dim)
+
+    def logits(self, hidden_N_D: torch.Tensor) -> torch.Tensor:
+        return matmul_t(hidden_N_D.contiguous(), self.head)
