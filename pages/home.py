@@ -54,17 +54,54 @@ def backend_status() -> None:
 waiting = state.default_model_status()[0] == "preparing" or state.tinker_status().state == "checking"
 st.fragment(run_every=2 if waiting else None)(backend_status)()
 
-store = state.store()
-runs = store.list_runs()
-running = [r for r in runs if r["status"] in widgets.ACTIVE]
-finished = [r for r in runs if r["status"] == "completed"]
-failed = [r for r in runs if r["status"] in ("failed", "interrupted")]
-c1, c2, c3, c4 = st.columns(4)
-c1.metric("Running", len(running), border=True)
-c2.metric("Finished", len(finished), border=True)
-c3.metric("Failed", len(failed), border=True)
-c4.metric("Checkpoints", len(store.list_checkpoints()), border=True)
 
+def runs_at_a_glance() -> None:
+    store = state.store()
+    runs = store.list_runs()
+    running = [r for r in runs if r["status"] in widgets.ACTIVE]
+    finished = [r for r in runs if r["status"] == "completed"]
+    failed = [r for r in runs if r["status"] in ("failed", "interrupted")]
+    c1, c2, c3, c4 = st.columns(4)
+    c1.metric("Running", len(running), border=True)
+    c2.metric("Finished", len(finished), border=True)
+    c3.metric("Failed", len(failed), border=True)
+    c4.metric("Checkpoints", len(store.list_checkpoints()), border=True)
+
+
+def recent_runs() -> None:
+    store = state.store()
+    runs = store.list_runs()
+    st.subheader("Recent runs")
+    if not runs:
+        widgets.empty_state("No runs yet. Start one: SL on builtin:facts teaches the model about a made-up country.",
+                            "new_run", "Start a new run")
+    else:
+        values = widgets.key_metric_values(store, runs[:8])
+        for run in runs[:8]:
+            with st.container(border=True):
+                c1, c2, c3, c4 = st.columns([3, 1.2, 2, 1], vertical_alignment="center")
+                model = widgets.safe_markdown(widgets.short_model(run["base_model"]))
+                c1.markdown(f"**{widgets.safe_markdown(run['name'])}**  \n"
+                            f"{widgets.KIND_LABEL[run['kind']]} · {model} · {widgets.age(run['created_at'])}")
+                with c2:
+                    widgets.status_badge(run["status"])
+                value = values.get(run["run_id"])
+                metric = "" if value is None else f" · {widgets.KEY_METRIC[run['kind']]} {widgets.format_value(value)}"
+                c3.caption(f"step {widgets.step_text(run)}{metric}")
+                with c4:
+                    nav.link("run", "Open", ":material/open_in_new:", run=run["run_id"])
+        if len(runs) > 8:
+            nav.link("runs", f"All {len(runs)} runs")
+
+
+def live(section) -> None:
+    """Refresh a section every 3 s while runs are active (from any process: the status comes from storage)."""
+    active = any(r["status"] in widgets.ACTIVE for r in state.store().list_runs())
+    st.fragment(run_every=3 if active else None)(section)()
+
+
+live(runs_at_a_glance)
+has_finished = any(r["status"] == "completed" for r in state.store().list_runs())
 st.subheader("Next steps")
 c1, c2, c3 = st.columns(3)
 with c1.container(border=True):
@@ -72,7 +109,7 @@ with c1.container(border=True):
     st.caption("SL on a built-in dataset takes a few minutes on this CPU; watch the loss fall live.")
     nav.link("new_run", "Start a new run")
 with c2.container(border=True):
-    if finished:
+    if has_finished:
         st.markdown("**Chat with what you trained**")
         st.caption("Compare the base model and your checkpoint side by side.")
         nav.link("chat", "Open the chat")
@@ -85,24 +122,4 @@ with c3.container(border=True):
     st.caption("Upload JSONL, CSV or Parquet; see errors by row and the tokens the loss trains on.")
     nav.link("datasets", "Upload a dataset")
 
-st.subheader("Recent runs")
-if not runs:
-    widgets.empty_state("No runs yet. Start one: SL on builtin:facts teaches the model about a made-up country.",
-                        "new_run", "Start a new run")
-else:
-    values = widgets.key_metric_values(store, runs[:8])
-    for run in runs[:8]:
-        with st.container(border=True):
-            c1, c2, c3, c4 = st.columns([3, 1.2, 2, 1], vertical_alignment="center")
-            model = widgets.safe_markdown(widgets.short_model(run["base_model"]))
-            c1.markdown(f"**{widgets.safe_markdown(run['name'])}**  \n"
-                        f"{widgets.KIND_LABEL[run['kind']]} · {model} · {widgets.age(run['created_at'])}")
-            with c2:
-                widgets.status_badge(run["status"])
-            value = values.get(run["run_id"])
-            metric = f" · {widgets.KEY_METRIC[run['kind']]} {widgets.format_value(value)}" if value is not None else ""
-            c3.caption(f"step {widgets.step_text(run)}{metric}")
-            with c4:
-                nav.link("run", "Open", ":material/open_in_new:", run=run["run_id"])
-    if len(runs) > 8:
-        nav.link("runs", f"All {len(runs)} runs")
+live(recent_runs)

@@ -186,6 +186,11 @@ def test_bad_rl_settings_and_data_fail_before_a_run_exists(home, default_model_r
     assert Store.default().list_runs() == []
 
 
+def test_default_learning_rate_is_half_the_sl_rate():
+    assert loop.rl_learning_rate(RLConfig()) == pytest.approx(5e-4)
+    assert loop.rl_learning_rate(RLConfig(learning_rate=1e-4)) == 1e-4
+
+
 def test_prepare_summarises_the_env():
     prepared = preflight(RLConfig(env="code"))
     assert "32 training and 8 held-out Python problems" in prepared.summary()
@@ -243,7 +248,7 @@ def test_every_rollout_is_stored_and_a_cancelled_run_resumes_where_it_stopped(ho
 def test_rl_on_arithmetic_raises_held_out_accuracy(home, default_model_ready):
     manager = RunManager()
     config = RLConfig(max_steps=10, groups_per_batch=8, group_size=4, max_tokens=16, num_eval_problems=40,
-                      eval_every=10, save_every=0, learning_rate=1e-3, seed=0)
+                      eval_every=10, save_every=0, seed=0)  # the default learning rate, 5e-4
     started = time.perf_counter()
     run_id = manager.start(config)
     run = manager.wait(run_id, timeout=900)
@@ -256,3 +261,22 @@ def test_rl_on_arithmetic_raises_held_out_accuracy(home, default_model_ready):
     assert after >= before + 0.15
     kl = Store.default().get_metrics(run_id, ["optim/kl_sample_train"])["value"]
     assert len(kl) > 0 and kl.abs().max() < 0.01  # one substep, on-policy: the trainer sees what the sampler saw
+
+
+@pytest.mark.slow
+def test_a_code_run_grades_rollouts_in_the_sandbox_and_keeps_the_results(home, default_model_ready):
+    manager = RunManager()
+    config = RLConfig(env="code", max_steps=1, groups_per_batch=2, group_size=2, max_tokens=48, num_eval_problems=1,
+                      eval_every=0, save_every=0, lora_rank=4)
+    run_id = manager.start(config)
+    run = manager.wait(run_id, timeout=600)
+    assert run["status"] == "completed", run.get("traceback")
+    transcripts = Store.default().get_transcripts(run_id)
+    assert len(transcripts) == 4
+    for row in transcripts.itertuples():
+        assert "Python function" in row.prompt
+        assert row.metrics["tests_total"] >= 3 and 0 <= row.metrics["tests_passed"] <= row.metrics["tests_total"]
+        expected = row.metrics["tests_passed"] / row.metrics["tests_total"] - 0.1 * (1 - row.metrics["format"])
+        assert row.reward == pytest.approx(expected)
+    names = Store.default().metric_names(run_id)
+    assert "env/all/tests_passed" in names and "test/env/all/correct" in names

@@ -3,7 +3,8 @@ projections, a preallocated KV cache, oneDNN matmuls.
 
 `MergedLlama.from_model(model)` reads a transformers Llama model (peft-wrapped or not) in its current adapter state
 and builds fp32 copies of each layer's weights with the active LoRA adapter merged in (W + scaling * B @ A), q/k/v
-fused into one matrix and gate/up into another; the embedding (and LM head) is shared, not copied. It returns None
+fused into one matrix and gate/up into another, stored in oneDNN's blocked layout; the LM head gets such a copy
+too (~110 MB for the default model), the embedding table is shared. It returns None
 for anything it does not reproduce exactly (other architectures, biases, rope types that change with length,
 adapter variants such as DoRA), and the sampler then uses the model's own forward. The arithmetic follows
 transformers' LlamaModel step for step (RMSNorm, rotary embedding from the model's own module, causal SDPA), so
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from cookbook_engine.backends import fast_ops
 from cookbook_engine.backends.fast_ops import matmul_t
 
 STATIC_ROPE_TYPES = {"default", "linear", "llama3"}
@@ -47,6 +49,13 @@ class KVCache:
         self.values = self.values.index_select(1, index)
 
 
+def _packed(weight: torch.Tensor) -> torch.Tensor:
+    """The weight in oneDNN's blocked layout (about 1.5-2x faster matmuls at decode batch sizes), when available."""
+    if not fast_ops.ONEDNN:
+        return weight.contiguous()
+    return torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), None)
+
+
 def _merged_weight(module) -> torch.Tensor | None:
     """A linear layer's weight with the active LoRA adapter merged in (a new tensor), or None if unsupported."""
     base = getattr(module, "base_layer", None)
@@ -73,7 +82,7 @@ class MergedLlama:
         self.layers = layers
         decoder = causal_lm.get_decoder()
         self.embed = decoder.embed_tokens.weight.detach()
-        self.head = causal_lm.get_output_embeddings().weight.detach()
+        self.head = _packed(causal_lm.get_output_embeddings().weight.detach())  # a copy; the embedding stays
         self.final_norm = decoder.norm.weight.detach()
         self.rotary = decoder.rotary_emb
         self.eps = float(config.rms_norm_eps)
@@ -99,9 +108,9 @@ class MergedLlama:
                 if any(w is None for w in weights):
                     return None
                 q, k, v, o, gate, up, down = weights
-                layers.append(_Layer(layer.input_layernorm.weight.detach(), torch.cat([q, k, v]).contiguous(),
-                                     o.contiguous(), layer.post_attention_layernorm.weight.detach(),
-                                     torch.cat([gate, up]).contiguous(), down.contiguous()))
+                layers.append(_Layer(layer.input_layernorm.weight.detach(), _packed(torch.cat([q, k, v])),
+                                     _packed(o), layer.post_attention_layernorm.weight.detach(),
+                                     _packed(torch.cat([gate, up])), _packed(down)))
         return cls(causal_lm, layers)
 
     # --- the arithmetic of transformers' Llama, one layer at a time ---------------------------------------------

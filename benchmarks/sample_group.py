@@ -1,0 +1,147 @@
+"""Benchmark: RL-style group sampling of the local backend against transformers' `generate`, side by side.
+
+One chat prompt, 8 samples, 64 new tokens each (no early stop, so both sides generate exactly 512 tokens),
+temperature 0.7, top_p 0.9, no top_k, fp32. Two cases: the base model (peer: `generate` on the plain
+AutoModelForCausalLM) and a LoRA rank-32 snapshot (peer: `generate` on the peft model with that adapter, as a
+peft/TRL user samples during RL). Calls alternate (ours, peer, ours, peer, ...) after one warm-up call each, and
+the figures are medians of generated tokens per second. Our first call on a new LoRA snapshot also builds the
+merged weight copy; that "cold" figure is reported beside the warm one. The script also checks that greedy
+decoding gives the same tokens as `generate`.
+
+    .venv/bin/python benchmarks/sample_group.py [--repeats 5]
+
+Not a test: it prints a table and writes benchmarks/results/sample_group.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("COOKBOOK_HOME", str(Path(tempfile.gettempdir()) / "cookbook-bench-home"))
+
+import common  # noqa: E402  (sets sys.path for the engine)
+import torch  # noqa: E402
+from tinker import types  # noqa: E402
+
+from cookbook_engine import models  # noqa: E402
+
+SAMPLES = 8
+NEW_TOKENS = 64
+TEMPERATURE = 0.7
+TOP_P = 0.9
+RANK = 32
+
+
+def ours_call(client, prompt: list[int], seed: int) -> tuple[float, int]:
+    params = types.SamplingParams(max_tokens=NEW_TOKENS, temperature=TEMPERATURE, top_p=TOP_P, seed=seed, stop=[])
+    started = time.perf_counter()
+    response = client.sample(types.ModelInput.from_ints(prompt), SAMPLES, params).result()
+    seconds = time.perf_counter() - started
+    return seconds, sum(len(s.tokens) for s in response.sequences)
+
+
+def peer_call(model, prompt: list[int], seed: int) -> tuple[float, int]:
+    ids = torch.tensor([prompt] * SAMPLES)
+    torch.manual_seed(seed)
+    started = time.perf_counter()
+    with torch.inference_mode():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=TEMPERATURE,
+                             top_p=TOP_P, top_k=0, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
+                             pad_token_id=2)
+    seconds = time.perf_counter() - started
+    return seconds, (out.shape[1] - ids.shape[1]) * SAMPLES
+
+
+def lora_snapshot(service, tokenizer):
+    """A LoRA rank-32 adapter after two steps on chat data, saved for sampling; returns (client, path)."""
+    from cookbook_engine.train_common import datum_from_tokens
+
+    client = service.create_lora_training_client(models.DEFAULT_MODEL, rank=RANK, seed=0)
+    examples = common.chat_examples(tokenizer, 16, max_tokens=200)
+    for start in (0, 8):
+        client.forward_backward([datum_from_tokens(t, w) for t, w in examples[start:start + 8]], "cross_entropy")
+        client.optim_step(types.AdamParams(learning_rate=1e-3))
+    path = client.save_weights_for_sampler("bench-lora").result().path
+    return client, path
+
+
+def greedy_equal(ours_client, peer_model, prompt: list[int]) -> bool:
+    params = types.SamplingParams(max_tokens=32, temperature=0, stop=[])
+    ours = ours_client.sample(types.ModelInput.from_ints(prompt), 1, params).result().sequences[0].tokens
+    ids = torch.tensor([prompt])
+    with torch.inference_mode():
+        peer = peer_model.generate(ids, do_sample=False, max_new_tokens=32, min_new_tokens=32, pad_token_id=2)
+    return ours == peer[0, ids.shape[1]:].tolist()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=5, help="timed calls per side and case (default 5)")
+    args = parser.parse_args()
+
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from cookbook_engine.backends.local import LocalServiceClient
+
+    models.prepare_default_model()
+    tokenizer = models.load_tokenizer(models.DEFAULT_MODEL)
+    prompt = common.chat_prompt(tokenizer)
+    load_start = common.load_average()
+    print(f"threads {torch.get_num_threads()}, load average {load_start}, prompt {len(prompt)} tokens", flush=True)
+    service = LocalServiceClient()
+    ours_base = service.create_sampling_client(base_model=models.DEFAULT_MODEL)
+    trainer, lora_path = lora_snapshot(service, tokenizer)
+    plain = AutoModelForCausalLM.from_pretrained(str(models.default_cache_dir()), dtype=torch.float32).eval()
+    peer_lora = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(str(models.default_cache_dir()), dtype=torch.float32), lora_path).eval()
+
+    checks = {"greedy_equal_base": greedy_equal(ours_base, plain, prompt),
+              "greedy_equal_lora": greedy_equal(service.create_sampling_client(model_path=lora_path), peer_lora,
+                                                prompt)}
+    print(f"greedy tokens equal to generate: {checks}", flush=True)
+
+    ours_call(ours_base, prompt, 0)  # warm-up: builds the base model's decoder weights once
+    peer_call(plain, prompt, 0)
+    peer_call(peer_lora, prompt, 0)
+    calls: dict[str, list[tuple[float, int]]] = {k: [] for k in
+                                                 ("ours_base", "peer_base", "ours_lora_cold", "ours_lora_warm",
+                                                  "peer_lora")}
+    for repeat in range(args.repeats):
+        seed = 100 + repeat
+        calls["ours_base"].append(ours_call(ours_base, prompt, seed))
+        calls["peer_base"].append(peer_call(plain, prompt, seed))
+        snapshot = trainer.save_weights_and_get_sampling_client()  # a new sampler, as after each RL step
+        calls["ours_lora_cold"].append(ours_call(snapshot, prompt, seed))
+        calls["ours_lora_warm"].append(ours_call(snapshot, prompt, seed + 1))
+        calls["peer_lora"].append(peer_call(peer_lora, prompt, seed))
+        print(f"  repeat {repeat}: " + ", ".join(f"{k} {n / s:.1f} tok/s" for k, ((s, n),) in
+                                                 ((k, v[-1:]) for k, v in calls.items())), flush=True)
+    trainer.close()
+
+    tok_s = {k: common.median([n / s for s, n in v]) for k, v in calls.items()}
+    rows = [["base model", tok_s["peer_base"], tok_s["ours_base"], "-", f"{tok_s['ours_base'] / tok_s['peer_base']:.2f}x"],
+            ["LoRA r=32 snapshot", tok_s["peer_lora"], tok_s["ours_lora_warm"], tok_s["ours_lora_cold"],
+             f"{tok_s['ours_lora_warm'] / tok_s['peer_lora']:.2f}x (cold {tok_s['ours_lora_cold'] / tok_s['peer_lora']:.2f}x)"]]
+    common.print_table(f"Group sampling, generated tokens/s ({SAMPLES} x {NEW_TOKENS}, T={TEMPERATURE}, "
+                       f"top_p={TOP_P}; median of {args.repeats})",
+                       ["case", "generate tok/s", "ours tok/s", "ours cold tok/s", "ours/generate"], rows)
+    common.write_result("sample_group", {
+        "setup": {"model": models.DEFAULT_MODEL, "dtype": "float32", "samples": SAMPLES, "new_tokens": NEW_TOKENS,
+                  "temperature": TEMPERATURE, "top_p": TOP_P, "top_k": 0, "prompt_tokens": len(prompt),
+                  "repeats": args.repeats, "lora_rank": RANK},
+        "load_average_start": load_start, "checks": checks, "tok_s": tok_s,
+        "ratios": {"base": tok_s["ours_base"] / tok_s["peer_base"],
+                   "lora_warm": tok_s["ours_lora_warm"] / tok_s["peer_lora"],
+                   "lora_cold": tok_s["ours_lora_cold"] / tok_s["peer_lora"]},
+        "calls_seconds_tokens": calls})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,257 @@
+"""The local backend's fast paths compute what the straightforward ones compute.
+
+Training: losses, per-token log-probs and LoRA gradients of the packed path (no padding, oneDNN matmuls, fused LoRA,
+LM-head gradient only where the loss needs it) against a padded batch through the plain transformers + peft modules
+with full logits. Sampling: the merged-weights decoder's log-probs against compute_logprobs, its greedy tokens
+against transformers' generate (base model and a LoRA snapshot), and top-p over a shortlist against the full sort.
+"""
+
+import math
+
+import pytest
+import torch
+from tinker import types
+
+from cookbook_engine import models
+from cookbook_engine.backends import fast_ops, losses, sampler
+from cookbook_engine.backends.local import LocalServiceClient
+from cookbook_engine.renderers import get_renderer
+from cookbook_engine.train_common import datum_from_tokens
+
+CHATS = [
+    ("What is the capital of France?", "Paris."),
+    ("Name three colours of the rainbow and say which one is between the other two.",
+     "Red, orange and yellow: orange lies between red and yellow."),
+    ("Hi", "Hello! How can I help you today?"),
+    ("Write one sentence about the sea, then one about the mountains, then one about a city at night.",
+     "The sea rolls grey under the wind. The mountains hold snow long into June. At night the city hums with "
+     "light and the last trams rattle home."),
+]
+
+
+@pytest.fixture(scope="module")
+def service(default_model_ready):
+    return LocalServiceClient()
+
+
+@pytest.fixture(scope="module")
+def tokenizer(service):
+    return models.load_tokenizer(models.DEFAULT_MODEL)
+
+
+@pytest.fixture(scope="module")
+def data(tokenizer):
+    renderer = get_renderer("auto", tokenizer)
+    return [datum_from_tokens(*renderer.build_supervised_example(
+        [{"role": "user", "content": q}, {"role": "assistant", "content": a}])) for q, a in CHATS]
+
+
+@pytest.fixture(scope="module")
+def trained(service, data):
+    """A training client whose adapter is no longer zero (one big step), so LoRA matters in every comparison."""
+    client = service.create_lora_training_client(models.DEFAULT_MODEL, rank=8, seed=3)
+    client.forward_backward(data, "cross_entropy")
+    client.optim_step(types.AdamParams(learning_rate=2e-2)).result()
+    yield client
+    client.close()
+
+
+def _with_advantages(data):
+    """The same data for ppo: sampler log-probs a little off, advantages zero on the prompt and mixed on replies."""
+    out = []
+    for index, datum in enumerate(data):
+        weights = datum.loss_fn_inputs["weights"].to_torch()
+        advantages = weights * (1.0 if index % 2 else -0.5)
+        out.append(types.Datum(model_input=datum.model_input, loss_fn_inputs={
+            "target_tokens": datum.loss_fn_inputs["target_tokens"],
+            "logprobs": types.TensorData.from_torch(-torch.ones_like(weights)),
+            "advantages": types.TensorData.from_torch(advantages)}))
+    return out
+
+
+def _reference(client, data, loss_fn):
+    """Loss, log-probs and adapter gradients from the padded path with full logits through the plain modules
+    (transformers' Linear on torch's default matmul, peft's LoRA forward)."""
+    worker = client._worker
+
+    def job():
+        previous, fast_ops.ONEDNN = fast_ops.ONEDNN, False
+        worker.activate(client.adapter)
+        worker.model.train()
+        params = worker.adapter_params(client.adapter)
+        for p in params:
+            p.grad = None
+        try:
+            total = 0.0
+
+            def backward(indices, pieces):
+                nonlocal total
+                loss = sum(losses.datum_loss(loss_fn, lp, {k: v.to_torch() for k, v in data[i].loss_fn_inputs.items()})
+                           for i, lp in zip(indices, pieces))
+                loss.backward()
+                total += float(loss)
+
+            logprobs = client._logprobs_padded(data, True, backward)
+            grads = [p.grad.clone() for p in params]
+            for p in params:
+                p.grad = None
+            return total, logprobs, grads
+        finally:
+            fast_ops.ONEDNN = previous
+            worker.model.eval()
+
+    return worker.call(job)
+
+
+def _fast(client, data, loss_fn):
+    worker = client._worker
+    out = client.forward_backward(data, loss_fn).result()
+
+    def grads():
+        params = worker.adapter_params(client.adapter)
+        result = [p.grad.clone() for p in params]
+        for p in params:
+            p.grad = None
+        return result
+
+    logprobs = [d["logprobs"].to_torch() for d in out.loss_fn_outputs]
+    return out.metrics["loss:sum"], logprobs, worker.call(grads)
+
+
+@pytest.mark.parametrize("loss_fn", ["cross_entropy", "ppo"])
+def test_packed_training_step_equals_padded_full_logits(trained, data, loss_fn):
+    data = data if loss_fn == "cross_entropy" else _with_advantages(data)
+    assert fast_ops.supports_packed(trained._worker.model)
+    fast_loss, fast_lp, fast_grads = _fast(trained, data, loss_fn)
+    ref_loss, ref_lp, ref_grads = _reference(trained, data, loss_fn)
+    assert fast_loss == pytest.approx(ref_loss, rel=1e-5, abs=1e-4)
+    for fast, ref in zip(fast_lp, ref_lp):
+        assert fast.shape == ref.shape
+        assert torch.allclose(fast, ref, atol=2e-4)
+    assert len(fast_grads) == len(ref_grads) > 0
+    worst = max(float((f - r).norm() / r.norm()) for f, r in zip(fast_grads, ref_grads))
+    assert worst < 2e-4, f"relative gradient difference {worst}"
+
+
+def test_forward_without_backward_and_compute_logprobs_equal_padded(trained, data):
+    fast = trained.forward(data, "cross_entropy").result()
+    _, ref_lp, _ = _reference(trained, data, "cross_entropy")
+    for out, ref in zip(fast.loss_fn_outputs, ref_lp):
+        assert torch.allclose(out["logprobs"].to_torch(), ref, atol=2e-4)
+    tokens = data[1].model_input.to_ints() + [data[1].loss_fn_inputs["target_tokens"].to_torch()[-1].item()]
+    sampling = trained.save_weights_and_get_sampling_client()
+    assert sampling.compute_logprobs(types.ModelInput.from_ints(tokens)).result()[1:] == pytest.approx(
+        ref_lp[1].tolist(), abs=2e-4)
+
+
+def test_lm_head_gradient_only_where_needed_matches_autograd():
+    torch.manual_seed(0)
+    weight = torch.randn(500, 16)
+    hidden = (torch.randn(40, 16) * 4).requires_grad_()  # large norms: confident, peaked predictions
+    targets = torch.randint(0, 500, (40,))
+    upstream = torch.randn(40) * (torch.rand(40) > 0.5)  # zero on about half the rows
+    grad_rows = upstream != 0
+    fast = fast_ops.head_logprobs(hidden, weight, targets, grad_rows)
+    (fast * upstream).sum().backward()
+    fast_grad, hidden.grad = hidden.grad.clone(), None
+    hidden64 = hidden.detach().double().requires_grad_()
+    ref = sampler.target_logprobs((hidden64 @ weight.double().t())[None], targets[None])[0]
+    (ref * upstream.double()).sum().backward()
+    assert torch.allclose(fast.double(), ref, atol=1e-5)
+    assert torch.allclose(fast_grad.double(), hidden64.grad, rtol=1e-5, atol=1e-5)
+    assert bool((fast_grad[~grad_rows] == 0).all())
+
+
+# ---------------------------------------------------------------------------------------------------- sampling
+
+
+def _sorted_as_dict(probs_B_K, ids_B_K, row):
+    return {int(i): float(p) for p, i in zip(probs_B_K[row], ids_B_K[row]) if p > 0}
+
+
+@pytest.mark.parametrize("top_k", [0, 20, 300])
+def test_top_p_shortlist_keeps_exactly_what_the_full_sort_keeps(top_k):
+    generator = torch.Generator().manual_seed(0)
+    vocab = 5000
+    peaked = torch.randn(6, vocab, generator=generator) * 6  # nucleus well inside a 64-token shortlist
+    flat = torch.randn(4, vocab, generator=generator) * 0.3  # nucleus of thousands of tokens: falls back
+    scores = torch.cat([peaked, flat])
+    for top_p in (0.3, 0.9, 0.99):
+        short_probs, short_ids = sampler.nucleus(scores, top_k, top_p, shortlist=64)
+        full_probs, full_ids = sampler.nucleus_sorted(scores, top_k, top_p)
+        for row in range(scores.shape[0]):
+            short, full = _sorted_as_dict(short_probs, short_ids, row), _sorted_as_dict(full_probs, full_ids, row)
+            assert short.keys() == full.keys(), (top_p, row)
+            assert all(math.isclose(short[i], full[i], rel_tol=1e-5) for i in full)
+    params = types.SamplingParams(temperature=0.7, top_p=0.9, top_k=top_k)
+    for seed in range(40):
+        picks = [sampler.choose_next(scores, params, torch.Generator().manual_seed(seed), shortlist=size)
+                 for size in (64, vocab)]
+        assert torch.equal(picks[0], picks[1])
+
+
+def test_sampling_picks_follow_the_kept_distribution():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    params = types.SamplingParams(temperature=1.0, top_p=0.7)
+    generator = torch.Generator().manual_seed(1)
+    counts = torch.bincount(torch.cat([sampler.choose_next(logits, params, generator) for _ in range(4000)]),
+                            minlength=4)
+    assert counts[2] == counts[3] == 0  # 0.5 + 0.3 already reach 0.7
+    assert abs(counts[0] / 4000 - 0.5 / 0.8) < 0.03
+
+
+@pytest.fixture(scope="module")
+def prompt(tokenizer):
+    renderer = get_renderer("auto", tokenizer)
+    return renderer.build_generation_prompt([{"role": "user", "content": "Tell me about lighthouses."}])
+
+
+def test_sampled_logprobs_of_a_lora_snapshot_match_compute_logprobs(trained, prompt):
+    sampling = trained.save_weights_and_get_sampling_client()
+    params = types.SamplingParams(max_tokens=24, temperature=1.0, top_p=0.95, seed=5, stop=[])
+    response = sampling.sample(prompt, 3, params, include_prompt_logprobs=True).result()
+    for seq in response.sequences:
+        full = sampling.compute_logprobs(types.ModelInput.from_ints(prompt.to_ints() + seq.tokens)).result()
+        assert seq.logprobs == pytest.approx(full[prompt.length:], abs=2e-3)
+        assert response.prompt_logprobs[1:] == pytest.approx(full[1:prompt.length], abs=2e-3)
+
+
+def _hf_greedy(model, prompt, count):
+    ids = torch.tensor([prompt.to_ints()])
+    with torch.inference_mode():
+        out = model.generate(ids, do_sample=False, max_new_tokens=count, min_new_tokens=count, pad_token_id=2)
+    return out[0, ids.shape[1]:].tolist()
+
+
+def test_greedy_tokens_equal_transformers_generate_for_base_and_lora_snapshot(service, data, prompt):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    greedy = types.SamplingParams(max_tokens=32, temperature=0, stop=[])
+    plain = AutoModelForCausalLM.from_pretrained(str(models.default_cache_dir()), dtype=torch.float32).eval()
+    base = service.create_sampling_client(base_model=models.DEFAULT_MODEL)
+    base_tokens = base.sample(prompt, 1, greedy).result().sequences[0].tokens
+    assert base_tokens == _hf_greedy(plain, prompt, 32)
+
+    client = service.create_lora_training_client(models.DEFAULT_MODEL, rank=8, seed=4)
+    for _ in range(3):  # a typical LoRA learning rate: the answer changes, the model stays fluent
+        client.forward_backward(data, "cross_entropy")
+        client.optim_step(types.AdamParams(learning_rate=2e-3))
+    path = client.save_weights_for_sampler("greedy-check").result().path
+    client.close()
+    snapshot = service.create_sampling_client(model_path=path)
+    ours = snapshot.sample(prompt, 2, greedy).result().sequences
+    reference = _hf_greedy(PeftModel.from_pretrained(plain, path).eval(), prompt, 32)
+    assert ours[0].tokens == ours[1].tokens == reference
+    assert reference != base_tokens
+
+
+def test_model_forward_decoder_agrees_with_the_merged_one(service, prompt, monkeypatch):
+    base = service.create_sampling_client(base_model=models.DEFAULT_MODEL)
+    params = types.SamplingParams(max_tokens=16, temperature=0.8, top_p=0.9, seed=11, stop=[])
+    fast = base.sample(prompt, 4, params).result().sequences
+    monkeypatch.setattr(sampler, "merged_weights", lambda model, key: None)
+    slow = base.sample(prompt, 4, params).result().sequences
+    assert [s.tokens for s in fast] == [s.tokens for s in slow]
+    for a, b in zip(fast, slow):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-3)
