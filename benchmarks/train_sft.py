@@ -63,7 +63,8 @@ def load_examples(tokenizer, count: int):
 
 
 class _StepClock:
-    """A TrainerCallback that times each optimizer step and keeps the logged loss of each."""
+    """A TrainerCallback that times each optimizer step, and a compute_loss wrapper that keeps each step's loss
+    (the logged one is rounded)."""
 
     def __init__(self):
         from transformers import TrainerCallback
@@ -77,14 +78,20 @@ class _StepClock:
             def on_step_end(self, args, state, control, **kw):
                 clock.step_seconds.append(time.perf_counter() - clock.started)
 
-            def on_log(self, args, state, control, logs=None, **kw):
-                if logs and "loss" in logs:
-                    clock.losses.append(float(logs["loss"]))
-
         self.callback = Callback()
         self.step_seconds: list[float] = []
         self.losses: list[float] = []
         self.started = 0.0
+
+    def wrap_loss(self, trainer) -> None:
+        compute_loss = trainer.compute_loss
+
+        def wrapped(model, inputs, return_outputs=False, num_items_in_batch=None):
+            out = compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
+            self.losses.append(float((out[0] if return_outputs else out).detach()))
+            return out
+
+        trainer.compute_loss = wrapped
 
 
 class _RecordingCollator:
@@ -110,7 +117,7 @@ def run_trl(config: dict, examples, tokenizer, steps: int) -> dict:
     with tempfile.TemporaryDirectory() as out:
         args = SFTConfig(output_dir=out, per_device_train_batch_size=BATCH, max_length=MAX_LENGTH, max_steps=steps,
                          learning_rate=LEARNING_RATE, bf16=False, fp16=False, completion_only_loss=True,
-                         logging_steps=1, save_strategy="no", report_to="none", seed=0, dataloader_num_workers=0,
+                         logging_steps=10_000, save_strategy="no", report_to="none", seed=0, dataloader_num_workers=0,
                          disable_tqdm=True, **config["overrides"])
         peft_config = LoraConfig(r=RANK, lora_alpha=32, lora_dropout=0.0, target_modules=TARGETS, bias="none",
                                  task_type="CAUSAL_LM")
@@ -121,6 +128,7 @@ def run_trl(config: dict, examples, tokenizer, steps: int) -> dict:
         trainer.data_collator = recorder
         clock = _StepClock()
         trainer.add_callback(clock.callback)
+        clock.wrap_loss(trainer)
         trainer.train()
     return {"step_seconds": clock.step_seconds, "losses": clock.losses, "batches": recorder.batches,
             "initial_lora": initial_lora}

@@ -35,7 +35,9 @@ c1, c2, c3, c4 = st.columns(4)
 c1.metric("Samples at this step", len(rollouts), border=True)
 c2.metric("Groups", rollouts["group_idx"].nunique(), border=True)
 c3.metric("Mean reward", widgets.format_value(rewards.mean()) if len(rewards) else "—", border=True)
-c4.metric("Correct (reward = 1)", f"{(rewards >= 1).mean():.0%}" if len(rewards) else "—", border=True)
+correct = [m.get("correct") for m in rollouts["metrics"] if isinstance(m, dict) and m.get("correct") is not None]
+c4.metric("Correct", f"{sum(correct) / len(correct):.0%}" if correct else "—", border=True,
+          help="Share of samples the grader marked correct (reward also counts the format).")
 
 SANDBOX_KEYS = ("tests_passed", "tests_total", "failures", "solution_error", "printed", "stderr", "sandbox_error",
                 "error", "network_isolated")
