@@ -177,7 +177,9 @@ def studio(argv: list[str]) -> int:
     options = parser.parse_args(argv)
     from pathlib import Path
 
-    main_page = Path(__file__).resolve().parent.parent / "app" / "main.py"
+    repo = Path(__file__).resolve().parent.parent
+    main_page = repo / "app" / "main.py"
+    os.chdir(repo)  # Streamlit reads .streamlit/config.toml from the working folder
     command = [sys.executable, "-m", "streamlit", "run", str(main_page), "--server.address", options.address,
                "--server.port", str(options.port), "--server.headless", "true",
                "--browser.gatherUsageStats", "false"]

@@ -8,10 +8,13 @@ names work when the hub is reachable. This module loads weights and tokenizers; 
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import os
+import shutil
 import socket
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,8 +71,10 @@ def default_model_ready() -> bool:
 def prepare_default_model() -> Path:
     """Convert the packaged GGUF into an fp32 safetensors folder in the cache, once. Returns the folder."""
     target = default_cache_dir()
-    with _prepare_lock:
-        if (target / "model.safetensors").exists():
+    if (target / "model.safetensors").exists():
+        return target
+    with _prepare_lock, _conversion_lock(target.parent):
+        if (target / "model.safetensors").exists():  # another thread or process converted it meanwhile
             return target
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -82,10 +87,23 @@ def prepare_default_model() -> Path:
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
         partial = target.with_name(target.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)  # left by a conversion that was killed half-way
         model.save_pretrained(partial)
         tokenizer.save_pretrained(partial)
         os.replace(partial, target)  # appear complete or not at all
         return target
+
+
+@contextmanager
+def _conversion_lock(folder: Path):
+    """Across processes: only one converts the default model; the others wait and then find it done."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".convert.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def resolve(name: str) -> ModelInfo:
