@@ -125,6 +125,25 @@ def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+def on_model_worker(fn):
+    """Run fn on the local backend's model worker thread (the default model's) and return its result. Benchmarks
+    run the peers' model code there too, so that the process has a single OpenMP thread team: a second team on
+    another thread makes libgomp throttle its spin-waiting (more threads than cores), which slows code made of
+    many small parallel regions, decoding most (measured ~25%), for whichever side runs after it."""
+    from cookbook_engine import models
+    from cookbook_engine.backends.local import get_worker
+
+    return get_worker(models.DEFAULT_MODEL).call(fn)
+
+
+def exit_after_profile() -> None:
+    """End the process now, results written: after torch.profiler ran on the model worker's (daemon) thread, the
+    interpreter's normal shutdown sometimes aborts in C++ ("terminate called without an active exception")."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 # ---------------------------------------------------------------------------------------------------- output
 
 
@@ -134,7 +153,7 @@ def median(values: list[float]) -> float:
 
 def print_table(title: str, header: list[str], rows: list[list[Any]]) -> None:
     cells = [[_cell(v) for v in row] for row in rows]
-    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(header)]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(header)]
     print(f"\n{title}")
     print("  ".join(h.ljust(w) for h, w in zip(header, widths)))
     print("  ".join("-" * w for w in widths))
@@ -153,8 +172,10 @@ def _cell(value: Any) -> str:
 def write_result(name: str, payload: dict[str, Any]) -> Path:
     """benchmarks/results/<name>.json with the payload, the machine, the load averages and the command."""
     RESULTS.mkdir(parents=True, exist_ok=True)
+    python = Path(sys.executable)
+    python = python.relative_to(REPO) if python.is_relative_to(REPO) else python.name
     record = {"benchmark": name, "finished_at": time.strftime("%Y-%m-%d %H:%M:%S"),
-              "command": " ".join([Path(sys.executable).name, *sys.argv]), "machine": machine(),
+              "command": " ".join([str(python), *sys.argv]), "machine": machine(),
               "load_average_end": load_average(), **payload}
     path = RESULTS / f"{name}.json"
     partial = path.with_suffix(".json.tmp")

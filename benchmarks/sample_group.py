@@ -4,11 +4,13 @@ One chat prompt, 8 samples, 64 new tokens each (no early stop, so both sides gen
 temperature 0.7, top_p 0.9, no top_k, fp32. Two cases: the base model (peer: `generate` on the plain
 AutoModelForCausalLM) and a LoRA rank-32 snapshot (peer: `generate` on the peft model with that adapter, as a
 peft/TRL user samples during RL). Calls alternate (ours, peer, ours, peer, ...) after one warm-up call each, and
-the figures are medians of generated tokens per second. Our first call on a new LoRA snapshot also builds the
+the figures are medians of generated tokens per second. Both sides run on the model worker's thread (see
+common.on_model_worker). Our first call on a new LoRA snapshot also builds the
 merged weight copy; that "cold" figure is reported beside the warm one. The script also checks that greedy
 decoding gives the same tokens as `generate`.
 
     .venv/bin/python benchmarks/sample_group.py [--repeats 5]
+    .venv/bin/python benchmarks/sample_group.py --profile    # where one of our calls spends its time
 
 Not a test: it prints a table and writes benchmarks/results/sample_group.json.
 """
@@ -47,15 +49,19 @@ def ours_call(client, prompt: list[int], seed: int) -> tuple[float, int]:
 
 
 def peer_call(model, prompt: list[int], seed: int) -> tuple[float, int]:
+    """`generate` on the model worker's thread (common.on_model_worker says why)."""
     ids = torch.tensor([prompt] * SAMPLES)
-    torch.manual_seed(seed)
-    started = time.perf_counter()
-    with torch.inference_mode():
-        out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=TEMPERATURE,
-                             top_p=TOP_P, top_k=0, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
-                             pad_token_id=2)
-    seconds = time.perf_counter() - started
-    return seconds, (out.shape[1] - ids.shape[1]) * SAMPLES
+
+    def generate():
+        torch.manual_seed(seed)
+        started = time.perf_counter()
+        with torch.inference_mode():
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=TEMPERATURE,
+                                 top_p=TOP_P, top_k=0, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
+                                 pad_token_id=2)
+        return time.perf_counter() - started, (out.shape[1] - ids.shape[1]) * SAMPLES
+
+    return common.on_model_worker(generate)
 
 
 def lora_snapshot(service, tokenizer):
@@ -75,14 +81,64 @@ def greedy_equal(ours_client, peer_model, prompt: list[int]) -> bool:
     params = types.SamplingParams(max_tokens=32, temperature=0, stop=[])
     ours = ours_client.sample(types.ModelInput.from_ints(prompt), 1, params).result().sequences[0].tokens
     ids = torch.tensor([prompt])
-    with torch.inference_mode():
-        peer = peer_model.generate(ids, do_sample=False, max_new_tokens=32, min_new_tokens=32, pad_token_id=2)
-    return ours == peer[0, ids.shape[1]:].tolist()
+
+    def generate():
+        with torch.inference_mode():
+            return peer_model.generate(ids, do_sample=False, max_new_tokens=32, min_new_tokens=32, pad_token_id=2)
+
+    return ours == common.on_model_worker(generate)[0, ids.shape[1]:].tolist()
+
+
+def profile(client, prompt: list[int]) -> dict:
+    """One warm call of ours (base model) under torch.profiler on the model worker's thread, operator time grouped
+    into categories."""
+    from collections import defaultdict
+
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    from cookbook_engine.backends import sampler
+
+    worker = client._worker
+    params = types.SamplingParams(max_tokens=NEW_TOKENS, temperature=TEMPERATURE, top_p=TOP_P, seed=1, stop=[])
+    ours_call(client, prompt, 0)
+
+    def job():
+        with worker.model.disable_adapter(), torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+            started = time.perf_counter()
+            rows, _ = sampler.sample(worker.model, worker.tokenizer, prompt, SAMPLES, params,
+                                     weights_key=sampler.BASE_WEIGHTS)
+            elapsed = time.perf_counter() - started
+        return prof, elapsed, sum(len(r.tokens) for r in rows)
+
+    prof, seconds, tokens = worker.call(job)
+    categories: dict[str, float] = defaultdict(float)
+    for event in prof.key_averages():
+        categories[_category(event.key)] += event.self_cpu_time_total / 1e6
+    total = sum(categories.values())
+    rows = sorted(([name, value, value / total] for name, value in categories.items()), key=lambda r: -r[1])
+    common.print_table(f"Where one call of ours spends its time ({tokens} tokens in {seconds:.2f} s, "
+                       f"{NEW_TOKENS} decode steps)", ["category", "seconds", "share"], rows)
+    return {"seconds": dict(categories), "tokens": tokens, "call_seconds": seconds}
+
+
+def _category(op: str) -> str:
+    if "linear_pointwise" in op or op in ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul"):
+        return "matmul (merged layers, LM head)"
+    if "scaled_dot_product" in op:
+        return "attention (SDPA over the KV cache)"
+    if op in ("aten::topk", "aten::sort", "aten::softmax", "aten::_softmax", "aten::logsumexp", "aten::cumsum",
+              "aten::searchsorted", "aten::exp", "aten::amax", "aten::masked_fill", "aten::rand", "aten::gather"):
+        return "choosing tokens (top-p, log-probs)"
+    if op.startswith("aten::"):
+        return "other tensor ops (norms, rotary, cache writes, copies)"
+    return "Python overhead"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per side and case (default 5)")
+    parser.add_argument("--profile", action="store_true", help="profile one call of ours instead")
     args = parser.parse_args()
 
     from peft import PeftModel
@@ -97,10 +153,14 @@ def main() -> None:
     print(f"threads {torch.get_num_threads()}, load average {load_start}, prompt {len(prompt)} tokens", flush=True)
     service = LocalServiceClient()
     ours_base = service.create_sampling_client(base_model=models.DEFAULT_MODEL)
+    if args.profile:
+        common.write_result("sample_group_profile", {"load_average_start": load_start, **profile(ours_base, prompt)})
+        common.exit_after_profile()
     trainer, lora_path = lora_snapshot(service, tokenizer)
-    plain = AutoModelForCausalLM.from_pretrained(str(models.default_cache_dir()), dtype=torch.float32).eval()
-    peer_lora = PeftModel.from_pretrained(
-        AutoModelForCausalLM.from_pretrained(str(models.default_cache_dir()), dtype=torch.float32), lora_path).eval()
+    folder = str(models.default_cache_dir())
+    plain = common.on_model_worker(lambda: AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval())
+    peer_lora = common.on_model_worker(lambda: PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32), lora_path).eval())
 
     checks = {"greedy_equal_base": greedy_equal(ours_base, plain, prompt),
               "greedy_equal_lora": greedy_equal(service.create_sampling_client(model_path=lora_path), peer_lora,
@@ -126,9 +186,11 @@ def main() -> None:
     trainer.close()
 
     tok_s = {k: common.median([n / s for s, n in v]) for k, v in calls.items()}
-    rows = [["base model", tok_s["peer_base"], tok_s["ours_base"], "-", f"{tok_s['ours_base'] / tok_s['peer_base']:.2f}x"],
+    base_ratio = tok_s["ours_base"] / tok_s["peer_base"]
+    warm_ratio, cold_ratio = tok_s["ours_lora_warm"] / tok_s["peer_lora"], tok_s["ours_lora_cold"] / tok_s["peer_lora"]
+    rows = [["base model", tok_s["peer_base"], tok_s["ours_base"], "-", f"{base_ratio:.2f}x"],
             ["LoRA r=32 snapshot", tok_s["peer_lora"], tok_s["ours_lora_warm"], tok_s["ours_lora_cold"],
-             f"{tok_s['ours_lora_warm'] / tok_s['peer_lora']:.2f}x (cold {tok_s['ours_lora_cold'] / tok_s['peer_lora']:.2f}x)"]]
+             f"{warm_ratio:.2f}x (cold {cold_ratio:.2f}x)"]]
     common.print_table(f"Group sampling, generated tokens/s ({SAMPLES} x {NEW_TOKENS}, T={TEMPERATURE}, "
                        f"top_p={TOP_P}; median of {args.repeats})",
                        ["case", "generate tok/s", "ours tok/s", "ours cold tok/s", "ours/generate"], rows)
@@ -137,9 +199,7 @@ def main() -> None:
                   "temperature": TEMPERATURE, "top_p": TOP_P, "top_k": 0, "prompt_tokens": len(prompt),
                   "repeats": args.repeats, "lora_rank": RANK},
         "load_average_start": load_start, "checks": checks, "tok_s": tok_s,
-        "ratios": {"base": tok_s["ours_base"] / tok_s["peer_base"],
-                   "lora_warm": tok_s["ours_lora_warm"] / tok_s["peer_lora"],
-                   "lora_cold": tok_s["ours_lora_cold"] / tok_s["peer_lora"]},
+        "ratios": {"base": base_ratio, "lora_warm": warm_ratio, "lora_cold": cold_ratio},
         "calls_seconds_tokens": calls})
 
 

@@ -6,13 +6,15 @@ default configuration (fp32, i.e. bf16 off) and in its fastest one on this CPU; 
 its sampler drew and the initial LoRA weights, and ours then trains from those weights on exactly those batches
 with TRL's optimizer recipe (AdamW betas 0.9/0.999, eps 1e-8, linear decay, clip 1.0, mean token loss), so the
 per-step losses of the two must agree: that shows the work is equal. Runs alternate (TRL, ours, TRL, ours, ...)
-and the figures are medians over repetitions. Throughput counts the examples' tokens (no padding) per second of
+and the figures are medians over repetitions. Everything runs on the local backend's model worker thread, TRL
+included (see common.on_model_worker). Throughput counts the examples' tokens (no padding) per second of
 step time, the first step of every run left out as warm-up. MFU = 4 x parameters x tokens/s over this machine's
 measured fp32 matmul peak.
 
     .venv/bin/python benchmarks/train_sft.py              # the comparison (about 5 minutes)
     .venv/bin/python benchmarks/train_sft.py --explore    # time several TRL configurations to find its fastest
     .venv/bin/python benchmarks/train_sft.py --profile    # where a step of ours spends its time
+    .venv/bin/python benchmarks/train_sft.py --ablation   # what each fast path adds, on the same batches
 
 Not a test: it prints a table and writes benchmarks/results/train_sft.json.
 """
@@ -49,7 +51,7 @@ TRL_EXPLORE = [
     {"name": "no grad checkpointing", "overrides": {"gradient_checkpointing": False}},
     {"name": "group_by_length", "overrides": {"train_sampling_strategy": "group_by_length"}},
     TRL_FASTEST,
-    {"name": "padding_free, no grad checkpointing", "overrides": {"padding_free": True,
+    {"name": "padding_free, no grad checkpointing", "overrides": {"padding_free": True, "max_length": None,
                                                                   "gradient_checkpointing": False}},
     {"name": "packing, no grad checkpointing", "overrides": {"packing": True, "gradient_checkpointing": False}},
 ]
@@ -106,6 +108,11 @@ class _RecordingCollator:
 
 
 def run_trl(config: dict, examples, tokenizer, steps: int) -> dict:
+    """One TRL run, loaded and trained on the model worker's thread (common.on_model_worker says why)."""
+    return common.on_model_worker(lambda: _run_trl(config, examples, tokenizer, steps))
+
+
+def _run_trl(config: dict, examples, tokenizer, steps: int) -> dict:
     from datasets import Dataset
     from peft import LoraConfig, get_peft_model_state_dict
     from transformers import AutoModelForCausalLM
@@ -115,10 +122,11 @@ def run_trl(config: dict, examples, tokenizer, steps: int) -> dict:
     dataset = Dataset.from_dict({"input_ids": [t for t, _ in examples],
                                  "completion_mask": [[int(w > 0) for w in weights] for _, weights in examples]})
     with tempfile.TemporaryDirectory() as out:
-        args = SFTConfig(output_dir=out, per_device_train_batch_size=BATCH, max_length=MAX_LENGTH, max_steps=steps,
+        settings = {"max_length": MAX_LENGTH, **config["overrides"]}
+        args = SFTConfig(output_dir=out, per_device_train_batch_size=BATCH, max_steps=steps,
                          learning_rate=LEARNING_RATE, bf16=False, fp16=False, completion_only_loss=True,
                          logging_steps=10_000, save_strategy="no", report_to="none", seed=0, dataloader_num_workers=0,
-                         disable_tqdm=True, **config["overrides"])
+                         disable_tqdm=True, **settings)
         peft_config = LoraConfig(r=RANK, lora_alpha=32, lora_dropout=0.0, target_modules=TARGETS, bias="none",
                                  task_type="CAUSAL_LM")
         trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
@@ -180,7 +188,7 @@ def padding_fraction(batches) -> float:
 
 
 def compare(repeats: int, steps: int, examples, tokenizer, peak: dict) -> dict:
-    params = sum(p.numel() for p in _plain_model().parameters())
+    params = _parameter_count()
     runs: dict[str, list[dict]] = defaultdict(list)
     for repeat in range(repeats):
         for config in (TRL_DEFAULT, TRL_FASTEST):
@@ -218,10 +226,13 @@ def _fmt(losses: list[float]) -> str:
     return "[" + ", ".join(f"{x:.4f}" for x in losses) + "]"
 
 
-def _plain_model():
-    from transformers import AutoModelForCausalLM
+def _parameter_count() -> int:
+    """The base model's parameters (LoRA matrices not counted), from the local backend's loaded model."""
+    from cookbook_engine.backends.local import get_worker
 
-    return AutoModelForCausalLM.from_pretrained(str(models.default_cache_dir()), dtype=torch.float32)
+    worker = get_worker(models.DEFAULT_MODEL)
+    worker.call(lambda: None)  # loaded
+    return sum(p.numel() for name, p in worker.model.named_parameters() if "lora_" not in name)
 
 
 def explore(examples, tokenizer, steps: int) -> dict:
@@ -266,6 +277,50 @@ def profile(examples) -> dict:
     return {"seconds": dict(categories), "tokens": sum(len(t) for t, _ in batches[2])}
 
 
+ABLATION = [
+    ("padded batches, full logits, torch matmul (MKL), peft LoRA", {"packed": False, "onednn": False}),
+    ("packed without padding, LM-head gradient only on loss tokens", {"packed": True, "onednn": False}),
+    ("+ oneDNN matmuls and fused LoRA (the local backend)", {"packed": True, "onednn": True}),
+]
+
+
+def ablation(examples, steps: int, repeats: int) -> dict:
+    """Our backend with its fast paths switched on one after another, alternating, on the same batches."""
+    from tinker import types
+
+    from cookbook_engine.backends import fast_ops
+    from cookbook_engine.backends.local import LocalServiceClient
+    from cookbook_engine.train_common import datum_from_tokens
+
+    batches = [[(t, w) for t, w in examples[i:i + BATCH]] for i in range(0, steps * BATCH, BATCH)]
+    service = LocalServiceClient()
+    supports_packed, onednn = fast_ops.supports_packed, fast_ops.ONEDNN
+    results: dict[str, list[float]] = defaultdict(list)
+    try:
+        for _ in range(repeats):
+            for name, switches in ABLATION:
+                fast_ops.ONEDNN = switches["onednn"] and onednn
+                fast_ops.supports_packed = supports_packed if switches["packed"] else (lambda model: False)
+                client = service.create_lora_training_client(models.DEFAULT_MODEL, rank=RANK, seed=0)
+                seconds = []
+                for batch in batches:
+                    started = time.perf_counter()
+                    client.forward_backward([datum_from_tokens(t, w) for t, w in batch], "cross_entropy").result()
+                    client.optim_step(types.AdamParams(learning_rate=1e-4)).result()
+                    seconds.append(time.perf_counter() - started)
+                client.close()
+                results[name].append(tokens_per_second([[(t, None) for t, _ in b] for b in batches], seconds))
+                print(f"  {name}: {results[name][-1]:.1f} tok/s", flush=True)
+    finally:
+        fast_ops.ONEDNN, fast_ops.supports_packed = onednn, supports_packed
+    summary = {name: common.median(values) for name, values in results.items()}
+    first = summary[ABLATION[0][0]]
+    common.print_table(f"What each fast path adds (non-padding tokens/s, median of {repeats})",
+                       ["variant", "tok/s", "vs first"],
+                       [[name, value, f"{value / first:.2f}x"] for name, value in summary.items()])
+    return {"tok_s": summary, "runs": dict(results)}
+
+
 def _category(op: str) -> str:
     if "linear_pointwise" in op or op in ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul"):
         return "matmul (linear layers, LoRA, LM head)"
@@ -285,6 +340,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4, help="steps per run, the first is warm-up (default 4)")
     parser.add_argument("--explore", action="store_true", help="time TRL configurations instead")
     parser.add_argument("--profile", action="store_true", help="profile one step of ours instead")
+    parser.add_argument("--ablation", action="store_true", help="time our fast paths one by one instead")
     args = parser.parse_args()
 
     models.prepare_default_model()
@@ -294,16 +350,20 @@ def main() -> None:
     print(f"threads {torch.get_num_threads()}, load average {load_start}", flush=True)
     if args.profile:
         common.write_result("train_sft_profile", {"load_average_start": load_start, **profile(examples)})
+        common.exit_after_profile()
+    if args.ablation:
+        common.write_result("train_sft_ablation", {"load_average_start": load_start, "steps": args.steps,
+                                                   **ablation(examples, args.steps, args.repeats)})
         return
     if args.explore:
         common.write_result("train_sft_trl_configs", {"load_average_start": load_start, "steps": args.steps,
                                                       "tok_s": explore(examples, tokenizer, args.steps)})
         return
-    peak = common.matmul_peak_gflops()
+    peak = common.on_model_worker(common.matmul_peak_gflops)
     print(f"fp32 matmul peak: torch.mm {peak['torch_mm']:.0f} GFLOP/s, oneDNN {peak['onednn']:.0f} GFLOP/s",
           flush=True)
     result = compare(args.repeats, args.steps, examples, tokenizer, peak)
-    peak_after = common.matmul_peak_gflops()
+    peak_after = common.on_model_worker(common.matmul_peak_gflops)
     rows = []
     for name, s in result["summary"].items():
         rows.append([name, s["trl_tok_s"], s["ours_tok_s"], f"{s['ratio']:.2f}x", f"{s['trl_mfu']:.0%}",

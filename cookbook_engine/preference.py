@@ -161,11 +161,17 @@ def make_loss_fn(reference_P: list[tuple[float, float]], beta: float):
 # ------------------------------------------------------------------------------------------------ reference
 
 
-def reference_sampling_client(service, config: DPOConfig):
-    """The fixed reference: the checkpoint the run started from, else the base model."""
-    if config.start_checkpoint:
-        return service.create_sampling_client(model_path=config.start_checkpoint)
-    return service.create_sampling_client(base_model=config.model)
+def reference_sampling_client(service, config: DPOConfig, store=None):
+    """The fixed reference: the checkpoint the run started from, else the base model. A full state path is swapped
+    for the sampler weights saved with it when the store knows them (the hosted service samples only from those)."""
+    if not config.start_checkpoint:
+        return service.create_sampling_client(base_model=config.model)
+    path = config.start_checkpoint
+    for row in store.list_checkpoints() if store is not None else []:
+        if row.get("state_path") == path and row.get("sampler_path"):
+            path = row["sampler_path"]
+            break
+    return service.create_sampling_client(model_path=path)
 
 
 class ReferenceLogprobs:
@@ -210,12 +216,13 @@ async def evaluate(client, reference: ReferenceLogprobs, test: list[PairDatums],
 async def train(config: DPOConfig, ctx, prepared: PreparedDPO | None = None) -> None:
     prepared = prepared or prepare(config)
     service, client, start_step = start_training_client(config, ctx.resume)
-    reference = ReferenceLogprobs(reference_sampling_client(service, config))
+    reference = ReferenceLogprobs(reference_sampling_client(service, config, getattr(ctx, "store", None)))
     base_lr = dpo_learning_rate(config)
     batches_per_epoch, total_steps = plan_steps(config, len(prepared.train))
     ctx.note(f"DPO on {config.model}: {prepared.summary()}; {total_steps} steps of {config.batch_size} pairs, "
              f"beta {config.dpo_beta:g}, lr {base_lr:g} ({config.lr_schedule}); reference "
-             f"{config.start_checkpoint or 'the base model'}" + (f"; resuming at step {start_step}" if start_step else ""))
+             f"{config.start_checkpoint or 'the base model'}"
+             + (f"; resuming at step {start_step}" if start_step else ""))
     ctx.progress(start_step, total_steps)
     run_started = time.perf_counter()
     step = start_step

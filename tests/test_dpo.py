@@ -72,10 +72,12 @@ def test_default_learning_rate_is_a_fraction_of_the_sl_rate():
 
 
 def test_bad_dpo_input_fails_before_a_run_exists(home, default_model_ready, tmp_path):
+    rl_rows = write_jsonl(tmp_path / "a.jsonl", [{"prompt": "q", "answer": "a"}])
     with pytest.raises(datasets.DatasetError, match="chosen"):
-        preflight(parse_overrides("dpo", [f"dataset={write_jsonl(tmp_path / 'a.jsonl', [{'prompt': 'q', 'answer': 'a'}])}"]))
+        preflight(parse_overrides("dpo", [f"dataset={rl_rows}"]))
+    same = write_jsonl(tmp_path / "b.jsonl", [{"prompt": "q", "chosen": "a", "rejected": "a"}])
     with pytest.raises(datasets.DatasetError, match="identical"):
-        preflight(parse_overrides("dpo", [f"dataset={write_jsonl(tmp_path / 'b.jsonl', [{'prompt': 'q', 'chosen': 'a', 'rejected': 'a'}])}"]))
+        preflight(parse_overrides("dpo", [f"dataset={same}"]))
     long_prompt = write_jsonl(tmp_path / "c.jsonl", [{"prompt": "x " * 200, "chosen": "a", "rejected": "b"}] * 3)
     with pytest.raises(datasets.DatasetError, match="no pair fits max_length=32"):
         preflight(parse_overrides("dpo", [f"dataset={long_prompt}", "max_length=32"]))

@@ -144,6 +144,17 @@ def test_forward_without_backward_and_compute_logprobs_equal_padded(trained, dat
         ref_lp[1].tolist(), abs=2e-4)
 
 
+def test_data_with_nothing_to_learn_train_without_error(service, data):
+    client = service.create_lora_training_client(models.DEFAULT_MODEL, rank=4, seed=5)
+    silent = [types.Datum(model_input=d.model_input, loss_fn_inputs={
+        "target_tokens": d.loss_fn_inputs["target_tokens"],
+        "weights": types.TensorData.from_torch(torch.zeros(d.model_input.length))}) for d in data]
+    out = client.forward_backward(silent, "cross_entropy").result()
+    assert out.metrics["loss:sum"] == 0.0 and len(out.loss_fn_outputs) == len(silent)
+    assert client.optim_step(types.AdamParams(learning_rate=1e-3)).result().metrics["grad_norm"] == 0.0
+    client.close()
+
+
 def test_lm_head_gradient_only_where_needed_matches_autograd():
     torch.manual_seed(0)
     weight = torch.randn(500, 16)

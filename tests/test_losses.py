@@ -8,6 +8,7 @@ at ratio 1 has the gradient of cross entropy weighted by the advantages, and PPO
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 import pytest
@@ -175,8 +176,6 @@ def test_dpo_through_forward_backward_custom_matches_direct_computation(base_mod
 
     # reference log-probs from the base model's sampling client equal the direct ones
     reference = preference.ReferenceLogprobs(service.create_sampling_client(base_model=models.DEFAULT_MODEL))
-    import asyncio
-
     sums = asyncio.run(reference.for_pairs(rendered))
     assert [s for pair in sums for s in pair] == pytest.approx(policy, abs=1e-3)
     adapter_grads(client)

@@ -395,7 +395,7 @@ class LocalTrainingClient:
             for i, lp in zip(indices, logprobs):
                 inputs = {k: v.to_torch() for k, v in data[i].loss_fn_inputs.items()}
                 loss = loss + losses.datum_loss(loss_fn, lp, inputs, loss_fn_config)
-            if backward:
+            if backward and loss.requires_grad:  # not when no position of this micro-batch has a loss weight
                 loss.backward()
             total["loss"] += float(loss.detach())
 

@@ -7,8 +7,9 @@ own (temperature 1, before top-k/top-p), the quantity the trainer computes, so o
 strings, and a sequence includes its stop token exactly once.
 
 Two decoders behind one loop: for Llama-architecture models `fast_decode.MergedLlama` (LoRA merged into a weight
-copy built once per sampler snapshot and cached, fused projections, a preallocated KV cache); for anything else the
-model's own forward with transformers' cache. Token choice is exact either way: top-p looks at a top-k shortlist
+copy built once per sampler snapshot and cached, one per model: ~0.5 GB for the default model; fused projections; a
+KV cache preallocated for prompt + max_tokens); for anything else the model's own forward with transformers'
+cache. Token choice is exact either way: top-p looks at a top-k shortlist
 first and falls back to sorting the whole vocabulary for any row whose shortlist holds less than top_p of the
 probability, so the kept set is always the one the full sort gives (tests/test_fast_paths.py checks it). Sampling
 draws one uniform number per row and walks the kept tokens in descending probability, so both routes pick the same
