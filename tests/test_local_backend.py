@@ -63,7 +63,7 @@ def test_max_tokens_top_k_and_stop_options(base, renderer):
     tok = base.get_tokenizer()
     by_string = base.sample(prompt(renderer), 1, types.SamplingParams(max_tokens=40, temperature=0, stop=["capital"])).result()
     text = tok.decode(by_string.sequences[0].tokens)
-    assert text.endswith("capital") or text.rstrip().endswith("capital") and by_string.sequences[0].stop_reason == "stop"
+    assert text.rstrip().endswith("capital") and by_string.sequences[0].stop_reason == "stop"
     first = greedy.sequences[0].tokens[0]
     by_id = base.sample(prompt(renderer), 1, types.SamplingParams(max_tokens=40, temperature=0, stop=[first])).result()
     assert by_id.sequences[0].tokens == [first] and by_id.sequences[0].stop_reason == "stop"
@@ -80,20 +80,54 @@ def test_sampler_logprobs_match_compute_logprobs_and_prompt_logprobs(base, rende
     assert seq.logprobs == pytest.approx(full[n:], abs=1e-3)
 
 
-def test_optimizer_settings_apply_and_lr_zero_changes_nothing(service, renderer):
+def test_lr_zero_changes_nothing_and_training_lowers_the_loss(service, renderer):
     client = service.create_lora_training_client(models.DEFAULT_MODEL, rank=4, seed=0)
     tokens, weights = renderer.build_supervised_example(QUESTION + [{"role": "assistant", "content": "Lyon."}])
     datum = datum_from_tokens(tokens, weights)
     before = client.forward([datum], "cross_entropy").result().metrics["loss:sum"]
     client.forward_backward([datum], "cross_entropy")
-    step = client.optim_step(types.AdamParams(learning_rate=0.0, grad_clip_norm=1.0)).result()
+    step = client.optim_step(types.AdamParams(learning_rate=0.0)).result()
     assert step.metrics["grad_norm"] > 0
     assert client.forward([datum], "cross_entropy").result().metrics["loss:sum"] == pytest.approx(before, abs=1e-4)
     for _ in range(3):
         client.forward_backward([datum], "cross_entropy")
-        client.optim_step(types.AdamParams(learning_rate=1e-3, weight_decay=0.01, beta1=0.8, beta2=0.9, eps=1e-8))
-    after = client.forward([datum], "cross_entropy").result().metrics["loss:sum"]
-    assert after < before * 0.8
+        client.optim_step(types.AdamParams(learning_rate=1e-3))
+    assert client.forward([datum], "cross_entropy").result().metrics["loss:sum"] < before * 0.8
+    client.close()
+
+
+def test_every_adam_setting_takes_effect_as_in_decoupled_adamw(service, renderer):
+    """Two optimizer steps with unusual settings match AdamW computed by hand in float64: the learning rate, both
+    betas (the second step's moments), eps (large here, so it changes the step), decoupled weight decay and the
+    gradient clipping (the clipped norm is what Adam sees; grad_norm reports the norm before clipping)."""
+    client = service.create_lora_training_client(models.DEFAULT_MODEL, rank=4, seed=3)
+    worker = client._worker
+    params = worker.adapter_params(client.adapter)
+    tokens, weights = renderer.build_supervised_example(QUESTION + [{"role": "assistant", "content": "Lyon."}])
+    datum = datum_from_tokens(tokens, weights)
+    adam = types.AdamParams(learning_rate=2e-2, beta1=0.5, beta2=0.7, eps=1e-3, weight_decay=0.3, grad_clip_norm=0.05)
+
+    expected = [p.detach().double().clone() for p in worker.call(lambda: params)]
+    m = [torch.zeros_like(p) for p in expected]
+    v = [torch.zeros_like(p) for p in expected]
+    for t in (1, 2):
+        client.forward_backward([datum], "cross_entropy").result()
+        grads = worker.call(lambda: [p.grad.detach().double().clone() for p in params])
+        norm = math.sqrt(sum(float((g * g).sum()) for g in grads))
+        reported = client.optim_step(adam).result().metrics["grad_norm"]
+        assert reported == pytest.approx(norm, rel=1e-4) and norm > adam.grad_clip_norm  # clipping really binds
+        scale = adam.grad_clip_norm / (norm + 1e-6)
+        for i, g in enumerate(grads):
+            g = g * scale
+            m[i] = adam.beta1 * m[i] + (1 - adam.beta1) * g
+            v[i] = adam.beta2 * v[i] + (1 - adam.beta2) * g * g
+            m_hat, v_hat = m[i] / (1 - adam.beta1 ** t), v[i] / (1 - adam.beta2 ** t)
+            expected[i] = expected[i] * (1 - adam.learning_rate * adam.weight_decay)
+            expected[i] = expected[i] - adam.learning_rate * m_hat / (v_hat.sqrt() + adam.eps)
+    actual = worker.call(lambda: [p.detach().double().clone() for p in params])
+    worst = max(float((a - e).abs().max()) for a, e in zip(actual, expected))
+    biggest_update = max(float(e.abs().max()) for e in expected)
+    assert worst < 1e-5 * max(1.0, biggest_update), worst
     client.close()
 
 
