@@ -204,7 +204,11 @@ def settings_form(kind: str, base: cfg.CommonConfig, choice: ModelChoice, data: 
 
         suggested *= DPO_LR_SCALE
         reason = f"DPO's default is {DPO_LR_SCALE:g} × the model's SL rate ({choice.suggested_lr or 1e-4:g}: {reason})"
-    default_lr = base.learning_rate if base.learning_rate > 0 else suggested
+    elif kind == "rl":
+        from cookbook_engine.rl.loop import RL_LR_SCALE
+
+        suggested *= RL_LR_SCALE
+        reason = f"RL's default is {RL_LR_SCALE:g} × the model's SL rate ({choice.suggested_lr or 1e-4:g}: {reason})"
     values: dict = {"model": choice.model, "backend": choice.backend, **data}
     with st.form(k("form"), border=True):
         st.markdown("**Run**")
@@ -220,10 +224,12 @@ def settings_form(kind: str, base: cfg.CommonConfig, choice: ModelChoice, data: 
         c1, c2, c3, c4 = st.columns(4)
         values["lora_rank"] = c1.selectbox("LoRA rank", LORA_RANKS, index=LORA_RANKS.index(base.lora_rank)
                                            if base.lora_rank in LORA_RANKS else 5, key=k("rank"))
+        # empty = learning_rate=auto: the engine uses the suggested rate; 0 or less is refused by the check
         values["learning_rate"] = c2.number_input(
-            "Learning rate", min_value=0.0, max_value=0.99, value=float(default_lr), step=1e-5, format="%g",
-            key=k(f"lr-{choice.backend}-{choice.model}"),
-            help=f"Suggested for this model: {suggested:g} ({reason})." if reason else None)
+            "Learning rate", min_value=0.0, max_value=0.99, value=base.learning_rate, step=1e-5, format="%g",
+            placeholder=f"suggested: {suggested:g}", key=k(f"lr-{choice.backend}-{choice.model}"),
+            help=f"Leave empty for the suggested rate for this model, {suggested:g} ({reason})." if reason else
+            "Leave empty for the model's suggested rate.")
         values["lr_schedule"] = c3.selectbox("Schedule", list(cfg.SCHEDULES),
                                              index=list(cfg.SCHEDULES).index(base.lr_schedule), key=k("schedule"))
         batch_label = "Groups per batch" if kind == "rl" else "Batch size"

@@ -32,6 +32,9 @@ def manager() -> RunManager:
 
 
 def store() -> Store:
+    """The studio's store; every page gets it here, so this is also where a running studio notices runs whose
+    process died (at most every few seconds) and shows them as interrupted instead of running forever."""
+    manager().notice_orphans()
     return manager().store
 
 

@@ -7,7 +7,8 @@
     cookbook studio [--port 8501] [--address 127.0.0.1]
 
 `--dry-run` validates everything (settings, model, renderer, data) and prints the resolved config without
-training. Bad input exits with code 2 and a one-line reason. A run started here shows up live in the studio.
+training. learning_rate=auto (the default) uses the model's suggested rate. Bad input exits with code 2 and a
+one-line reason. A run started here shows up live in the studio.
 """
 
 from __future__ import annotations

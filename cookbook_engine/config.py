@@ -37,7 +37,7 @@ class CommonConfig:
     renderer: str = "auto"
     name: str = ""
     lora_rank: int = 32
-    learning_rate: float = 0.0  # 0 = the model's suggested rate
+    learning_rate: float | None = None  # None (learning_rate=auto) = the model's suggested rate
     lr_schedule: str = "linear"
     batch_size: int = 8
     num_epochs: int = 1
@@ -78,7 +78,6 @@ class DPOConfig(CommonConfig):
     test_fraction: float = 0.1
     dpo_beta: float = 0.1
     start_checkpoint: str = ""  # a saved state to start from (its run becomes the parent)
-    learning_rate: float = 0.0
     batch_size: int = 8
     max_examples: int = 0
 
@@ -133,6 +132,8 @@ def _field_type(cls: type, name: str) -> type:
 
 def _coerce(cls: type, key: str, raw: str):
     kind = _field_type(cls, key)
+    if key == "learning_rate" and raw.strip().lower() == "auto":
+        return None  # the model's suggested rate
     try:
         if kind is bool:
             lowered = raw.strip().lower()
@@ -179,7 +180,10 @@ def parse_overrides(kind: str, args: list[str]) -> CommonConfig:
 def from_dict(kind: str, data: dict) -> CommonConfig:
     cls = CONFIG_TYPES[kind]
     known = set(field_names(cls))
-    return cls(**{k: v for k, v in data.items() if k in known})
+    values = {k: v for k, v in data.items() if k in known}
+    if values.get("learning_rate") == 0:  # runs saved before learning_rate=auto wrote 0 for "suggested"
+        values["learning_rate"] = None
+    return cls(**values)
 
 
 def to_dict(config: CommonConfig) -> dict:
@@ -213,8 +217,10 @@ def validate(config: CommonConfig) -> list[str]:
             problems.append(message)
 
     need(config.backend in BACKENDS, f"backend={config.backend}: choose one of {', '.join(BACKENDS)}")
-    need(config.learning_rate >= 0, f"learning_rate={config.learning_rate}: must be positive (0 = suggested)")
-    need(config.learning_rate < 1, f"learning_rate={config.learning_rate}: far too large (LoRA uses 1e-5 to 1e-2)")
+    if config.learning_rate is not None:  # None = the model's suggested rate
+        need(config.learning_rate > 0, f"learning_rate={config.learning_rate}: must be positive (leave it unset or "
+                                       "write learning_rate=auto for the model's suggested rate)")
+        need(config.learning_rate < 1, f"learning_rate={config.learning_rate}: far too large (LoRA uses 1e-5 to 1e-2)")
     need(config.lr_schedule in SCHEDULES, f"lr_schedule={config.lr_schedule}: choose one of {', '.join(SCHEDULES)}")
     need(config.lora_rank >= 1, f"lora_rank={config.lora_rank}: must be at least 1")
     need(config.lora_rank <= 512, f"lora_rank={config.lora_rank}: at most 512")

@@ -34,7 +34,7 @@ from cookbook_engine.supervised import batch_at, plan_steps
 from cookbook_engine.train_common import (adam_params, datum_from_tokens, fit_length, learning_rate_for,
                                           lr_multiplier, save_checkpoint, start_training_client, tokenizer_for)
 
-# DPO moves a model faster than SL on the same data: with learning_rate=0 it uses this share of the model's
+# DPO moves a model faster than SL on the same data: with learning_rate=auto it uses this share of the model's
 # suggested (SL) rate. For the default model: 1e-3 * 0.2 = 2e-4.
 DPO_LR_SCALE = 0.2
 EVAL_BATCH_PAIRS = 16
@@ -111,7 +111,7 @@ def prepare(config: DPOConfig) -> PreparedDPO:
 
 
 def dpo_learning_rate(config: DPOConfig) -> float:
-    return config.learning_rate if config.learning_rate > 0 else learning_rate_for(config) * DPO_LR_SCALE
+    return config.learning_rate if config.learning_rate is not None else learning_rate_for(config) * DPO_LR_SCALE
 
 
 # ------------------------------------------------------------------------------------------------ the math

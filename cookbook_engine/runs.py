@@ -27,6 +27,7 @@ from storage import Store
 
 ACTIVE = ("queued", "running", "cancelling")
 FINISHED = ("completed", "failed", "cancelled", "interrupted")
+ORPHAN_CHECK_EVERY_S = 2.0  # how often a running studio looks for runs whose process died
 
 
 class RunCancelled(Exception):
@@ -105,6 +106,7 @@ class RunManager:
         self._threads: dict[str, threading.Thread] = {}
         self._contexts: dict[str, RunContext] = {}
         self._lock = threading.Lock()
+        self._orphans_checked_at = time.monotonic()
         self.store.mark_orphans_interrupted()
 
     # --- life cycle -----------------------------------------------------------------------------------------
@@ -184,6 +186,16 @@ class RunManager:
 
     def active_run_ids(self) -> list[str]:
         return [run_id for run_id, thread in list(self._threads.items()) if thread.is_alive()]
+
+    def notice_orphans(self, every_s: float = ORPHAN_CHECK_EVERY_S) -> list[str]:
+        """Mark runs whose owner process died (a killed CLI run, say) as interrupted, at most once per `every_s`
+        seconds: a long-lived studio calls this on every page render, so a dead run never stays 'running'."""
+        now = time.monotonic()
+        with self._lock:
+            if now - self._orphans_checked_at < every_s:
+                return []
+            self._orphans_checked_at = now
+        return self.store.mark_orphans_interrupted()
 
     # --- internals ------------------------------------------------------------------------------------------
     def _forget(self, run_id: str, log_dir: Path) -> None:

@@ -24,8 +24,8 @@ def tokenizer_for(config: CommonConfig):
 
 
 def learning_rate_for(config: CommonConfig) -> float:
-    """The configured learning rate, or the model's suggested one when it is 0."""
-    if config.learning_rate > 0:
+    """The configured learning rate, or the model's suggested one when it is unset (learning_rate=auto)."""
+    if config.learning_rate is not None:
         return config.learning_rate
     if config.backend == "tinker":
         from cookbook_engine.backends.tinker import suggested_learning_rate

@@ -125,7 +125,8 @@ def test_check_settings_shows_summary_estimate_and_command_without_starting(stud
     runs_before = len(get_manager().store.list_runs())
     at = open_page("new_run")
     assert "Suggested learning rate" in shown_text(at)
-    assert by_label(at.number_input, "Learning rate").value == pytest.approx(1e-3)  # the default model's suggestion
+    assert by_label(at.number_input, "Learning rate").value is None  # empty = the suggested rate (learning_rate=auto)
+    assert "Suggested learning rate for SmolLM2-135M-Instruct: **0.001**" in shown_text(at)
     by_label(at.number_input, "Max steps").set_value(3)
     by_label(at.number_input, "Batch size").set_value(2)
     click(at, "Check settings")

@@ -31,7 +31,7 @@ from cookbook_engine.rl.types import EnvGroupBuilder, Rollout, RolloutGroup
 from cookbook_engine.train_common import (adam_params, learning_rate_for, lr_multiplier, save_checkpoint,
                                           start_training_client, tokenizer_for)
 
-# With learning_rate=0, RL uses this share of the model's suggested (SL) rate: on the arithmetic env the default
+# With learning_rate=auto, RL uses this share of the model's suggested (SL) rate: on the arithmetic env the default
 # model learns steadily at 5e-4 and collapses (every answer the same wrong pattern) at 2e-3.
 RL_LR_SCALE = 0.5
 
@@ -171,7 +171,7 @@ async def train_on(client, data_D: list[types.Datum], config: RLConfig, lr: floa
 
 
 def rl_learning_rate(config: RLConfig) -> float:
-    return config.learning_rate if config.learning_rate > 0 else learning_rate_for(config) * RL_LR_SCALE
+    return config.learning_rate if config.learning_rate is not None else learning_rate_for(config) * RL_LR_SCALE
 
 
 def plan_steps(config: RLConfig, batches_per_epoch: int) -> int:
