@@ -85,20 +85,25 @@ def _watch(manager, run_id: str, notes: list[str]) -> int:
     from tqdm import tqdm
 
     bar = tqdm(total=None, unit="step", dynamic_ncols=True, file=sys.stderr)
+    read_at = float("-inf")
     try:
         while True:
             alive = manager.is_alive(run_id)
-            run = manager.store.get_run(run_id)
             while notes:
                 bar.write(notes.pop(0), file=sys.stderr)
-            if run.get("total_steps") and bar.total != run["total_steps"]:
-                bar.total = run["total_steps"]
-            if run.get("step") is not None:
-                bar.n = run["step"]
-                key = manager.store.last_metrics([run_id], _key_metric(run["kind"])).get(run_id)
-                if key is not None:
-                    bar.set_postfix_str(f"{_key_metric(run['kind'])}={key:.4f}")
-                bar.refresh()
+            # The store writes progress and metrics every ~2 s (storage.service), and each read costs the database
+            # an open that competes with training for the CPU: read the bar's figures no more often than that.
+            if not alive or time.monotonic() - read_at >= 2.0:
+                read_at = time.monotonic()
+                run = manager.store.get_run(run_id)
+                if run.get("total_steps") and bar.total != run["total_steps"]:
+                    bar.total = run["total_steps"]
+                if run.get("step") is not None:
+                    bar.n = run["step"]
+                    key = manager.store.last_metrics([run_id], _key_metric(run["kind"])).get(run_id)
+                    if key is not None:
+                        bar.set_postfix_str(f"{_key_metric(run['kind'])}={key:.4f}")
+                    bar.refresh()
             if not alive:
                 break
             time.sleep(0.5)

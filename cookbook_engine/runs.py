@@ -3,9 +3,11 @@
 A run is an asyncio loop (supervised, DPO or RL) running on a daemon thread of this process, independent of any
 browser session. Everything about it lives in storage (status, metrics, checkpoints) and in its run folder, so any
 process can watch it. Cancelling works across processes: `cancel()` marks the run 'cancelling' in the database and
-the loop, which polls its status between steps, saves a checkpoint and stops. Resume restarts a stopped run from
-its last saved state with its loop position. This module owns run life cycles; the loops themselves live in
-supervised.py, preference.py and rl/loop.py.
+the loop, which polls its status between steps, saves a checkpoint and stops. The manager's store is a
+storage.StoreClient: DuckDB runs in a helper process, so the training process never opens the database (its
+per-step metrics, transcripts and progress are buffered there, and the status poll is answered from memory).
+Resume restarts a stopped run from its last saved state with its loop position. This module owns run life cycles;
+the loops themselves live in supervised.py, preference.py and rl/loop.py.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any, Callable
 from cookbook_engine import config as cfg
 from cookbook_engine import paths, secrets
 from cookbook_engine.run_logger import RunLogger
-from storage import Store
+from storage import Store, StoreClient
 
 ACTIVE = ("queued", "running", "cancelling")
 FINISHED = ("completed", "failed", "cancelled", "interrupted")
@@ -39,7 +41,7 @@ class RunContext:
     """What a loop gets besides its config: where to log, whether to stop, where to resume from."""
 
     run_id: str
-    store: Store
+    store: Store | StoreClient
     logger: RunLogger
     log_dir: Path
     cancel_event: threading.Event = field(default_factory=threading.Event)
@@ -48,14 +50,16 @@ class RunContext:
     _last_poll: float = 0.0
 
     def cancelled(self) -> bool:
-        """True once someone asked the run to stop (this process or another one, through the database)."""
+        """True once someone asked the run to stop: at once when asked in this process (the event), within about
+        3 s when asked by another process through the database (polled once a second; a StoreClient answers the
+        poll from its helper's last read, at most ~2 s old). A buffered write of the run that failed in the
+        helper is raised here (StorageWriteError), so the run fails with its message."""
         if self.cancel_event.is_set():
             return True
         now = time.monotonic()
         if now - self._last_poll > 1.0:
             self._last_poll = now
-            run = self.store.get_run(self.run_id)
-            if run and run["status"] == "cancelling":
+            if self.store.run_status(self.run_id) == "cancelling":
                 self.cancel_event.set()
         return self.cancel_event.is_set()
 
@@ -101,8 +105,8 @@ def preflight(config: cfg.CommonConfig) -> Any:
 
 
 class RunManager:
-    def __init__(self, store: Store | None = None):
-        self.store = store or Store.default()
+    def __init__(self, store: Store | StoreClient | None = None):
+        self.store = store or StoreClient.default()
         self._threads: dict[str, threading.Thread] = {}
         self._contexts: dict[str, RunContext] = {}
         self._lock = threading.Lock()
@@ -254,6 +258,8 @@ def get_manager() -> RunManager:
     """The process-wide RunManager (the studio and the CLI each have one)."""
     global _manager
     with _manager_lock:
-        if _manager is None or _manager.store.path != Store.default().path:
+        if _manager is None or _manager.store.path != paths.db_path().resolve():
+            if _manager is not None and not _manager.active_run_ids() and isinstance(_manager.store, StoreClient):
+                _manager.store.close()  # the previous home's helper process (a later call would start it again)
             _manager = RunManager()
         return _manager

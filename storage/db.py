@@ -4,8 +4,11 @@ Concurrency: DuckDB lets one process at a time hold the file, and a CLI run and 
 connection lives long: every call opens the file, runs one short transaction and closes it, which releases the
 file lock at once (~15-20 ms per call here, mostly DuckDB's start-up). An open that meets another process's lock
 retries with jittered backoff (5 ms doubling to 200 ms) for up to 30 s, then raises StorageBusyError naming the
-file. Inside one process a per-path RLock serialises threads. Not here: file layout (cookbook_engine.paths) and
-the JSON-lines files of a run folder (cookbook_engine.run_logger).
+file. Inside one process a per-path RLock serialises threads. DuckDB runs glibc's malloc_trim(0) on every open and
+close, which costs a training process its freed activation memory, so training processes and the studio use
+storage.service.StoreClient (these methods, executed in a helper process that buffers the hot-path writes and
+applies them with `write_batch`); `Store` itself serves short-lived commands, tests and that helper. Not here:
+file layout (cookbook_engine.paths) and the JSON-lines files of a run folder (cookbook_engine.run_logger).
 """
 
 from __future__ import annotations
@@ -193,6 +196,113 @@ def _migrate(con: duckdb.DuckDBPyConnection, path: Path) -> None:
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# Checked rows and the SQL that writes them (shared by Store's methods and Store.write_batch, which applies the
+# writes that storage.service buffers; the service checks arguments with the same functions before buffering)
+
+
+def clean_run_fields(run_id: str, fields: dict[str, Any]) -> dict[str, Any]:
+    """Check update_run's fields and return them ready for SQL (JSON config, naive UTC times, updated_at set)."""
+    fields = dict(fields)
+    unknown = sorted(set(fields) - _UPDATABLE_RUN_COLUMNS)
+    if unknown:
+        raise ValueError(f"update_run({run_id!r}): unknown or read-only fields {unknown}; "
+                         f"allowed: {sorted(_UPDATABLE_RUN_COLUMNS)}")
+    if "status" in fields:
+        _check_choice(fields["status"], RUN_STATUSES, f"status of run {run_id!r}")
+        if fields["status"] in TERMINAL_STATUSES:
+            fields.setdefault("finished_at", utcnow())
+    if "kind" in fields:
+        _check_choice(fields["kind"], RUN_KINDS, f"kind of run {run_id!r}")
+    if "backend" in fields:
+        _check_choice(fields["backend"], BACKENDS, f"backend of run {run_id!r}")
+    for int_field in ("step", "total_steps", "owner_pid"):
+        if int_field in fields:
+            _check_int(fields[int_field], f"{int_field} of run {run_id!r}", optional=True)
+    if "config" in fields:
+        if not isinstance(fields["config"], dict):
+            raise TypeError(f"config of run {run_id!r} must be a dict, got {type(fields['config']).__name__}")
+        fields["config"] = _to_json(fields["config"], f"config of run {run_id!r}")
+    if "log_dir" in fields:
+        fields["log_dir"] = str(fields["log_dir"])
+    for time_field in ("started_at", "finished_at", "updated_at"):
+        if isinstance(fields.get(time_field), datetime) and fields[time_field].tzinfo is not None:
+            fields[time_field] = fields[time_field].astimezone(timezone.utc).replace(tzinfo=None)
+    fields.setdefault("updated_at", utcnow())
+    return fields
+
+
+def metrics_table(run_id: str, step: int, metrics: Mapping[str, Any]) -> pa.Table:
+    """One step's metrics, checked, as an Arrow table (step, name, value); empty if `metrics` is."""
+    _check_int(step, f"step of run {run_id!r}")
+    cleaned = clean_metrics(metrics, f"log_metrics(run {run_id!r}, step {step})")
+    return pa.table({
+        "step": pa.array([step] * len(cleaned), type=pa.int64()),
+        "name": pa.array(list(cleaned), type=pa.string()),
+        "value": pa.array(list(cleaned.values()), type=pa.float64()),
+    })
+
+
+def transcripts_table(run_id: str, rows: list[dict[str, Any]]) -> pa.Table:
+    """Transcript rows (see Store.add_transcripts), checked, as an Arrow table; non-finite rewards become NULL."""
+    columns: dict[str, list[Any]] = {key: [] for key in _TRANSCRIPT_REQUIRED_KEYS + _TRANSCRIPT_OPTIONAL_KEYS}
+    for index, row in enumerate(rows):
+        where = f"transcript row {index} of run {run_id!r}"
+        if not isinstance(row, Mapping):
+            raise TypeError(f"{where} must be a dict, got {type(row).__name__}")
+        missing = [key for key in _TRANSCRIPT_REQUIRED_KEYS if key not in row]
+        unknown = sorted(set(row) - set(columns))
+        if missing or unknown:
+            raise ValueError(f"{where}: missing keys {missing}, unknown keys {unknown}")
+        for key in ("step", "group_idx", "sample_idx"):
+            _check_int(row[key], f"{key} of {where}")
+        for key in ("reward", "advantage"):
+            value = row.get(key)
+            value = None if value is None else metric_value(value, f"{key} of {where}")
+            columns[key].append(value if value is None or math.isfinite(value) else None)
+        for key in ("step", "group_idx", "sample_idx", "prompt", "completion", "stop_reason"):
+            columns[key].append(row.get(key))
+        columns["metrics"].append(_to_json(row.get("metrics") or {}, f"metrics of {where}"))
+    return pa.table({
+        "step": pa.array(columns["step"], type=pa.int64()),
+        "group_idx": pa.array(columns["group_idx"], type=pa.int64()),
+        "sample_idx": pa.array(columns["sample_idx"], type=pa.int64()),
+        "prompt": pa.array(columns["prompt"], type=pa.string()),
+        "completion": pa.array(columns["completion"], type=pa.string()),
+        "reward": pa.array(columns["reward"], type=pa.float64()),
+        "advantage": pa.array(columns["advantage"], type=pa.float64()),
+        "stop_reason": pa.array(columns["stop_reason"], type=pa.string()),
+        "metrics": pa.array(columns["metrics"], type=pa.string()),
+    })
+
+
+def _set_run_fields(con: duckdb.DuckDBPyConnection, path: Path, run_id: str, fields: dict[str, Any]) -> None:
+    columns = sorted(fields)  # names come from the fixed column list (clean_run_fields), values are parameters
+    assignments = ", ".join(f"{column} = ?" for column in columns)
+    updated = con.execute(f"UPDATE runs SET {assignments} WHERE run_id = ? RETURNING run_id",
+                          [fields[column] for column in columns] + [run_id]).fetchall()
+    if not updated:
+        raise KeyError(f"no run {run_id!r} in {path}")
+
+
+def _upsert_metrics(con: duckdb.DuckDBPyConnection, run_id: str, incoming_metrics: pa.Table) -> None:
+    con.register("incoming_metrics", incoming_metrics)  # registering the name again replaces it
+    con.execute(
+        "INSERT INTO metrics (run_id, step, name, value, logged_at) "
+        "SELECT ?, step, name, CASE WHEN isfinite(value) THEN value END, ? FROM incoming_metrics "
+        "ON CONFLICT DO UPDATE SET value = excluded.value, logged_at = excluded.logged_at",
+        [run_id, utcnow()])
+
+
+def _insert_transcripts(con: duckdb.DuckDBPyConnection, run_id: str, incoming_transcripts: pa.Table) -> None:
+    con.register("incoming_transcripts", incoming_transcripts)
+    con.execute(
+        "INSERT INTO transcripts (run_id, step, group_idx, sample_idx, prompt, completion, reward, "
+        "advantage, stop_reason, metrics, created_at) SELECT ?, step, group_idx, sample_idx, prompt, "
+        "completion, reward, advantage, stop_reason, metrics, ? FROM incoming_transcripts",
+        [run_id, utcnow()])
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # The store
 
 
@@ -273,48 +383,20 @@ class Store:
 
         A terminal status (completed/failed/cancelled/interrupted) also sets finished_at unless it is given.
         """
-        unknown = sorted(set(fields) - _UPDATABLE_RUN_COLUMNS)
-        if unknown:
-            raise ValueError(f"update_run({run_id!r}): unknown or read-only fields {unknown}; "
-                             f"allowed: {sorted(_UPDATABLE_RUN_COLUMNS)}")
-        if "status" in fields:
-            _check_choice(fields["status"], RUN_STATUSES, f"status of run {run_id!r}")
-            if fields["status"] in TERMINAL_STATUSES:
-                fields.setdefault("finished_at", utcnow())
-        if "kind" in fields:
-            _check_choice(fields["kind"], RUN_KINDS, f"kind of run {run_id!r}")
-        if "backend" in fields:
-            _check_choice(fields["backend"], BACKENDS, f"backend of run {run_id!r}")
-        for int_field in ("step", "total_steps", "owner_pid"):
-            if int_field in fields:
-                _check_int(fields[int_field], f"{int_field} of run {run_id!r}", optional=True)
-        if "config" in fields:
-            if not isinstance(fields["config"], dict):
-                raise TypeError(f"config of run {run_id!r} must be a dict, got {type(fields['config']).__name__}")
-            fields["config"] = _to_json(fields["config"], f"config of run {run_id!r}")
-        if "log_dir" in fields:
-            fields["log_dir"] = str(fields["log_dir"])
-        for time_field in ("started_at", "finished_at", "updated_at"):
-            if isinstance(fields.get(time_field), datetime) and fields[time_field].tzinfo is not None:
-                fields[time_field] = fields[time_field].astimezone(timezone.utc).replace(tzinfo=None)
-        fields.setdefault("updated_at", utcnow())
-        columns = sorted(fields)  # names come from the fixed column list above, values are parameters
-        assignments = ", ".join(f"{column} = ?" for column in columns)
+        fields = clean_run_fields(run_id, fields)
         with self._transaction() as con:
-            updated = con.execute(f"UPDATE runs SET {assignments} WHERE run_id = ? RETURNING run_id",
-                                  [fields[column] for column in columns] + [run_id]).fetchall()
-            if not updated:
-                raise KeyError(f"no run {run_id!r} in {self.path}")
+            _set_run_fields(con, self.path, run_id, fields)
 
-    def claim_run(self, run_id: str) -> None:
-        """Mark a run as running in this process: owner pid/host, started_at if unset; clears an old error."""
+    def claim_run(self, run_id: str, owner_pid: int | None = None) -> None:
+        """Mark a run as running in this process (or in process `owner_pid` of this host): owner pid/host,
+        started_at if unset; clears an old error."""
         now = utcnow()
         with self._transaction() as con:
             updated = con.execute(
                 "UPDATE runs SET status = 'running', started_at = coalesce(started_at, ?), finished_at = NULL, "
                 "error = NULL, traceback = NULL, owner_pid = ?, owner_host = ?, updated_at = ? "
                 "WHERE run_id = ? RETURNING run_id",
-                [now, os.getpid(), socket.gethostname(), now, run_id]).fetchall()
+                [now, owner_pid or os.getpid(), socket.gethostname(), now, run_id]).fetchall()
             if not updated:
                 raise KeyError(f"no run {run_id!r} in {self.path}")
 
@@ -322,6 +404,12 @@ class Store:
         with self._transaction() as con:
             rows = _dicts(con.execute("SELECT * FROM runs WHERE run_id = ?", [run_id]))
         return _parse_json_column(rows, "config")[0] if rows else None
+
+    def run_status(self, run_id: str) -> str | None:
+        """The run's status, None if there is no such run (storage.service answers this from its last read)."""
+        with self._transaction() as con:
+            row = con.execute("SELECT status FROM runs WHERE run_id = ?", [run_id]).fetchone()
+        return row[0] if row else None
 
     def list_runs(self) -> list[dict[str, Any]]:
         """All runs, newest first."""
@@ -361,16 +449,9 @@ class Store:
 
         Non-finite values (NaN, inf) are stored as NULL.
         """
-        _check_int(step, f"step of run {run_id!r}")
-        cleaned = clean_metrics(metrics, f"log_metrics(run {run_id!r}, step {step})")
-        if not cleaned:
-            return
-        table = pa.table({
-            "step": pa.array([step] * len(cleaned), type=pa.int64()),
-            "name": pa.array(list(cleaned), type=pa.string()),
-            "value": pa.array(list(cleaned.values()), type=pa.float64()),
-        })
-        self._upsert_metrics(run_id, table)
+        table = metrics_table(run_id, step, metrics)
+        if table.num_rows:
+            self._upsert_metrics(run_id, table)
 
     def log_metrics_bulk(self, run_id: str, frame: pd.DataFrame) -> None:
         """Store many metric points at once from a long frame with columns step, name, value (last one wins)."""
@@ -388,12 +469,7 @@ class Store:
 
     def _upsert_metrics(self, run_id: str, incoming_metrics: pa.Table) -> None:
         with self._transaction() as con:
-            con.register("incoming_metrics", incoming_metrics)
-            con.execute(
-                "INSERT INTO metrics (run_id, step, name, value, logged_at) "
-                "SELECT ?, step, name, CASE WHEN isfinite(value) THEN value END, ? FROM incoming_metrics "
-                "ON CONFLICT DO UPDATE SET value = excluded.value, logged_at = excluded.logged_at",
-                [run_id, utcnow()])
+            _upsert_metrics(con, run_id, incoming_metrics)
 
     def get_metrics(self, run_id: str, names: list[str] | None = None) -> pd.DataFrame:
         """Long frame (step, name, value) sorted by step then name; only `names` if given."""
@@ -490,42 +566,9 @@ class Store:
         reward, advantage, stop_reason, metrics (a dict of per-sample values)."""
         if not rows:
             return
-        columns: dict[str, list[Any]] = {key: [] for key in _TRANSCRIPT_REQUIRED_KEYS + _TRANSCRIPT_OPTIONAL_KEYS}
-        for index, row in enumerate(rows):
-            where = f"transcript row {index} of run {run_id!r}"
-            if not isinstance(row, Mapping):
-                raise TypeError(f"{where} must be a dict, got {type(row).__name__}")
-            missing = [key for key in _TRANSCRIPT_REQUIRED_KEYS if key not in row]
-            unknown = sorted(set(row) - set(columns))
-            if missing or unknown:
-                raise ValueError(f"{where}: missing keys {missing}, unknown keys {unknown}")
-            for key in ("step", "group_idx", "sample_idx"):
-                _check_int(row[key], f"{key} of {where}")
-            for key in ("reward", "advantage"):
-                value = row.get(key)
-                value = None if value is None else metric_value(value, f"{key} of {where}")
-                columns[key].append(value if value is None or math.isfinite(value) else None)
-            for key in ("step", "group_idx", "sample_idx", "prompt", "completion", "stop_reason"):
-                columns[key].append(row.get(key))
-            columns["metrics"].append(_to_json(row.get("metrics") or {}, f"metrics of {where}"))
-        incoming_transcripts = pa.table({
-            "step": pa.array(columns["step"], type=pa.int64()),
-            "group_idx": pa.array(columns["group_idx"], type=pa.int64()),
-            "sample_idx": pa.array(columns["sample_idx"], type=pa.int64()),
-            "prompt": pa.array(columns["prompt"], type=pa.string()),
-            "completion": pa.array(columns["completion"], type=pa.string()),
-            "reward": pa.array(columns["reward"], type=pa.float64()),
-            "advantage": pa.array(columns["advantage"], type=pa.float64()),
-            "stop_reason": pa.array(columns["stop_reason"], type=pa.string()),
-            "metrics": pa.array(columns["metrics"], type=pa.string()),
-        })
+        incoming_transcripts = transcripts_table(run_id, rows)
         with self._transaction() as con:
-            con.register("incoming_transcripts", incoming_transcripts)
-            con.execute(
-                "INSERT INTO transcripts (run_id, step, group_idx, sample_idx, prompt, completion, reward, "
-                "advantage, stop_reason, metrics, created_at) SELECT ?, step, group_idx, sample_idx, prompt, "
-                "completion, reward, advantage, stop_reason, metrics, ? FROM incoming_transcripts",
-                [run_id, utcnow()])
+            _insert_transcripts(con, run_id, incoming_transcripts)
 
     def get_transcripts(self, run_id: str, step: int | None = None, min_reward: float | None = None,
                         max_reward: float | None = None, limit: int | None = None) -> pd.DataFrame:
@@ -563,6 +606,27 @@ class Store:
         _check_int(step, "step")
         with self._transaction() as con:
             con.execute("DELETE FROM transcripts WHERE run_id = ? AND step > ?", [run_id, step])
+
+    # ------------------------------------------------------------------------------------------ batched writes
+
+    def write_batch(self, writes: list[tuple[str, str, Any]], statuses_of: list[str] = ()) -> dict[str, str | None]:
+        """Apply writes in order in one transaction, then read the status of the runs in `statuses_of` (None for a
+        missing run). Each write is ("metrics", run_id, metrics_table(...)), ("transcripts", run_id,
+        transcripts_table(...)) or ("run_fields", run_id, clean_run_fields(...)). storage.service buffers the
+        training loop's writes and applies them here every few seconds; if one fails, none is applied."""
+        with self._transaction() as con:
+            for kind, run_id, payload in writes:
+                if kind == "metrics":
+                    _upsert_metrics(con, run_id, payload)
+                elif kind == "transcripts":
+                    _insert_transcripts(con, run_id, payload)
+                elif kind == "run_fields":
+                    _set_run_fields(con, self.path, run_id, payload)
+                else:
+                    raise ValueError(f"write_batch: unknown write kind {kind!r}")
+            statuses = dict(con.execute("SELECT run_id, status FROM runs WHERE list_contains(?, run_id)",
+                                        [list(statuses_of)]).fetchall()) if statuses_of else {}
+        return {run_id: statuses.get(run_id) for run_id in statuses_of}
 
     # ------------------------------------------------------------------------------------------------ datasets
 
