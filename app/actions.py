@@ -27,7 +27,7 @@ def stop(runs: list[dict]) -> None:
         if can_stop(run):
             state.manager().cancel(run["run_id"])
     if stopped:
-        widgets.notice(f"Asked {', '.join(stopped)} to stop: it saves a checkpoint after the current step, so it "
+        widgets.notice(f"Asked {widgets.safe_markdown(', '.join(stopped))} to stop: it saves a checkpoint after the current step, so it "
                        "can be resumed.", "info")
 
 
@@ -42,9 +42,9 @@ def resume(runs: list[dict]) -> None:
         except (KeyError, ValueError, ImportError, *forms.input_errors()) as exc:
             problems.append(f"{run['name']}: {str(exc).strip(chr(39))}")
     if problems:
-        widgets.notice("Could not resume " + "; ".join(problems), "error")
+        widgets.notice("Could not resume " + widgets.safe_markdown("; ".join(problems)), "error")
     elif resumed:
-        widgets.notice(f"Resumed {', '.join(resumed)} from its last checkpoint.")
+        widgets.notice(f"Resumed {widgets.safe_markdown(', '.join(resumed))} from its last checkpoint.")
 
 
 def duplicate(run: dict) -> None:
@@ -98,7 +98,7 @@ def _confirm_delete(runs: list[dict], origin: str) -> None:
         for run in deletable:
             state.manager().delete(run["run_id"])
         _forget_pending_delete()
-        widgets.notice(f"Deleted {', '.join(r['name'] for r in deletable)}.")
+        widgets.notice(f"Deleted {widgets.safe_markdown(', '.join(r['name'] for r in deletable))}.")
         if origin == "run":
             nav.go("runs")
         st.rerun()

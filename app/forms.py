@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 import streamlit as st
 
-from app import nav, state
+from app import nav, state, widgets
 from cookbook_engine import config as cfg
 from cookbook_engine import datasets, models, renderers
 from cookbook_engine.builtin_data import BUILTIN
@@ -442,7 +442,7 @@ def _datum_tokens(data) -> int:
 def show_check(result: CheckResult, config: cfg.CommonConfig) -> None:
     if not result.ok:
         for problem in result.problems:
-            st.error(problem, icon=":material/error:")
+            widgets.error_text(problem)
         return
     st.success("Ready to start. " + (result.summary or ""), icon=":material/check_circle:")
     if result.estimate:

@@ -121,12 +121,23 @@ RUNS_COLUMN_CONFIG = {
 }
 
 
+LIVE_REFRESH_S = 3  # how often the runs table and the home page's run summaries re-read storage
+
+
 def key_metric_values(store, runs: list[dict]) -> dict[str, float]:
+    """Each run's key metric at its latest step. Remembered (per browser session) until a run's status or step
+    changes, so the live tables of an idle studio cost one small query (the runs list) per refresh."""
+    signature = (str(getattr(store, "path", "")),
+                 tuple((r["run_id"], r["status"], r.get("step")) for r in runs))
+    cached = st.session_state.get("_key_metric_values")
+    if cached is not None and cached[0] == signature:
+        return cached[1]
     values: dict[str, float] = {}
     for kind, metric in KEY_METRIC.items():
         ids = [r["run_id"] for r in runs if r["kind"] == kind]
         if ids:
             values.update(store.last_metrics(ids, metric))
+    st.session_state["_key_metric_values"] = (signature, values)
     return values
 
 
@@ -191,6 +202,12 @@ def plain_text(text: str, *, code: bool = False) -> None:
         st.code(text, language=None, wrap_lines=True)
     else:
         st.text(text)
+
+
+def error_text(text: str, icon: str = ":material/error:") -> None:
+    """An error box whose message (which often quotes a file name, a row or a setting someone typed) shows
+    literally: escaped, never interpreted as markdown or HTML."""
+    st.error(safe_markdown(text), icon=icon)
 
 
 def empty_state(message: str, link_key: str | None = None, link_label: str | None = None) -> None:

@@ -1,9 +1,12 @@
 """Chatting with models: which models a person can talk to, and a streamed reply from one of them.
 
 A chat target is a base model, a saved checkpoint (its sampler weights), or the "latest weights" of a run that
-is still training: the newest sampler checkpoint that run has saved (the loops save one every `save_every` steps),
-resolved again for every reply and sampled through a FRESH sampling client, since a sampling client keeps the
-weights it was made with. `stream_reply()` yields the reply as it is generated: it samples in chunks (8 tokens
+is still training, resolved again for every reply through a FRESH sampling client (a sampling client keeps the
+weights it was made with). When the run trains in this process, the reply samples from the run's live weights: the
+run's training client is asked for `save_weights_and_get_sampling_client()`, which the model worker runs in order
+with the run's own requests, so the snapshot falls between two optimizer steps, even before the run's first save.
+When the run trains in another process (a CLI run), its live weights are out of reach: the reply samples from the
+newest sampler weights it has saved, and `Weights.description` says so. `stream_reply()` yields the reply as it is generated: it samples in chunks (8 tokens
 first, so text appears quickly, then doubling, so a long reply costs only a few requests even when the model's
 work queue is shared with a training run), feeding the growing completion back as the prompt.
 
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from tinker import types
 
@@ -27,7 +31,8 @@ MAX_CHUNK_TOKENS = 128
 
 
 class ChatError(ValueError):
-    """A chat target that cannot answer (no weights saved yet, a missing checkpoint); the message says why."""
+    """A chat target that cannot answer (a run in another process that saved nothing yet, a missing checkpoint);
+    the message says why."""
 
 
 @dataclass(frozen=True)
@@ -92,8 +97,18 @@ def _renderer_of(run: dict) -> str:
     return (run.get("config") or {}).get("renderer") or "auto"
 
 
-def latest_sampler_path(run_id: str, store: Store | None = None) -> str:
-    """The sampler weights of the run's newest checkpoint; ChatError when it has saved none yet."""
+@dataclass
+class Weights:
+    """What one reply samples from: a fresh sampling client, and where its weights came from."""
+
+    client: Any
+    source: str  # "base" | "checkpoint" | "live" (a snapshot of a run training here) | "saved" (newest saved)
+    step: int | None = None  # the run's step the weights belong to ("live": steps finished when asked)
+    description: str = ""  # for people, e.g. "newest saved weights, step 4"
+
+
+def newest_saved_checkpoint(run_id: str, store: Store | None = None) -> dict:
+    """The run's newest checkpoint with sampler weights; ChatError when it has saved none yet."""
     store = store or Store.default()
     run = store.get_run(run_id)
     if run is None:
@@ -102,30 +117,71 @@ def latest_sampler_path(run_id: str, store: Store | None = None) -> str:
     if not saved:
         every = (run.get("config") or {}).get("save_every")
         when = f"it saves every {every} steps" if every else "it saves only at the end"
-        raise ChatError(f"run {run['name']}: no weights saved yet ({when}); chat with it after its first save")
-    newest = max(saved, key=lambda c: (c["step"], c["created_at"]))
-    return newest["sampler_path"]
+        if run["status"] not in ACTIVE_STATUSES:
+            raise ChatError(f"run {run['name']}: it saved no weights ({run['status']} before its first save)")
+        raise ChatError(f"run {run['name']}: it trains in another process (e.g. the CLI), so only its saved weights "
+                        f"can be reached, and it has saved none yet ({when}); chat with it after its first save")
+    return max(saved, key=lambda c: (c["step"], c["created_at"]))
 
 
-def sampling_client(target: ChatTarget, store: Store | None = None):
-    """A new sampling client for the target (for "latest", on the run's newest saved weights right now)."""
+def _live_weights(run: dict, manager) -> Weights | None:
+    """A snapshot of the live weights of a run training in this process (None when it trains elsewhere)."""
+    training_client = manager.live_training_client(run["run_id"])
+    if training_client is None:
+        return None
+    step = int(run.get("step") or 0)  # steps finished before the snapshot was asked for (it has at least these)
+    try:
+        client = training_client.save_weights_and_get_sampling_client()
+    except Exception:  # the run ended (and freed its weights) in the meantime: use what it saved
+        return None
+    return Weights(client, "live", step, f"live weights of {run['name']} at step {step} (a fresh snapshot of the "
+                                         "run's training client)")
+
+
+def open_weights(target: ChatTarget, store: Store | None = None) -> Weights:
+    """A new sampling client for the target. For "latest": the live weights of a run training in this process,
+    else the newest weights the run has saved."""
+    store = store or Store.default()
     service = service_client(target.backend)
     if target.kind == "base":
-        return service.create_sampling_client(base_model=target.base_model)
-    path = latest_sampler_path(target.run_id, store) if target.kind == "latest" else target.model_path
+        return Weights(service.create_sampling_client(base_model=target.base_model), "base", None, target.label)
+    step = None
+    if target.kind == "latest":
+        run = store.get_run(target.run_id)
+        if run is None:
+            raise ChatError(f"run {target.run_id}: not found (was it deleted?)")
+        from cookbook_engine.runs import get_manager
+
+        manager = get_manager()
+        live = _live_weights(run, manager) if run["status"] in ACTIVE_STATUSES else None
+        if live is not None:
+            return live
+        here = manager.is_alive(target.run_id)
+        if here and not any(c.get("sampler_path") for c in store.list_checkpoints(target.run_id)):
+            raise ChatError(f"run {run['name']}: still starting (loading its model); its weights can be chatted "
+                            "with in a moment")
+        checkpoint = newest_saved_checkpoint(target.run_id, store)
+        path, step, source = checkpoint["sampler_path"], int(checkpoint["step"]), "saved"
+        why = ("the run is starting or just ended" if here else
+               "the run trains in another process, e.g. the CLI, so its live weights are out of reach"
+               if run["status"] in ACTIVE_STATUSES else f"the run is {run['status']}")
+        description = f"newest saved weights, step {step} ({why})"
+    else:
+        path, source, description = target.model_path, "checkpoint", target.label
     try:
-        return service.create_sampling_client(model_path=path)
+        return Weights(service.create_sampling_client(model_path=path), source, step, description)
     except FileNotFoundError as exc:
         raise ChatError(f"checkpoint {path}: its files are gone ({exc})") from exc
 
 
 def stream_reply(target: ChatTarget, messages: list[dict], params: ChatParams | None = None,
-                 store: Store | None = None) -> Iterator[str]:
-    """Yield the assistant's reply to `messages` piece by piece (the pieces join into the whole reply)."""
+                 store: Store | None = None, weights: Weights | None = None) -> Iterator[str]:
+    """Yield the assistant's reply to `messages` piece by piece (the pieces join into the whole reply), sampled
+    from `weights` (default: `open_weights(target)`, fresh for this reply)."""
     params = params or ChatParams()
     if params.max_tokens < 1:
         raise ChatError(f"max_tokens={params.max_tokens}: must be at least 1")
-    client = sampling_client(target, store)
+    client = (weights or open_weights(target, store)).client
     tokenizer = client.get_tokenizer()
     renderer = renderers.get_renderer(target.renderer, tokenizer)
     prompt_T = renderer.build_generation_prompt(messages).to_ints()

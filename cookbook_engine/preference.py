@@ -215,7 +215,7 @@ async def evaluate(client, reference: ReferenceLogprobs, test: list[PairDatums],
 
 async def train(config: DPOConfig, ctx, prepared: PreparedDPO | None = None) -> None:
     prepared = prepared or prepare(config)
-    service, client, start_step = start_training_client(config, ctx.resume)
+    service, client, start_step = start_training_client(config, ctx.resume, ctx)
     reference = ReferenceLogprobs(reference_sampling_client(service, config, getattr(ctx, "store", None)))
     base_lr = dpo_learning_rate(config)
     batches_per_epoch, total_steps = plan_steps(config, len(prepared.train))

@@ -47,6 +47,7 @@ class RunContext:
     cancel_event: threading.Event = field(default_factory=threading.Event)
     resume: dict | None = None  # the checkpoint row to resume from (with its loop_state)
     echo: Callable[[str], None] | None = None  # the CLI prints notes here
+    training_client: Any = None  # set once the loop has its training client (chat snapshots the live weights)
     _last_poll: float = 0.0
 
     def cancelled(self) -> bool:
@@ -187,6 +188,13 @@ class RunManager:
     def is_alive(self, run_id: str) -> bool:
         thread = self._threads.get(run_id)
         return thread is not None and thread.is_alive()
+
+    def live_training_client(self, run_id: str) -> Any:
+        """The training client of a run training in this process right now; None when it trains in another
+        process (e.g. the CLI), has not started its client yet, or has ended."""
+        with self._lock:
+            context = self._contexts.get(run_id)
+        return None if context is None else context.training_client
 
     def active_run_ids(self) -> list[str]:
         return [run_id for run_id, thread in list(self._threads.items()) if thread.is_alive()]

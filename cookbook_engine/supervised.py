@@ -110,7 +110,7 @@ async def evaluate(client, test: list[types.Datum], batch_size: int = 16) -> dic
 
 async def train(config: SLConfig, ctx, prepared: PreparedSL | None = None) -> None:
     prepared = prepared or prepare(config)
-    _, client, start_step = start_training_client(config, ctx.resume)
+    _, client, start_step = start_training_client(config, ctx.resume, ctx)
     base_lr = learning_rate_for(config)
     batches_per_epoch, total_steps = plan_steps(config, len(prepared.train))
     ctx.note(f"SL on {config.model}: {prepared.summary()}; {total_steps} steps of {config.batch_size}, "

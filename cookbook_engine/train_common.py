@@ -72,17 +72,24 @@ def fit_length(tokens: list[int], weights: list[float], max_length: int, overlon
     return (tokens, weights) if any(w > 0 for w in weights[1:]) else None
 
 
-def start_training_client(config: CommonConfig, resume: dict | None) -> tuple[Any, Any, int]:
+def start_training_client(config: CommonConfig, resume: dict | None, ctx=None) -> tuple[Any, Any, int]:
     """(service client, training client, first step): resumed from a checkpoint's state with its optimizer, or
-    started from `start_checkpoint`'s weights, or fresh LoRA."""
-    service = service_client(config.backend, clock_period_s=config.clock_period_s)
+    started from `start_checkpoint`'s weights, or fresh LoRA. The run's context `ctx`, when given, keeps the
+    training client, so the studio's chat can take a fresh snapshot of the live weights between steps."""
+    service = service_client(config.backend, clock_period_s=config.clock_period_s,
+                             clock_samples_per_tick=config.clock_samples_per_tick)
+    start = getattr(config, "start_checkpoint", "")
     if resume is not None:
         client = service.create_training_client_from_state_with_optimizer(resume["state_path"])
-        return service, client, int(resume["loop_state"].get("batch", resume["step"]))
-    start = getattr(config, "start_checkpoint", "")
-    if start:
-        return service, service.create_training_client_from_state(start), 0
-    return service, service.create_lora_training_client(config.model, rank=config.lora_rank, seed=config.seed), 0
+        first_step = int(resume["loop_state"].get("batch", resume["step"]))
+    elif start:
+        client, first_step = service.create_training_client_from_state(start), 0
+    else:
+        client, first_step = service.create_lora_training_client(config.model, rank=config.lora_rank,
+                                                                 seed=config.seed), 0
+    if ctx is not None:
+        ctx.training_client = client
+    return service, client, first_step
 
 
 async def save_checkpoint(client, ctx, *, step: int, name: str, loop_state: dict, final: bool = False) -> dict:

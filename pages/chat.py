@@ -56,8 +56,9 @@ with st.expander("System prompt and sampling", icon=":material/tune:"):
 params = chat.ChatParams(temperature=temperature, top_p=top_p, max_tokens=int(max_tokens))
 for key in (key_a, key_b):
     if key and by_key[key].kind == "latest":
-        st.caption(f":material/bolt: {by_key[key].label}: each reply uses the newest weights the run has saved "
-                   "(a fresh sampling client every time).")
+        st.caption(f":material/bolt: {widgets.safe_markdown(by_key[key].label)}: each reply samples from a fresh "
+                   "snapshot of the run's live weights while it trains in this studio (its newest saved weights when "
+                   "it trains in another process, e.g. the CLI).")
 
 # history: a list of turns {"user": text, "replies": {pane: text}}; panes are "a" and "b"
 history = st.session_state.setdefault("chat-history", [])
@@ -75,19 +76,29 @@ def messages_for(pane: str, upto: int) -> list[dict]:
     return messages
 
 
+def weights_note(target: chat.ChatTarget, weights: chat.Weights) -> str | None:
+    """For "latest weights": which weights this reply came from (live snapshot or newest saved)."""
+    return weights.description if target.kind == "latest" else None
+
+
 def stream_into(pane: str, target_key: str, turn_index: int) -> None:
     target = by_key[target_key]
     raw: list[str] = []
 
-    def pieces():
-        for piece in chat.stream_reply(target, messages_for(pane, turn_index), params, store):
+    def pieces(weights: chat.Weights):
+        for piece in chat.stream_reply(target, messages_for(pane, turn_index), params, store, weights=weights):
             raw.append(piece)
             yield piece
 
     try:
-        st.write_stream(widgets.safe_markdown_stream(pieces()))
+        weights = chat.open_weights(target, store)
+        note = weights_note(target, weights)
+        if note:
+            history[turn_index].setdefault("notes", {})[pane] = note
+            st.caption(f":material/bolt: {widgets.safe_markdown(note)}")
+        st.write_stream(widgets.safe_markdown_stream(pieces(weights)))
     except (chat.ChatError, *forms.input_errors()) as exc:
-        st.error(str(exc), icon=":material/error:")
+        widgets.error_text(str(exc))
         raw = [f"[error: {exc}]"]
     history[turn_index]["replies"][pane] = "".join(raw) or "(empty reply)"
 
@@ -108,6 +119,8 @@ for pane, column in columns.items():
                 st.markdown(widgets.safe_markdown(turn["user"]))
             with st.chat_message("assistant"):
                 if pane in turn["replies"]:
+                    if turn.get("notes", {}).get(pane):
+                        st.caption(f":material/bolt: {widgets.safe_markdown(turn['notes'][pane])}")
                     st.markdown(widgets.safe_markdown(turn["replies"][pane]))
                 elif not (prompt and index == len(history) - 1):
                     st.caption("(no reply: this model was not in the conversation then)")

@@ -46,7 +46,7 @@ with c1.container(border=True):
                            file_name=f"{stem}-lora-adapter.zip", mime="application/zip", icon=":material/download:",
                            key=f"adapter-{path}", on_click="ignore")
     except export.ExportError as exc:
-        st.warning(str(exc))
+        st.warning(widgets.safe_markdown(str(exc)))
 with c2.container(border=True):
     st.markdown("**Merged model** (Hugging Face folder)")
     st.caption("The base model with the adapter folded into its weights, plus the tokenizer; load it with "
@@ -60,7 +60,7 @@ with c2.container(border=True):
                 status.update(label="Merged model saved", state="complete", expanded=False)
             except (export.ExportError, OSError) as exc:
                 status.update(label="Export failed", state="error")
-                st.error(str(exc))
+                widgets.error_text(str(exc))
     if path in merged and Path(merged[path]).is_dir():
         folder = merged[path]
         st.success("Saved:", icon=":material/check_circle:")

@@ -51,7 +51,7 @@ else:
         st.dataframe(summary, hide_index=True, width="stretch")
     missing = [label[i] for i in chosen if label[i] not in series]
     if missing:
-        st.caption(f"No {metric} in: {', '.join(missing)}")
+        st.caption(widgets.safe_markdown(f"No {metric} in: {', '.join(missing)}"))
 
 st.subheader("Settings")
 configs = {label[i]: {"kind": by_id[i]["kind"], "status": by_id[i]["status"], **by_id[i]["config"]} for i in chosen}

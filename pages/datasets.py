@@ -26,12 +26,13 @@ with st.expander("Upload a dataset", expanded=not store.list_datasets(), icon=":
                     width="stretch")
     if add and upload is not None:
         if not name.strip():
-            st.error("Give the dataset a name.")
+            widgets.error_text("Give the dataset a name.")
         elif any(d["name"] == name.strip() for d in store.list_datasets()):
-            st.error(f"A dataset named {name.strip()!r} exists already; pick another name or delete it first.")
+            widgets.error_text(f"A dataset named {name.strip()!r} exists already; pick another name or delete it "
+                               "first.")
         else:
             saved = None
-            with st.status(f"Checking every row of {upload.name}…") as status:
+            with st.status(f"Checking every row of {widgets.safe_markdown(upload.name)}…") as status:
                 try:
                     saved = datasets.save_upload(upload.name, upload.getvalue())
                     result = data_views.validate(str(saved), None if kind_choice == "detect" else kind_choice)
@@ -46,7 +47,8 @@ with st.expander("Upload a dataset", expanded=not store.list_datasets(), icon=":
             if result:
                 store.register_dataset(name.strip(), kind=result.kind, source="upload", path=str(saved),
                                        num_rows=result.num_rows, meta={"filename": upload.name})
-                widgets.notice(f"Added {name.strip()}: {result.num_rows} {result.kind} rows ({result.detail}).")
+                widgets.notice(widgets.safe_markdown(f"Added {name.strip()}: {result.num_rows} {result.kind} rows "
+                                                     f"({result.detail})."))
                 st.session_state["dataset-browse"] = f"upload:{name.strip()}"
                 st.rerun()
 
@@ -67,9 +69,9 @@ entry = entries[chosen]
 if chosen.startswith("upload:") and c2.button("Remove from the list", icon=":material/delete:", width="stretch"):
     store.delete_dataset(entry["name"])
     Path(entry["spec"]).unlink(missing_ok=True)
-    widgets.notice(f"Removed {entry['name']}.")
+    widgets.notice(widgets.safe_markdown(f"Removed {entry['name']}."))
     st.rerun()
-st.caption(f"{entry['rows']} rows · {entry['kind']} data · {entry['about']}")
+st.caption(widgets.safe_markdown(f"{entry['rows']} rows · {entry['kind']} data · {entry['about']}"))
 
 preview, tokens_tab = st.tabs(["Preview", "Tokens and loss mask"])
 with preview:
@@ -77,7 +79,7 @@ with preview:
         st.dataframe(data_views.preview_frame(entry["spec"]), hide_index=True, width="stretch")
         st.caption("The first 50 rows, as stored.")
     except datasets.DatasetError as exc:
-        st.error(str(exc))
+        widgets.error_text(str(exc))
 with tokens_tab:
     if entry["kind"] != "chat":
         st.info("The token view is for chat (SL) data; preference and RL data are rendered at training time.",
@@ -94,7 +96,7 @@ with tokens_tab:
             stats = data_views.token_stats(entry["spec"], version, renderer_name, train_on)
             examples = data_views.chat_examples(entry["spec"], version)
     except (datasets.DatasetError, renderers.RendererError) as exc:
-        st.error(str(exc))
+        widgets.error_text(str(exc))
         st.stop()
     c1, c2, c3, c4 = st.columns(4)
     c1.metric("Examples", len(stats), border=True)

@@ -3,6 +3,7 @@
 import streamlit as st
 
 from app import nav, state, widgets
+from cookbook_engine import sandbox
 
 st.title("Cookbook Studio")
 st.caption("Post-train language models with supervised fine-tuning, DPO and RL: on this machine's CPU with the "
@@ -13,7 +14,7 @@ widgets.show_notice()
 def backend_status() -> None:
     model_state, model_message = state.default_model_status()
     tinker = state.tinker_status()
-    c1, c2 = st.columns(2)
+    c1, c2, c3 = st.columns(3)
     with c1.container(border=True):
         st.markdown("**Local backend** · default model")
         icon = {"ready": ":material/check_circle:", "preparing": ":material/hourglass_top:",
@@ -47,8 +48,30 @@ def backend_status() -> None:
                 if c_clear.button("Forget the key", key="tinker-clear"):
                     state.set_tinker_key(None)
                     st.rerun()
+    with c3:
+        sandbox_status()
     if model_state == "preparing" or tinker.state == "checking":
         st.caption("This box refreshes by itself.")
+
+
+def sandbox_status() -> None:
+    """What the sandbox that runs model-written code (RL code environments) isolates on this machine."""
+    with st.container(border=True):
+        st.markdown("**Code sandbox** · runs model-written code (RL)")
+        try:
+            capabilities = sandbox.sandbox_capabilities()
+        except RuntimeError as exc:
+            st.badge("unavailable", icon=":material/error:", color="red")
+            widgets.error_text(str(exc))
+            return
+        if capabilities["network_isolated"]:
+            st.badge("network isolated", icon=":material/lock:", color="green")
+        else:
+            st.badge("network NOT isolated", icon=":material/warning:", color="orange")
+            st.warning("Model-written code can reach the network on this machine: "
+                       + widgets.safe_markdown(capabilities["reason"]), icon=":material/warning:")
+        st.caption(widgets.safe_markdown(f"{capabilities['description']} · files: {capabilities['filesystem']} · "
+                                         "not a security boundary against a determined attacker"))
 
 
 waiting = state.default_model_status()[0] == "preparing" or state.tinker_status().state == "checking"
@@ -95,9 +118,9 @@ def recent_runs() -> None:
 
 
 def live(section) -> None:
-    """Refresh a section every 3 s while runs are active (from any process: the status comes from storage)."""
-    active = any(r["status"] in widgets.ACTIVE for r in state.store().list_runs())
-    st.fragment(run_every=3 if active else None)(section)()
+    """Refresh a section every few seconds, whether or not a run is active: runs started from any process (the
+    CLI too) appear by themselves, since everything shown comes from storage."""
+    st.fragment(run_every=widgets.LIVE_REFRESH_S)(section)()
 
 
 live(runs_at_a_glance)

@@ -42,6 +42,6 @@ if action:
     if result.ok and action == "start":
         run_id = state.manager().start(config, prepared=result.prepared)
         st.session_state.pop("new_run_base", None)
-        widgets.notice(f"Run {config.name or run_id} started: it trains in the background, so you can leave this "
+        widgets.notice(f"Run {widgets.safe_markdown(config.name or run_id)} started: it trains in the background, so you can leave this "
                        "page or close the tab.")
         nav.go("run", run=run_id)

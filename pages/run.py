@@ -57,7 +57,7 @@ if c6.button("Delete", icon=":material/delete:", width="stretch"):
 actions.confirm_pending_delete()
 
 if run["status"] in ("failed", "interrupted") and run.get("error"):
-    st.error(run["error"], icon=":material/error:")
+    widgets.error_text(run["error"])
     if run.get("traceback"):
         with st.expander("Traceback"):
             st.code(run["traceback"], language=None)

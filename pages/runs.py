@@ -16,14 +16,13 @@ show = st.segmented_control("Show", list(FILTERS), default="All", required=True,
                             label_visibility="collapsed")
 
 
-def runs_table(live: bool) -> None:
+def runs_table() -> None:
+    """Re-read every few seconds, active runs or not: a run started from the CLI appears without a click."""
     store = state.store()
     all_runs = store.list_runs()
     now_active = any(r["status"] in widgets.ACTIVE for r in all_runs)
     wanted = FILTERS[show]
     runs = [r for r in all_runs if wanted is None or r["status"] in wanted]
-    if live and not now_active:
-        st.rerun()  # the last active run ended: redraw once without the timer
     if not runs:
         widgets.empty_state("No runs here yet." if show == "All" else f"No {show.lower()} runs.",
                             "new_run", "Start a new run")
@@ -54,9 +53,8 @@ def runs_table(live: bool) -> None:
     if c5.button("Delete", icon=":material/delete:", disabled=not chosen, width="stretch"):
         actions.ask_delete(chosen, "runs")
     if now_active:
-        st.caption(":material/autorenew: Refreshing every 3 s while runs are active.")
+        st.caption(f":material/autorenew: Live: refreshing every {widgets.LIVE_REFRESH_S} s.")
 
 
-active = any(r["status"] in widgets.ACTIVE for r in state.store().list_runs())
-st.fragment(run_every=3 if active else None)(runs_table)(active)
+st.fragment(run_every=widgets.LIVE_REFRESH_S)(runs_table)()
 actions.confirm_pending_delete()

@@ -39,6 +39,17 @@ correct = [m.get("correct") for m in rollouts["metrics"] if isinstance(m, dict) 
 c4.metric("Correct", f"{sum(correct) / len(correct):.0%}" if correct else "—", border=True,
           help="Share of samples the grader marked correct (reward also counts the format).")
 
+def network_exposed(details) -> bool:
+    """The sample's code ran in a sandbox that could not isolate the network."""
+    return isinstance(details, dict) and "network_isolated" in details and not details["network_isolated"]
+
+
+unisolated = [m for m in rollouts["metrics"] if network_exposed(m)]
+if unisolated:
+    st.warning(f"{len(unisolated)} of the {len(rollouts)} samples at this step ran their code in a sandbox that "
+               "could not isolate the network: that code could reach the network (see the Home page's code "
+               "sandbox status for why).", icon=":material/warning:")
+
 SANDBOX_KEYS = ("tests_passed", "tests_total", "failures", "solution_error", "printed", "stderr", "sandbox_error",
                 "error", "network_isolated")
 
@@ -49,8 +60,10 @@ def sample_card(row) -> None:
         advantage = "—" if pd.isna(row["advantage"]) else f"{row['advantage']:+.3g}"
         color = "green" if not pd.isna(row["advantage"]) and row["advantage"] > 0 else (
             "red" if not pd.isna(row["advantage"]) and row["advantage"] < 0 else "gray")
-        st.markdown(f":blue-badge[reward {reward}] :{color}-badge[advantage {advantage}]")
         details = row["metrics"] or {}
+        unisolated_badge = " :orange-badge[:material/warning: network not isolated]" \
+            if network_exposed(details) else ""
+        st.markdown(f":blue-badge[reward {reward}] :{color}-badge[advantage {advantage}]{unisolated_badge}")
         facts = [f"sample {row['sample_idx']}"]
         if row["stop_reason"]:
             facts.append(f"stopped: {row['stop_reason']}")
@@ -64,6 +77,11 @@ def sample_card(row) -> None:
         other = {k: v for k, v in details.items() if k not in sandbox}
         if sandbox:
             with st.expander("Sandbox output"):
+                if network_exposed(sandbox):
+                    st.warning("Ran with network access: the sandbox could not isolate the network here.",
+                               icon=":material/warning:")
+                elif sandbox.get("network_isolated"):
+                    st.caption("network: isolated")
                 if "tests_total" in sandbox:
                     st.caption(f"tests passed: {int(sandbox.get('tests_passed', 0))}/{int(sandbox['tests_total'])}")
                 for name in ("printed", "stderr", "solution_error", "sandbox_error", "error"):

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -50,26 +51,35 @@ def wait_healthy(url: str, process: subprocess.Popen, timeout_s: float = 60) -> 
     raise TimeoutError(f"the studio did not answer on {url} within {timeout_s} s")
 
 
+@contextmanager
+def studio_process(home: Path, log_path: Path, **env_extra: str):
+    """`cookbook studio` as a user starts it (no --address), on a free localhost port with its own home; yields
+    (url, process) once it answers, and stops it afterwards."""
+    port = free_port()
+    env = {**os.environ, "COOKBOOK_HOME": str(home), **env_extra}
+    env.pop("TINKER_API_KEY", None)
+    with open(log_path, "w") as log:
+        process = subprocess.Popen([sys.executable, "-m", "cookbook_engine.cli", "studio", "--port", str(port)],
+                                   cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            wait_healthy(url, process)
+            yield url, process
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
 @pytest.fixture
 def studio(tmp_path, default_model_ready):
     """The studio started the way `cookbook studio` starts it, on a free port, with a fresh home."""
-    port = free_port()
-    env = {**os.environ, "COOKBOOK_HOME": str(tmp_path / "home"), "OMP_NUM_THREADS": "1"}
-    env.pop("TINKER_API_KEY", None)
-    log = open(tmp_path / "studio.log", "w")
-    process = subprocess.Popen([sys.executable, "-m", "cookbook_engine.cli", "studio", "--port", str(port)],
-                               cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
     try:
-        wait_healthy(url, process)
-        yield url
+        with studio_process(tmp_path / "home", tmp_path / "studio.log", OMP_NUM_THREADS="1") as (url, _):
+            yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.close()
         ARTIFACTS.mkdir(exist_ok=True)
         shutil.copy(tmp_path / "studio.log", ARTIFACTS / "browser-studio.log")
 

@@ -2,22 +2,31 @@
 
 Each test drives a page the way a person would (pick, type, click) and checks what they would see: the forms
 validate and show the equivalent command, a short SL run started from the form completes and its charts appear,
-stop and resume work from the run page, chat answers (also from the newest weights of a run still training),
-uploads are validated with row numbers and tokenized with the loss mask, checkpoints export to PEFT and merged
-models. Runs live in the engine's RunManager of this test process, as they live in the studio's server process.
+stop and resume work from the run page, chat answers (also from the live weights of a run still training before its
+first save, and from the newest saved weights of a run training in another process), the runs table and home page
+pick up a run started elsewhere when their refresh timers fire, uploads are validated with row numbers and
+tokenized with the loss mask, and file names, rows and errors with markdown or HTML in them are shown literally,
+checkpoints export to PEFT and merged models. Runs live in the engine's RunManager of this test process, as they
+live in the studio's server process.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
+import re
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
+from streamlit.testing.v1.local_script_runner import LocalScriptRunner
+from tinker import types
 
-from cookbook_engine import chat, export, models
+from app.widgets import safe_markdown as literal  # how text a person typed or uploaded reaches markdown: escaped
+from cookbook_engine import chat, export, models, sandbox
 from cookbook_engine.config import SLConfig
 from cookbook_engine.run_logger import RunLogger
 from cookbook_engine.runs import get_manager
@@ -60,6 +69,61 @@ def shown_text(at: AppTest) -> str:
     for kind in ("title", "markdown", "caption", "success", "info", "warning", "error", "code", "text"):
         parts += [str(element.value) for element in getattr(at, kind)]
     return "\n".join(parts)
+
+
+@contextmanager
+def _script_runner(fragment_ids: list[str] | None = None, messages: list | None = None):
+    """AppTest with two things a browser does that AppTest does not: collect the raw messages sent to the
+    browser (`messages`), and rerun only some fragments (`fragment_ids`), as a fragment's run_every timer does."""
+    original_run, original_request = LocalScriptRunner.run, LocalScriptRunner.request_rerun
+
+    def run(self, *args, **kwargs):
+        tree = original_run(self, *args, **kwargs)
+        if messages is not None:
+            messages[:] = list(self.forward_msgs())
+        return tree
+
+    def request_rerun(self, rerun_data):
+        if fragment_ids:
+            rerun_data = dataclasses.replace(rerun_data, fragment_id_queue=list(fragment_ids),
+                                             is_fragment_scoped_rerun=True)
+        return original_request(self, rerun_data)
+
+    LocalScriptRunner.run, LocalScriptRunner.request_rerun = run, request_rerun
+    try:
+        yield
+    finally:
+        LocalScriptRunner.run, LocalScriptRunner.request_rerun = original_run, original_request
+
+
+def open_page_with_timers(page: str | None = None) -> tuple[AppTest, dict[str, float]]:
+    """Open a page and return the fragments it asked the browser to rerun on a timer: {fragment id: seconds}."""
+    messages: list = []
+    with _script_runner(messages=messages):
+        at = open_page(page)
+    timers = {m.auto_rerun.fragment_id: m.auto_rerun.interval for m in messages if m.HasField("auto_rerun")}
+    return at, timers
+
+
+def fire_timers(at: AppTest, timers: dict[str, float]) -> AppTest:
+    """What the browser does when the fragments' timers fire: rerun those fragments only, not the page."""
+    with _script_runner(fragment_ids=list(timers)):
+        at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def fake_cli_run(store, run_id: str, name: str, log_dir: Path, **config) -> None:
+    """A run as a `cookbook sl` process elsewhere records it: in storage, running, owned by a live process (this
+    one stands in), but not in this process's RunManager."""
+    store.create_run(run_id, name=name, kind="sl", backend="local", base_model=models.DEFAULT_MODEL,
+                     config={"renderer": "auto", **config}, log_dir=log_dir, total_steps=100)
+    store.claim_run(run_id)
+
+
+def badges(at: AppTest) -> list[str]:
+    """st.badge elements, as the markdown they are drawn with (":color-badge[:icon: label]")."""
+    return [m.value for m in at.markdown if "-badge[" in m.value]
 
 
 def wait_for(condition, timeout_s: float = 240, what: str = "condition"):
@@ -118,6 +182,53 @@ def test_home_shows_backend_status_and_next_steps(home, default_model_ready, mon
     assert {"Start a new run", "Open the chat", "Upload a dataset"} <= set(links)
 
 
+def test_home_counts_running_finished_and_failed_runs(home):
+    store = get_manager().store
+    statuses = ["running", "running", "queued", "completed", "failed", "interrupted", "cancelled"]
+    for i, status in enumerate(statuses):
+        run_id = f"sl-count-{i}"
+        store.create_run(run_id, name=f"count-{i}", kind="sl", backend="local", base_model=models.DEFAULT_MODEL,
+                         config={}, log_dir=home / "runs" / run_id, status=status)
+        if status == "running":
+            store.claim_run(run_id)  # owned by a live process (this one)
+    at = open_page()
+    counts = {m.label: m.value for m in at.metric}
+    assert (counts["Running"], counts["Finished"], counts["Failed"]) == ("3", "1", "2")  # queued counts as running
+
+
+def test_runs_and_home_pages_show_a_run_started_elsewhere_without_a_click(home):
+    store = get_manager().store
+    runs_page, runs_timers = open_page_with_timers("runs")
+    home_page, home_timers = open_page_with_timers()
+    assert "No runs here yet." in shown_text(runs_page) and "No runs yet" in shown_text(home_page)
+    assert runs_timers and home_timers, "an idle page must still refresh by itself"
+    assert max(runs_timers.values()) <= 5 and max(home_timers.values()) <= 5
+
+    fake_cli_run(store, "sl-from-cli", "started-from-the-cli", home / "runs" / "sl-from-cli")
+    table = fire_timers(runs_page, runs_timers).dataframe[0].value
+    assert list(table["Run"]) == ["started-from-the-cli"] and list(table["Status"]) == ["running"]
+    fire_timers(home_page, home_timers)
+    assert {m.label: m.value for m in home_page.metric}["Running"] == "1"
+    assert "started\\-from\\-the\\-cli" in shown_text(home_page)
+
+
+def test_home_shows_what_the_code_sandbox_isolates(home, monkeypatch):
+    capabilities = sandbox.sandbox_capabilities()  # the real probe of this machine
+    at = open_page()
+    label = "network isolated" if capabilities["network_isolated"] else "network NOT isolated"
+    assert any(badge.endswith(f" {label}]") for badge in badges(at)), badges(at)
+    assert literal(capabilities["description"]) in shown_text(at)
+
+    # on a machine without network namespaces the probe falls back to a plan that cannot isolate the network
+    fallback = {**capabilities, "network_isolated": False, "network_method": "none", "plan": "rlimits",
+                "reason": "this machine does not allow a network namespace here: unshare: Operation not permitted"}
+    monkeypatch.setattr(sandbox, "_capabilities", fallback)
+    at = open_page()
+    assert any(badge.endswith(" network NOT isolated]") for badge in badges(at)), badges(at)
+    assert any("Model-written code can reach the network" in w.value and "Operation not permitted" in w.value
+               for w in at.warning)
+
+
 # ---------------------------------------------------------------------------------------------- new run
 
 
@@ -144,7 +255,7 @@ def test_bad_data_is_reported_before_any_run_starts(studio_home):
     by_label(at.get("button_group"), "Dataset source").set_value("File path").run()
     by_label(at.text_input, "Data file").set_value(str(studio_home / "missing.jsonl"))
     click(at, "Start run")
-    assert any("missing.jsonl: file not found" in error.value for error in at.error), shown_text(at)
+    assert any(literal("missing.jsonl: file not found") in error.value for error in at.error), shown_text(at)
     assert len(get_manager().store.list_runs()) == runs_before
 
 
@@ -258,9 +369,39 @@ def test_compare_overlays_a_metric_and_diffs_settings(form_run, studio_home):
     assert len(at.get("plotly_chart")) == 1
     diff = at.dataframe[1].value
     assert "learning_rate" in list(diff["Setting"]) and "model" not in list(diff["Setting"])
+    raw = [trace["y"] for trace in plotted(at)["data"] if trace.get("name") == "slower"]
+    assert raw == [[2.2, 1.9, 1.7]] and plotted(at)["layout"]["yaxis"]["type"] == "linear"
+
     by_label(at.slider, "Smoothing").set_value(0.6).run()
+    data = plotted(at)["data"]
+    smoothed = next(trace["y"] for trace in data if trace.get("name") == "slower")
+    assert smoothed == pytest.approx([2.2, 2.0125, 1.85306], abs=1e-4)  # TensorBoard's debiased EMA at 0.6
+    assert [2.2, 1.9, 1.7] in [trace["y"] for trace in data if not trace.get("showlegend", True)]  # raw, faint
     by_label(at.toggle, "Log scale").set_value(True).run()
     assert not at.exception and len(at.get("plotly_chart")) == 1
+    assert plotted(at)["layout"]["yaxis"]["type"] == "log"
+
+
+def plotted(at: AppTest) -> dict:
+    """The page's (only) plotly figure as the browser receives it: {"data": [traces], "layout": {...}}."""
+    charts = at.get("plotly_chart")
+    assert len(charts) == 1
+    return json.loads(charts[0].proto.spec)
+
+
+def test_failed_run_page_shows_its_error_and_traceback(studio_home):
+    store = get_manager().store
+    run_id = "sl-failed-demo"
+    store.create_run(run_id, name="fails-at-step-2", kind="sl", backend="local", base_model=models.DEFAULT_MODEL,
+                     config={}, log_dir=studio_home / "runs" / run_id, status="failed")
+    error = "ValueError: row 7 of data/**mine**.jsonl: <b>bad</b> role"
+    trace = ("Traceback (most recent call last):\n  File \"cookbook_engine/supervised.py\", line 150, in train\n"
+             "ValueError: row 7 of data/**mine**.jsonl: <b>bad</b> role")
+    store.update_run(run_id, error=error, traceback=trace)
+    at = open_page("run", run=run_id)
+    assert any(b.startswith(":red-badge[") and b.endswith(" failed]") for b in badges(at))
+    assert [e.value for e in at.error] == [literal(error)]  # literally, not as markdown or HTML
+    assert trace in [c.value for c in at.code]
 
 
 def test_runs_page_deletes_selected_runs_only_after_confirmation(form_run):
@@ -313,9 +454,26 @@ def test_transcripts_show_groups_rewards_advantages_and_sandbox_output(studio_ho
     codes = [c.value for c in at.code]
     assert any("return x * x" in c for c in codes) and "<b>debug</b>" in codes  # sandbox output, as text
     assert len(at.get("plotly_chart")) == 2  # reward histogram and rewards per step
+    assert not any("isolate the network" in w.value for w in at.warning)
     by_label(at.slider, "Reward between").set_value((1.0, 1.0)).run()
     codes = [c.value for c in at.code]
     assert any("return x * x" in c for c in codes) and not any("return x * 2" in c for c in codes)
+
+
+def test_transcripts_warn_about_code_that_ran_without_network_isolation(studio_home):
+    store = get_manager().store
+    run_id = "rl-unisolated-demo"
+    store.create_run(run_id, name="code-rl-no-netns", kind="rl", backend="local", base_model=models.DEFAULT_MODEL,
+                     config={"env": "code"}, log_dir=studio_home / "runs" / run_id, status="completed")
+    store.add_transcripts(run_id, [
+        {"step": 0, "group_idx": 0, "sample_idx": sample, "prompt": "Write square(x).",
+         "completion": "def square(x):\n    return x * x", "reward": 1.0, "advantage": 0.0, "stop_reason": "stop",
+         "metrics": {"tests_passed": 3, "tests_total": 3, "network_isolated": isolated}}
+        for sample, isolated in enumerate([False, True, False])])
+    at = open_page("transcripts", run=run_id)
+    assert any("2 of the 3 samples" in w.value and "could not isolate the network" in w.value for w in at.warning)
+    assert sum(badge.endswith("network not isolated]") for badge in badges(at)) == 2
+    assert sum("Ran with network access" in w.value for w in at.warning) == 2  # in each sample's sandbox output
 
 
 # ---------------------------------------------------------------------------------------------- chat
@@ -346,11 +504,12 @@ def test_chat_replies_from_the_default_model_and_side_by_side(form_run):
     assert right_reply and right_reply != "(empty reply)"
 
 
-def test_chat_with_latest_weights_of_a_running_run_then_stop_and_resume(studio_home):
+def test_chat_with_live_weights_of_a_run_before_its_first_save_then_stop_and_resume(studio_home):
     manager = get_manager()
-    config = SLConfig(name="long-run", max_steps=400, batch_size=2, save_every=2, eval_every=0, test_fraction=0.0)
+    config = SLConfig(name="long-run", max_steps=400, batch_size=2, save_every=0, eval_every=0, test_fraction=0.0)
     run_id = manager.start(config)
-    wait_for(lambda: manager.store.list_checkpoints(run_id), what="the run's first checkpoint")
+    wait_for(lambda: (manager.store.get_run(run_id)["step"] or 0) >= 1, what="the run's first step")
+    assert not manager.store.list_checkpoints(run_id)  # it saves only at the end: nothing on disk to load
 
     at = open_page("run", run=run_id)
     click(at, "Chat with it")  # a running run's page opens the chat on its latest weights
@@ -359,13 +518,22 @@ def test_chat_with_latest_weights_of_a_running_run_then_stop_and_resume(studio_h
     at.switch_page("../pages/chat.py")  # AppTest reruns the page it was last sent to, not one the app switched to
     by_label(at.number_input, "Max tokens").set_value(12)
     at.run()
-    assert "newest weights" in shown_text(at)
-    newest = chat.latest_sampler_path(run_id)
-    saved = [c for c in manager.store.list_checkpoints(run_id) if c.get("sampler_path")]
-    assert newest == max(saved, key=lambda c: c["step"])["sampler_path"]
+    assert "live weights" in shown_text(at)
     at.chat_input[0].set_value("Hello!").run()
     assert not at.exception and not at.error, shown_text(at)
-    assert at.chat_message[1].markdown[0].value
+    assert at.chat_message[1].markdown[0].value  # a reply, from weights that were never saved
+    note = at.chat_message[1].caption[0].value
+    assert "live weights of long" in note and int(re.search(r"at step (\d+)", note).group(1)) >= 1
+
+    # the live weights are the run's, not the base model's: they score the same text differently
+    weights = chat.open_weights(next(t for t in chat.list_targets() if t.key == latest))
+    assert weights.source == "live" and weights.step >= 1
+    tokens = weights.client.get_tokenizer().encode("The capital of Quorvania is Velmora.")
+    prompt = types.ModelInput.from_ints(tokens)
+    live_T = weights.client.compute_logprobs(prompt).result()[1:]
+    base_T = chat.open_weights(chat.base_target()).client.compute_logprobs(prompt).result()[1:]
+    assert max(abs(a - b) for a, b in zip(live_T, base_T)) > 1e-4
+    assert not manager.store.list_checkpoints(run_id)  # the snapshot saved nothing
 
     at = open_page("run", run=run_id)
     assert any(run_id in str(v) for v in at.query_params.values())
@@ -375,10 +543,40 @@ def test_chat_with_latest_weights_of_a_running_run_then_stop_and_resume(studio_h
     stopped_at = stopped["step"]
     at = open_page("run", run=run_id)
     click(at, "Resume")
-    assert any("Resumed long-run" in s.value for s in at.success)
+    assert any(literal("Resumed long-run") in s.value for s in at.success)
     wait_for(lambda: (manager.store.get_run(run_id)["step"] or 0) > stopped_at, what="the resumed run's next step")
     manager.cancel(run_id)
     assert manager.wait(run_id, timeout=180)["status"] == "cancelled"
+
+
+def test_chat_with_a_run_training_in_another_process_uses_its_newest_saved_weights(form_run, studio_home):
+    store = get_manager().store
+    run_id = "sl-cli-elsewhere"
+    fake_cli_run(store, run_id, "cli-run", studio_home / "runs" / run_id, save_every=5)
+    try:
+        at = open_page("chat")
+        by_label(at.selectbox, "Model").set_value(f"latest:{run_id}").run()
+        by_label(at.number_input, "Max tokens").set_value(12)
+        at.run()
+        at.chat_input[0].set_value("Hello!").run()
+        assert any(literal("it trains in another process") in e.value and "saved none yet" in e.value
+                   for e in at.error), shown_text(at)
+
+        # the CLI process saves its first checkpoint (here: the sampler weights the form's run saved)
+        final = next(c for c in store.list_checkpoints(form_run["run_id"]) if c.get("sampler_path"))
+        RunLogger(store, run_id, studio_home / "runs" / run_id).log_checkpoint(
+            step=5, name="000005", kind="both", state_path=final["state_path"], sampler_path=final["sampler_path"],
+            loop_state={"batch": 5})
+        at = open_page("chat")
+        by_label(at.selectbox, "Model").set_value(f"latest:{run_id}").run()
+        by_label(at.number_input, "Max tokens").set_value(12)
+        at.run()
+        at.chat_input[0].set_value("Hello!").run()
+        assert not at.exception and not at.error, shown_text(at)
+        assert at.chat_message[1].markdown[0].value
+        assert literal("newest saved weights, step 5") in at.chat_message[1].caption[0].value
+    finally:
+        store.update_run(run_id, status="cancelled")
 
 
 # ---------------------------------------------------------------------------------------------- datasets
@@ -400,7 +598,7 @@ def test_upload_is_validated_with_row_numbers_previewed_and_tokenized(studio_hom
     at.file_uploader[0].upload("tiny-chat.jsonl", good).run()
     by_label(at.text_input, "Name").set_value("tiny-chat")
     click(at, "Validate and add")
-    assert any("Added tiny-chat: 5 chat rows" in s.value for s in at.success), shown_text(at)
+    assert any(literal("Added tiny-chat: 5 chat rows") in s.value for s in at.success), shown_text(at)
     assert by_label(at.selectbox, "Dataset").value == "upload:tiny-chat"
     preview = at.dataframe[0].value
     assert len(preview) == 5 and "assistant: <script>alert(0)</script>" in preview.iloc[0]["messages"]
@@ -410,6 +608,28 @@ def test_upload_is_validated_with_row_numbers_previewed_and_tokenized(studio_hom
     assert len(at.get("plotly_chart")) == 1  # the length histogram
     assert not any("<script>" in m.value for m in at.markdown)  # uploaded text never reaches markdown raw
     assert any("tiny-chat" == d["name"] for d in get_manager().store.list_datasets())
+
+
+def test_upload_name_and_bad_rows_with_markdown_and_html_are_shown_literally(studio_home):
+    hostile = "**bold** <script>"
+    rows = [{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]},
+            {"messages": [{"role": hostile, "content": "x"}]}]
+    at = open_page("datasets")
+    at.file_uploader[0].upload(f"{hostile}.jsonl", "\n".join(json.dumps(r) for r in rows).encode()).run()
+    assert by_label(at.text_input, "Name").value == hostile  # the default name comes from the file name
+    by_label(at.text_input, "Name").set_value("hostile-bad")
+    click(at, "Validate and add")
+    assert any(f"unknown role '{hostile}'" in c.value for c in at.code), shown_text(at)  # the bad row, as text
+    assert [status.state for status in at.status] == ["error"]
+
+    at = open_page("datasets")
+    at.file_uploader[0].upload(f"{hostile}.jsonl", json.dumps(rows[0]).encode()).run()
+    click(at, "Validate and add")
+    assert any(literal(f"Added {hostile}: 1 chat rows") in s.value for s in at.success), shown_text(at)
+    assert any(literal(f"from {hostile}.jsonl") in c.value for c in at.caption)
+    markdown = [e.value for kind in ("markdown", "caption", "success", "error", "warning", "info")
+                for e in getattr(at, kind)] + [block.label for block in [*at.status, *at.expander]]
+    assert not any("<script>" in text or "**bold**" in text for text in markdown)
 
 
 # ---------------------------------------------------------------------------------------------- checkpoints

@@ -181,7 +181,7 @@ def plan_steps(config: RLConfig, batches_per_epoch: int) -> int:
 async def train(config: RLConfig, ctx, prepared: PreparedRL | None = None) -> None:
     prepared = prepared or prepare(config)
     setup, tokenizer = prepared.env, prepared.tokenizer
-    _, client, start_step = start_training_client(config, ctx.resume)
+    _, client, start_step = start_training_client(config, ctx.resume, ctx)
     base_lr = rl_learning_rate(config)
     total_steps = plan_steps(config, len(setup.train))
     ctx.note(f"RL on {config.model}: {prepared.summary()}; {total_steps} steps of {config.groups_per_batch} groups "
