@@ -334,6 +334,19 @@ def _rl_fields(base: cfg.RLConfig, values: dict, k) -> None:
                                               index=options.index(base.start_checkpoint), format_func=labels.get,
                                               key=k("start_checkpoint"),
                                               help="RL often starts from an SL checkpoint that taught the format.")
+    with st.expander("Advanced: pipelining (streaming minibatches or off-policy sampling)"):
+        c1, c2, c3 = st.columns(3)
+        values["stream_minibatch"] = c1.checkbox(
+            "Stream minibatches", base.stream_minibatch, key=k("stream_minibatch"),
+            help="On-policy: train each minibatch of groups as soon as it is sampled, overlapping sampling "
+                 "with training.")
+        values["num_minibatches"] = c2.number_input(
+            "Minibatches per substep", 1, 4096, base.num_minibatches, key=k("num_minibatches"),
+            help="With streaming: forward_backward calls per optimizer substep; must divide the groups per substep.")
+        values["max_steps_off_policy"] = c3.number_input(
+            "Max steps off-policy (0 = on-policy)", 0, 1000, base.max_steps_off_policy, key=k("off_policy"),
+            help="Keep sampling in the background with the newest weights; groups sampled more than this many "
+                 "steps ago are dropped and sampled again. Not with streaming.")
 
 
 # ---------------------------------------------------------------------------------------- checking

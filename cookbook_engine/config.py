@@ -52,6 +52,7 @@ class CommonConfig:
     weight_decay: float = 0.0
     grad_clip_norm: float = 0.0
     clock_period_s: float = 0.05  # backend=clocked only: the simulator's tick
+    clock_samples_per_tick: int = 0  # backend=clocked only: sample requests admitted per tick (0 = all queued)
 
     @property
     def kind(self) -> str:
@@ -107,8 +108,10 @@ class RLConfig(CommonConfig):
     test_fraction: float = 0.2  # env=custom: the share of the file held out for evaluation
     lr_schedule: str = "constant"  # RL keeps its rate, as tinker-cookbook's rl/train does
     start_checkpoint: str = ""
-    stream_minibatch: bool = False
-    max_steps_off_policy: int = 0  # > 0: keep sampling while training, drop groups older than this
+    # Pipelining modes, tinker-cookbook's StreamMinibatchConfig and AsyncConfig (their groups_per_batch is ours):
+    stream_minibatch: bool = False  # on-policy: train each minibatch of groups as soon as it is sampled
+    num_minibatches: int = 1  # stream_minibatch: forward_backward calls per optimizer substep
+    max_steps_off_policy: int = 0  # > 0: keep sampling while training, drop groups older than this many steps
 
     @property
     def kind(self) -> str:
@@ -235,6 +238,8 @@ def validate(config: CommonConfig) -> list[str]:
     need(config.weight_decay >= 0, f"weight_decay={config.weight_decay}: must be 0 or more")
     need(config.grad_clip_norm >= 0, f"grad_clip_norm={config.grad_clip_norm}: must be 0 (off) or more")
     need(config.clock_period_s > 0, f"clock_period_s={config.clock_period_s}: must be positive")
+    need(config.clock_samples_per_tick >= 0,
+         f"clock_samples_per_tick={config.clock_samples_per_tick}: must be 0 (all) or more")
     if isinstance(config, SLConfig):
         need(bool(config.dataset.strip()), "dataset: required (e.g. builtin:facts or a .jsonl file)")
         need(config.train_on_what in TRAIN_ON, f"train_on_what={config.train_on_what}: choose one of {', '.join(TRAIN_ON)}")
@@ -260,10 +265,33 @@ def validate(config: CommonConfig) -> list[str]:
         need(0 < config.clip_low_threshold <= 1 <= config.clip_high_threshold,
              "clip thresholds: need 0 < clip_low_threshold <= 1 <= clip_high_threshold")
         need(config.num_substeps >= 1, f"num_substeps={config.num_substeps}: must be at least 1")
-        need(config.max_steps_off_policy >= 0, "max_steps_off_policy: must be 0 (on-policy) or more")
+        problems.extend(pipelining_problems(config))
         need(config.num_eval_problems >= 0, f"num_eval_problems={config.num_eval_problems}: must be 0 or more")
         need(config.eval_temperature >= 0, f"eval_temperature={config.eval_temperature}: must be 0 (greedy) or more")
         need(0 <= config.test_fraction < 1, f"test_fraction={config.test_fraction}: must be in [0, 1)")
+    return problems
+
+
+def pipelining_problems(config: RLConfig) -> list[str]:
+    """The RL pipelining settings: streaming minibatches (on-policy) or off-policy sampling, not both."""
+    problems = []
+    if config.max_steps_off_policy < 0:
+        problems.append(f"max_steps_off_policy={config.max_steps_off_policy}: must be 0 (on-policy) or at least 1")
+    if config.num_minibatches < 1:
+        problems.append(f"num_minibatches={config.num_minibatches}: must be at least 1")
+    if config.stream_minibatch and config.max_steps_off_policy > 0:
+        problems.append("stream_minibatch=true and max_steps_off_policy: choose one (streaming minibatches are "
+                        "on-policy; max_steps_off_policy > 0 samples in the background)")
+    if config.num_minibatches > 1 and not config.stream_minibatch:
+        problems.append(f"num_minibatches={config.num_minibatches}: applies only with stream_minibatch=true")
+    if config.stream_minibatch and config.num_substeps >= 1 and config.num_minibatches >= 1:
+        if config.groups_per_batch % config.num_substeps:
+            problems.append(f"stream_minibatch: num_substeps={config.num_substeps} must divide "
+                            f"groups_per_batch={config.groups_per_batch} (each substep trains whole groups)")
+        elif (config.groups_per_batch // config.num_substeps) % config.num_minibatches:
+            problems.append(f"stream_minibatch: num_minibatches={config.num_minibatches} must divide the "
+                            f"{config.groups_per_batch // config.num_substeps} groups of each substep "
+                            f"(groups_per_batch={config.groups_per_batch} / num_substeps={config.num_substeps})")
     return problems
 
 

@@ -1,21 +1,27 @@
 """The clocked simulator counts Tinker-style clock cycles per training step: the real SL loop, which queues the next
 batch before awaiting the previous one, pays one cycle per step; a loop that awaits forward_backward before sending
 optim_step pays two or more. Also: answers come one tick after admission, a cycle admits one optimizer step per
-client, and errors reach the caller instead of stopping the clock."""
+client, and errors reach the caller instead of stopping the clock. RL: the synchronous loop submits forward_backward,
+optim_step and the request for the next sampling client in one cycle; streaming minibatches train while later groups
+are still being sampled (fewer cycles per step); off-policy sampling drops groups staler than max_steps_off_policy."""
 
 import asyncio
 import json
 import time
+from dataclasses import dataclass
 
 import pytest
 from tinker import types
 
 from cookbook_engine.backends import clocked, service_client
 from cookbook_engine.backends.clocked import ClockedServiceClient
-from cookbook_engine.config import SLConfig
+from cookbook_engine.config import RLConfig, SLConfig
+from cookbook_engine.rl import envs
+from cookbook_engine.rl.types import Env, EnvGroupBuilder, StepResult
 from cookbook_engine.runs import RunManager
 from cookbook_engine.supervised import batch_at, plan_steps, prepare
 from cookbook_engine.train_common import adam_params
+from storage import Store
 
 PERIOD_S = 0.2  # longer than the SL loop's own work per step (~50 ms); compute beyond it only stretches cycles
 STEPS = 6
@@ -116,3 +122,118 @@ def test_a_failing_request_fails_alone_and_the_clock_keeps_going(default_model_r
 def test_period_must_be_positive():
     with pytest.raises(ValueError, match="clock_period_s"):
         ClockedServiceClient(period_s=0)
+
+
+# ------------------------------------------------------------------------------------------------ RL schedules
+
+RL_PERIOD_S = 0.4  # longer than the RL loop's own work between an answer and its next request
+
+
+class FixedRewardEnv(Env):
+    """An env of the real arithmetic prompt whose reward is fixed in advance, so every group has mixed rewards
+    (it trains) whatever the model samples: the cycle counts then do not depend on the samples."""
+
+    def __init__(self, inner: Env, reward: float):
+        self.inner, self.reward = inner, reward
+
+    async def initial_observation(self):
+        return await self.inner.initial_observation()
+
+    async def step(self, action):
+        return StepResult(reward=self.reward, episode_done=True, metrics={"correct": self.reward})
+
+
+@dataclass(frozen=True)
+class MixedRewardGroup(EnvGroupBuilder):
+    inner: EnvGroupBuilder
+
+    async def make_envs(self):
+        return [FixedRewardEnv(env, float(i % 2)) for i, env in enumerate(await self.inner.make_envs())]
+
+
+@pytest.fixture
+def mixed_rewards(monkeypatch):
+    """Every RL group built by the runs of this test gets rewards 0, 1, 0, 1, ..."""
+    build_env = envs.build_env
+
+    def build_mixed(config, renderer):
+        setup = build_env(config, renderer)
+        make_builder = setup.train.make_builder
+        setup.train.make_builder = lambda problem: MixedRewardGroup(make_builder(problem))
+        return setup
+
+    monkeypatch.setattr(envs, "build_env", build_mixed)
+
+
+def rl_config(**overrides) -> RLConfig:
+    settings = dict(env="arithmetic", backend="clocked", clock_period_s=RL_PERIOD_S, group_size=4, groups_per_batch=2,
+                    max_tokens=4, max_steps=3, eval_every=0, num_eval_problems=0, save_every=0, lora_rank=4,
+                    learning_rate=1e-4, temperature=1.0)
+    return RLConfig(**{**settings, **overrides})
+
+
+def run_rl(config: RLConfig) -> tuple[clocked.ClockStats, str]:
+    manager = RunManager()
+    run_id = manager.start(config)
+    run = manager.wait(run_id, timeout=600)
+    assert run["status"] == "completed", run.get("traceback")
+    return clocked.latest_stats(), run_id
+
+
+def rl_cycles_per_step(stats: clocked.ClockStats) -> float:
+    """Ticks between consecutive new sampling clients (one per RL step, after its last optimizer step)."""
+    ticks = [tick for tick, methods in stats.cycle_log if "save_weights_and_get_sampling_client" in methods]
+    return (ticks[-1] - ticks[0]) / (len(ticks) - 1)
+
+
+def test_synchronous_rl_submits_forward_backward_optim_step_and_the_new_sampler_in_one_cycle(
+        home, default_model_ready, mixed_rewards):
+    stats, _ = run_rl(rl_config())
+    per_step = rl_cycles_per_step(stats)
+    print(f"synchronous RL: {per_step:.2f} cycles/step; cycles {stats.cycle_log}")
+    training_cycles = [methods for _, methods in stats.cycle_log if "optim_step" in methods]
+    assert training_cycles == [["forward_backward", "optim_step", "save_weights_and_get_sampling_client"]] * 3
+    # sample (answer next tick), then train + new sampler (answer next tick): 4 cycles; awaiting each request = 6+
+    assert per_step <= 4.34
+
+
+def test_streaming_minibatches_overlap_sampling_with_training(home, default_model_ready, mixed_rewards):
+    """A sampler that takes one request per tick returns a step's groups in waves. Synchronous RL waits for the
+    last wave before its first optimizer substep; streaming trains each substep as soon as its group is in."""
+    same_work = dict(clock_samples_per_tick=1, num_substeps=2)
+    sync_stats, _ = run_rl(rl_config(**same_work))
+    stream_stats, run_id = run_rl(rl_config(**same_work, stream_minibatch=True))
+    sync, stream = rl_cycles_per_step(sync_stats), rl_cycles_per_step(stream_stats)
+    print(f"RL, 2 groups sampled one per tick, 2 substeps: synchronous {sync:.2f}, streaming {stream:.2f} cycles/step")
+    assert sync >= 6  # 2 sampling waves, their answer, 2 optimizer cycles, their answer
+    assert stream <= 5.34 and stream <= sync - 0.66  # the first substep trains during the second wave
+    # streaming: each step's first optimizer substep is admitted right after its first group's answer, one cycle
+    # after the second group's sampling was admitted (synchronous: one cycle after the second group's answer)
+    first_step = stream_stats.cycle_log[1:5]
+    assert [methods for _, methods in first_step] == [
+        ["sample"], ["sample"], ["forward_backward", "optim_step"],
+        ["forward_backward", "optim_step", "save_weights_and_get_sampling_client"]]
+    assert [tick for tick, _ in first_step] == list(range(first_step[0][0], first_step[0][0] + 4))  # no idle cycle
+    transcripts = Store.default().get_transcripts(run_id)
+    assert len(transcripts) == 3 * 2 * 4 and set(transcripts.step) == {0, 1, 2}
+
+
+def test_off_policy_sampling_drops_groups_older_than_max_steps_off_policy(home, default_model_ready, mixed_rewards):
+    """A slow trainer (8 optimizer substeps: 9 cycles a step) against a sampler that takes 2 cycles a round: the
+    workers sample all 4 batches with the first policy while step 0 trains. Step 1 trains batch 1 (1 step old, as
+    allowed); at step 2, batches 2 and 3 are 2 steps old: their 4 groups are dropped and sampled again with the
+    newest policy, so steps 2 and 3 train fresh groups."""
+    config = rl_config(max_steps=4, num_substeps=8, max_steps_off_policy=1, loss_fn="ppo")
+    stats, run_id = run_rl(config)
+    store = Store.default()
+    dropped = store.get_metrics(run_id, ["async/stale_groups_dropped"])
+    assert dict(zip(dropped.step, dropped.value)) == {0: 0.0, 1: 0.0, 2: 4.0, 3: 0.0}
+    staleness = store.get_metrics(run_id, ["async/staleness_max"])
+    assert dict(zip(staleness.step, staleness.value)) == {0: 0.0, 1: 1.0, 2: 0.0, 3: 1.0}
+    transcripts = store.get_transcripts(run_id)
+    assert len(transcripts) == 4 * 2 * 4
+    trained_lag = [row.metrics["staleness"] for row in transcripts.itertuples()]
+    assert max(trained_lag) <= config.max_steps_off_policy
+    assert all(row.metrics["sampled_at_step"] == row.step - row.metrics["staleness"] for row in transcripts.itertuples())
+    # steps 2 and 3 trained the re-sampled problems of batches 2 and 3
+    assert sorted({row.metrics["problem_batch"] for row in transcripts.itertuples() if row.step >= 2}) == [2, 3]

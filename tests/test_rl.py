@@ -7,13 +7,14 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 from tinker import types
 
 from cookbook_engine import datasets, models, renderers
-from cookbook_engine.config import ConfigError, RLConfig, parse_overrides
+from cookbook_engine.config import ConfigError, RLConfig, parse_overrides, to_command, validate
 from cookbook_engine.rl import envs, loop
 from cookbook_engine.rl.advantages import centered_advantages, is_constant
 from cookbook_engine.rl.data import datum_from_rollout, for_training, sample_train_metrics
@@ -173,8 +174,16 @@ def test_bad_rl_settings_and_data_fail_before_a_run_exists(home, default_model_r
         preflight(parse_overrides("rl", ["env=chess"]))
     with pytest.raises(ConfigError, match="num_eval_problems=500"):
         preflight(parse_overrides("rl", ["num_eval_problems=500"]))
-    with pytest.raises(ConfigError, match="synchronous and on-policy"):
-        preflight(parse_overrides("rl", ["max_steps_off_policy=2"]))
+    with pytest.raises(ConfigError, match="choose one"):
+        preflight(parse_overrides("rl", ["max_steps_off_policy=2", "stream_minibatch=true"]))
+    with pytest.raises(ConfigError, match="num_minibatches=3 must divide the 8 groups"):
+        preflight(parse_overrides("rl", ["stream_minibatch=true", "num_minibatches=3"]))
+    with pytest.raises(ConfigError, match="num_substeps=3 must divide groups_per_batch=8"):
+        preflight(parse_overrides("rl", ["stream_minibatch=true", "num_substeps=3"]))
+    with pytest.raises(ConfigError, match="only with stream_minibatch=true"):
+        preflight(parse_overrides("rl", ["num_minibatches=2"]))
+    with pytest.raises(ConfigError, match="max_steps_off_policy=-1"):
+        preflight(parse_overrides("rl", ["max_steps_off_policy=-1"]))
     missing = tmp_path / "rows.jsonl"
     missing.write_text(json.dumps({"prompt": "What is 2 + 2?"}) + "\n")
     with pytest.raises(datasets.DatasetError, match="answer"):
@@ -184,6 +193,29 @@ def test_bad_rl_settings_and_data_fail_before_a_run_exists(home, default_model_r
     with pytest.raises(datasets.DatasetError, match="exceeds max_length=256"):
         preflight(parse_overrides("rl", ["env=custom", f"dataset={long_prompt}", "max_length=256"]))
     assert Store.default().list_runs() == []
+
+
+def test_pipelining_settings_parse_from_the_command_line_and_are_accepted():
+    streaming = parse_overrides("rl", ["stream_minibatch=true", "num_minibatches=2", "num_substeps=2"])
+    assert streaming.stream_minibatch and streaming.num_minibatches == 2
+    assert "stream_minibatch=true" in to_command(streaming) and "num_minibatches=2" in to_command(streaming)
+    off_policy = parse_overrides("rl", ["max_steps_off_policy=2", "loss_fn=ppo"])
+    assert off_policy.max_steps_off_policy == 2
+    assert validate(streaming) == [] and validate(off_policy) == []
+
+
+def test_a_code_run_says_in_its_log_when_the_sandbox_cannot_isolate_the_network(monkeypatch):
+    from cookbook_engine import sandbox
+
+    open_network = {"network_isolated": False, "network_method": "none", "description": "bare unprivileged uid",
+                    "reason": "this machine does not allow a network namespace here", "filesystem": "unprivileged"}
+    monkeypatch.setattr(sandbox, "sandbox_capabilities", lambda: dict(open_network))
+    note = loop.sandbox_note(RLConfig(env="code"))
+    assert "network is NOT isolated" in note and "does not allow a network namespace" in note
+    assert "NOT isolated" in loop.sandbox_note(RLConfig(env="custom", dataset="x.jsonl", grader="python_tests"))
+    assert loop.sandbox_note(RLConfig(env="arithmetic")) is None
+    monkeypatch.setattr(sandbox, "sandbox_capabilities", lambda: {**open_network, "network_isolated": True})
+    assert "network isolated" in loop.sandbox_note(RLConfig(env="code"))
 
 
 def test_default_learning_rate_is_half_the_sl_rate():
@@ -280,3 +312,5 @@ def test_a_code_run_grades_rollouts_in_the_sandbox_and_keeps_the_results(home, d
         assert row.reward == pytest.approx(expected)
     names = Store.default().metric_names(run_id)
     assert "env/all/tests_passed" in names and "test/env/all/correct" in names
+    log = (Path(Store.default().get_run(run_id)["log_dir"]) / "log.txt").read_text()
+    assert "sandbox: " in log and ("network isolated" in log or "network is NOT isolated" in log)

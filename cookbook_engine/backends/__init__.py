@@ -5,7 +5,7 @@ nothing else in the engine needs to know which it got."""
 from __future__ import annotations
 
 
-def service_client(backend: str = "local", *, clock_period_s: float = 0.05):
+def service_client(backend: str = "local", *, clock_period_s: float = 0.05, clock_samples_per_tick: int = 0):
     if backend == "local":
         from cookbook_engine.backends.local import LocalServiceClient
 
@@ -17,5 +17,5 @@ def service_client(backend: str = "local", *, clock_period_s: float = 0.05):
     if backend == "clocked":
         from cookbook_engine.backends.clocked import ClockedServiceClient
 
-        return ClockedServiceClient(period_s=clock_period_s)
+        return ClockedServiceClient(period_s=clock_period_s, samples_per_tick=clock_samples_per_tick)
     raise ValueError(f"backend {backend!r} is unknown; choose local, tinker or clocked")

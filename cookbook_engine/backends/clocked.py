@@ -14,7 +14,9 @@ next request pays whole cycles for each round trip. This backend reproduces that
   its request was admitted, and anything sent in reply to it waits for the tick after that;
 - per training client a cycle admits requests in order up to and including one optim_step, plus the checkpoint
   requests queued right behind it; the next forward/forward_backward/optim_step waits for the next cycle. Sampling
-  requests (a separate pool at Tinker) are all admitted at each tick.
+  requests (a separate pool at Tinker) are all admitted at each tick, or, with `samples_per_tick=N`, the N oldest
+  (a sampler pool of fixed capacity: a step's rollouts then come back in waves, one wave per cycle, which is what
+  RL's streaming-minibatch mode overlaps with training).
 
 `service.tick_count` counts ticks, `service.cycles` the ticks that admitted work, and `service.optim_step_ticks`
 the tick at which each optim_step's answer was released; `cycles_per_step()` is the mean distance between those,
@@ -59,6 +61,7 @@ KIND_OF_METHOD = {
 }
 
 _queue_ids = itertools.count(1)
+_request_order = itertools.count(1)
 
 
 @dataclass
@@ -95,6 +98,7 @@ class _Request:
     wrap: Callable[[Any], Any] | None = None  # turns the local result into the clocked one (sampling clients)
     outer: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
     inner: LocalFuture | None = None
+    order: int = field(default_factory=lambda: next(_request_order))  # submission order, across all clients
 
     @property
     def kind(self) -> str:
@@ -104,11 +108,14 @@ class _Request:
 class ClockedServiceClient:
     """Drop-in for tinker.ServiceClient whose training and sampling clients are admitted only at clock ticks."""
 
-    def __init__(self, period_s: float = 0.05):
+    def __init__(self, period_s: float = 0.05, samples_per_tick: int = 0):
         global _latest_stats
         if not period_s > 0:
             raise ValueError(f"clock_period_s={period_s}: must be positive")
+        if samples_per_tick < 0:
+            raise ValueError(f"clock_samples_per_tick={samples_per_tick}: must be 0 (all) or more")
         self.period_s = float(period_s)
+        self.samples_per_tick = int(samples_per_tick)
         self.local = LocalServiceClient()
         self.stats = _latest_stats = ClockStats(self.period_s)
         self._lock = threading.Lock()
@@ -174,8 +181,6 @@ class ClockedServiceClient:
         admitted = []
         for queue_id, queue in self._queues.items():
             if queue_id in self._sampling_queues:
-                admitted.extend(queue)
-                queue.clear()
                 continue
             optim_admitted = False
             while queue:
@@ -184,7 +189,16 @@ class ClockedServiceClient:
                 request = queue.popleft()
                 admitted.append(request)
                 optim_admitted = optim_admitted or request.kind == OPTIM_STEP
-        return admitted
+        return admitted + self._admit_samples()
+
+    def _admit_samples(self) -> list[_Request]:
+        """Every queued sampling request, or the `samples_per_tick` oldest of them (across sampling clients)."""
+        waiting = sorted((request.order, queue_id) for queue_id in self._sampling_queues
+                         for request in self._queues[queue_id])
+        if self.samples_per_tick:
+            waiting = waiting[:self.samples_per_tick]
+        # each client's queue is in submission order, so the globally oldest are a prefix of each queue
+        return [self._queues[queue_id].popleft() for _, queue_id in waiting]
 
     def _release(self, request: _Request, tick: int) -> None:
         inner = request.inner.future()

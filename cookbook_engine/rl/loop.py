@@ -1,16 +1,30 @@
-"""The RL loop (GRPO style), mirroring tinker-cookbook's rl/train.py on one synchronous, on-policy schedule.
+"""The RL loop (GRPO style), mirroring tinker-cookbook's rl/train.py, in its three schedules.
 
 Each step: take the step's groups from the dataset; for each group sample `group_size` completions of its prompt in
-one call with the current sampling client (the prompt is prefilled once); grade them in the envs; advantages are
+one call with a sampling client (the prompt is prefilled once); grade them in the envs; advantages are
 reward - group mean; groups with constant reward are dropped (and counted); the rest become datums (sampler
-log-probs, advantages, mask); the batch is cut into `num_substeps` parts, each a forward_backward with
-`importance_sampling` or `ppo` followed by an optimizer step, all submitted back to back; then a **new** sampling
-client is taken from the updated weights for the next step's rollouts. Every rollout is stored as a transcript row.
+log-probs, advantages, mask) trained with `importance_sampling` or `ppo` (which take the sampler's log-probs, so
+data sampled by an older policy is weighted correctly); then a **new** sampling client is taken from the updated
+weights. Every trained rollout is stored as a transcript row, with the policy version (step) that sampled it.
 Held-out accuracy (test/env/all/correct) is measured every `eval_every` steps and at the end with one sample per
 held-out problem (greedy by default, `eval_temperature`).
 
-`prepare()` does every input check (env, data, prompt lengths, settings this loop does not support) before a run
-exists. Not here: the envs (envs.py), advantages (advantages.py), datums (data.py), metric names (metrics.py).
+The schedules (tinker-cookbook's sync training, StreamMinibatchConfig and AsyncConfig):
+- synchronous (default): all groups of the step are sampled, then the batch is cut into `num_substeps` parts, each
+  a forward_backward followed by an optim_step, all submitted back to back, with the request for the new sampling
+  client queued right behind them; only then are the answers awaited.
+- streaming minibatches (`stream_minibatch=true`, still on-policy): the step's groups are sampled concurrently and
+  arrive one by one; as soon as a minibatch's worth of groups is in, its forward_backward is submitted, so training
+  overlaps the rest of the sampling. Each of the `num_substeps` substeps has `num_minibatches` minibatches and one
+  optim_step, as in the cookbook.
+- off-policy (`max_steps_off_policy=K > 0`): `groups_per_batch` workers keep sampling in the background, always
+  with the newest sampling client, while the trainer consumes finished groups in arrival order. A group sampled by
+  the policy of step v and reaching the trainer at step t is trained when t - v <= K; otherwise it is dropped,
+  counted (async/stale_groups_dropped) and its problem sampled again with the newest policy. The cookbook's
+  newer AsyncConfig waits for stragglers instead of dropping them; this is its earlier, dropping behaviour.
+
+`prepare()` does every input check (env, data, prompt lengths, settings) before a run exists. Not here: the envs
+(envs.py), advantages (advantages.py), datums (data.py), metric names (metrics.py), the sandbox (sandbox.py).
 """
 
 from __future__ import annotations
@@ -21,8 +35,8 @@ from dataclasses import dataclass
 
 from tinker import types
 
-from cookbook_engine import datasets, renderers
-from cookbook_engine.config import ConfigError, RLConfig
+from cookbook_engine import datasets, renderers, sandbox
+from cookbook_engine.config import RLConfig
 from cookbook_engine.rl import envs
 from cookbook_engine.rl.advantages import centered_advantages, is_constant
 from cookbook_engine.rl.data import datum_from_rollout, for_training, sample_train_metrics
@@ -48,9 +62,6 @@ class PreparedRL:
 
 
 def prepare(config: RLConfig) -> PreparedRL:
-    if config.max_steps_off_policy or config.stream_minibatch:
-        raise ConfigError("max_steps_off_policy and stream_minibatch: this RL loop is synchronous and on-policy; "
-                          "leave them at 0 / false")
     tokenizer = tokenizer_for(config)
     renderer = renderers.get_renderer(config.renderer, tokenizer)
     setup = envs.build_env(config, renderer)
@@ -107,9 +118,12 @@ async def evaluate(sampling_client, builders: list[EnvGroupBuilder], config: RLC
 
 
 def transcript_rows(step: int, groups_P: list[RolloutGroup], advantages_P: list[list[float]],
-                    dropped_P: list[bool], tokenizer) -> list[dict]:
+                    dropped_P: list[bool], tokenizer, extra_P: list[dict] | None = None) -> list[dict]:
+    """One row per rollout; `extra_P` adds per-group fields to each row's metrics (e.g. the sampling step)."""
     rows = []
-    for group_idx, (group, advantages_G, dropped) in enumerate(zip(groups_P, advantages_P, dropped_P)):
+    extra_P = extra_P or [{} for _ in groups_P]
+    for group_idx, (group, advantages_G, dropped, extra) in enumerate(zip(groups_P, advantages_P, dropped_P,
+                                                                            extra_P)):
         prompt = tokenizer.decode(group.rollouts_G[0].prompt_tokens, skip_special_tokens=False)
         for sample_idx, (rollout, advantage) in enumerate(zip(group.rollouts_G, advantages_G)):
             rows.append({
@@ -117,7 +131,7 @@ def transcript_rows(step: int, groups_P: list[RolloutGroup], advantages_P: list[
                 "completion": tokenizer.decode(rollout.tokens, skip_special_tokens=False),
                 "reward": rollout.reward, "advantage": advantage, "stop_reason": rollout.stop_reason,
                 "metrics": {**rollout.metrics, **rollout.logs, "group_dropped": dropped,
-                            "tags": group.tags},
+                            "tags": group.tags, **extra},
             })
     return rows
 
@@ -140,34 +154,272 @@ def loss_fn_config(config: RLConfig) -> dict | None:
     return None
 
 
-async def train_on(client, data_D: list[types.Datum], config: RLConfig, lr: float) -> dict[str, float]:
-    """forward_backward + optim_step per substep, all submitted before any is awaited; KL and entropy metrics."""
-    submitted = []
+@dataclass
+class SampledGroup:
+    """A sampled group with where it came from and which policy sampled it."""
+
+    group: RolloutGroup
+    sampled_at: int  # the policy version: training steps taken before its sampling client was made
+    batch: int  # the dataset batch its problem came from
+    index: int  # its place in that batch
+    builder: EnvGroupBuilder
+    attempt: int = 0  # off-policy: how many earlier samplings of this problem were dropped as stale
+
+
+@dataclass
+class Substep:
+    """One optimizer substep in flight: its forward_backward calls (each with its datums) and its optim_step."""
+
+    passes: list[tuple[list[types.Datum], object]]
+    optim: object
+
+
+def rollout_seed(config: RLConfig, batch: int, index: int, attempt: int = 0) -> int:
+    return (config.seed * 1_000_003 + batch) * 1000 + index + attempt * 1_000_000_007
+
+
+async def sample_group(builder: EnvGroupBuilder, sampling_client, version: int, config: RLConfig, batch: int,
+                       index: int, attempt: int = 0) -> SampledGroup:
+    group = await group_rollout(builder, sampling_client, config, seed=rollout_seed(config, batch, index, attempt))
+    return SampledGroup(group, version, batch, index, builder, attempt)
+
+
+def datums_of(groups: list[SampledGroup]) -> list[types.Datum]:
+    """The training datums of the groups whose rewards are not all equal."""
+    return [datum_from_rollout(rollout, advantage)
+            for sampled in groups if not is_constant(sampled.group.rewards_G)
+            for rollout, advantage in zip(sampled.group.rollouts_G, centered_advantages(sampled.group.rewards_G))]
+
+
+async def submit_forward_backward(client, data_D: list[types.Datum], config: RLConfig):
+    return await client.forward_backward_async([for_training(d) for d in data_D], config.loss_fn,
+                                               loss_fn_config(config))
+
+
+async def submit_substeps(client, data_D: list[types.Datum], config: RLConfig, lr: float) -> list[Substep]:
+    """forward_backward + optim_step per substep, all submitted back to back, nothing awaited."""
+    substeps = []
     for chunk in split_substeps(data_D, config.num_substeps):
-        fb_future = await client.forward_backward_async([for_training(d) for d in chunk], config.loss_fn,
-                                                        loss_fn_config(config))
-        optim_future = await client.optim_step_async(adam_params(config, lr))
-        submitted.append((chunk, fb_future, optim_future))
+        fb_future = await submit_forward_backward(client, chunk, config)
+        substeps.append(Substep([(chunk, fb_future)], await client.optim_step_async(adam_params(config, lr))))
+    return substeps
+
+
+def queue_sampling_client(client) -> asyncio.Task:
+    """Ask for a sampling client on the weights after the submitted steps, before awaiting them: the request
+    queues right behind the last optim_step (at Tinker, and on the clocked simulator, in the same clock cycle)."""
+    return asyncio.ensure_future(client.save_weights_and_get_sampling_client_async())
+
+
+async def collect(substeps: list[Substep]) -> dict[str, float]:
+    """Await the submitted substeps; loss, gradient norm, KL between sampler and trainer, entropy."""
     metrics: dict[str, float] = {}
     kl_sum = entropy_sum = weight = loss_sum = grad_norm_sum = 0.0
-    for chunk, fb_future, optim_future in submitted:
-        output = await fb_future
-        optim = await optim_future
-        chunk_metrics = sample_train_metrics(chunk, output)
-        tokens = sum(sum(d.loss_fn_inputs["mask"].to_numpy()) for d in chunk)
-        if chunk_metrics:
-            kl_sum += chunk_metrics["optim/kl_sample_train"] * tokens
-            entropy_sum += chunk_metrics["optim/entropy"] * tokens
-            weight += tokens
-        loss_sum += float((output.metrics or {}).get("loss:sum", 0.0))
+    for substep in substeps:
+        for chunk, fb_future in substep.passes:
+            output = await fb_future
+            chunk_metrics = sample_train_metrics(chunk, output)
+            tokens = sum(sum(d.loss_fn_inputs["mask"].to_numpy()) for d in chunk)
+            if chunk_metrics:
+                kl_sum += chunk_metrics["optim/kl_sample_train"] * tokens
+                entropy_sum += chunk_metrics["optim/entropy"] * tokens
+                weight += tokens
+            loss_sum += float((output.metrics or {}).get("loss:sum", 0.0))
+        optim = await substep.optim
         grad_norm_sum += float((optim.metrics or {}).get("grad_norm", 0.0))
     if weight:
         metrics["optim/kl_sample_train"] = kl_sum / weight
         metrics["optim/entropy"] = entropy_sum / weight
     metrics["optim/loss_sum"] = loss_sum
-    metrics["optim/grad_norm"] = grad_norm_sum / len(submitted)
-    metrics["optim/num_substeps"] = float(len(submitted))
+    metrics["optim/grad_norm"] = grad_norm_sum / len(substeps)
+    metrics["optim/num_substeps"] = float(len(substeps))
+    metrics["optim/num_forward_backward"] = float(sum(len(substep.passes) for substep in substeps))
     return metrics
+
+
+async def train_on(client, data_D: list[types.Datum], config: RLConfig, lr: float) -> tuple[dict[str, float], object]:
+    """Train on the datums (substeps submitted back to back) and return (metrics, the new sampling client)."""
+    substeps = await submit_substeps(client, data_D, config, lr)
+    sampling_client = queue_sampling_client(client)
+    metrics = await collect(substeps)
+    return metrics, await sampling_client
+
+
+async def synchronous_step(step: int, builders: list[EnvGroupBuilder], sampling_client, client, config: RLConfig,
+                           lr: float) -> tuple[list[SampledGroup], dict[str, float], object]:
+    """Sample every group of the step, then train on them: (groups, metrics, the next sampling client)."""
+    started = time.perf_counter()
+    groups = list(await asyncio.gather(*[sample_group(builder, sampling_client, step, config, step, index)
+                                         for index, builder in enumerate(builders)]))
+    metrics = {"time/sample": time.perf_counter() - started}
+    started = time.perf_counter()
+    data_D = datums_of(groups)
+    if data_D:
+        trained, sampling_client = await train_on(client, data_D, config, lr)
+        metrics.update(trained)
+    metrics["time/train"] = time.perf_counter() - started
+    return groups, metrics, sampling_client
+
+
+async def streaming_step(step: int, builders: list[EnvGroupBuilder], sampling_client, client, config: RLConfig,
+                         lr: float) -> tuple[list[SampledGroup], dict[str, float], object]:
+    """Sample the step's groups concurrently and submit each minibatch's forward_backward as soon as its groups
+    are in; one optim_step closes each substep. Still on-policy: every group is sampled by the step's client."""
+    started = time.perf_counter()
+    arrived: asyncio.Queue = asyncio.Queue()
+
+    async def sample_into_queue(index: int, builder: EnvGroupBuilder) -> None:
+        try:
+            arrived.put_nowait(await sample_group(builder, sampling_client, step, config, step, index))
+        except BaseException as exc:  # the trainer raises it instead of waiting for a group that never comes
+            arrived.put_nowait(exc)
+            raise
+
+    tasks = [asyncio.create_task(sample_into_queue(index, builder)) for index, builder in enumerate(builders)]
+    per_minibatch = [len(part) for part in split_substeps(builders, config.num_substeps * config.num_minibatches)]
+    groups: list[SampledGroup] = []
+    substeps: list[Substep] = []
+    passes: list = []
+    try:
+        for number, size in enumerate(per_minibatch):
+            minibatch = []
+            for _ in range(size):
+                item = await arrived.get()
+                if isinstance(item, BaseException):
+                    raise item
+                minibatch.append(item)
+            groups += minibatch
+            data_D = datums_of(minibatch)
+            if data_D:
+                passes.append((data_D, await submit_forward_backward(client, data_D, config)))
+            if (number + 1) % config.num_minibatches == 0 or number == len(per_minibatch) - 1:
+                if passes:  # a substep whose groups all had equal rewards has no gradient: no optimizer step
+                    substeps.append(Substep(passes, await client.optim_step_async(adam_params(config, lr))))
+                passes = []
+    finally:
+        for task in tasks:
+            task.cancel()
+    metrics = {"time/sample": time.perf_counter() - started}
+    started = time.perf_counter()
+    if substeps:
+        next_client = queue_sampling_client(client)
+        metrics.update(await collect(substeps))
+        sampling_client = await next_client
+    metrics["time/train"] = time.perf_counter() - started
+    groups.sort(key=lambda sampled: sampled.index)
+    return groups, metrics, sampling_client
+
+
+class BackgroundSampler:
+    """The off-policy mode's sampling: `groups_per_batch` workers take the problems of the coming batches in order
+    and sample each with the newest sampling client (`client`, of policy version `version`), queueing finished
+    groups in `finished`. `resample()` samples a dropped problem again. `stop()` cancels everything."""
+
+    def __init__(self, setup: envs.EnvSetup, config: RLConfig, sampling_client, version: int, first_batch: int,
+                 last_batch: int):
+        self.setup, self.config = setup, config
+        self.client, self.version = sampling_client, version
+        self.finished: asyncio.Queue = asyncio.Queue()
+        self._problems: asyncio.Queue = asyncio.Queue(maxsize=config.groups_per_batch)
+        self._tasks = [asyncio.create_task(self._feed(first_batch, last_batch))]
+        self._tasks += [asyncio.create_task(self._work()) for _ in range(config.groups_per_batch)]
+
+    async def _feed(self, first_batch: int, last_batch: int) -> None:
+        for batch in range(first_batch, last_batch):
+            for index, builder in enumerate(self.setup.train.get_batch(batch)):
+                await self._problems.put((builder, batch, index, 0))
+
+    async def _work(self) -> None:
+        while True:
+            await self._sample(*await self._problems.get())
+
+    async def _sample(self, builder: EnvGroupBuilder, batch: int, index: int, attempt: int) -> None:
+        try:
+            self.finished.put_nowait(await sample_group(builder, self.client, self.version, self.config, batch,
+                                                        index, attempt))
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # the trainer raises it
+            self.finished.put_nowait(exc)
+
+    def resample(self, stale: SampledGroup) -> None:
+        self._tasks.append(asyncio.create_task(self._sample(stale.builder, stale.batch, stale.index,
+                                                            stale.attempt + 1)))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+async def off_policy_step(step: int, wanted: int, sampler: BackgroundSampler, client, config: RLConfig,
+                          lr: float) -> tuple[list[SampledGroup], dict[str, float], object]:
+    """Train on the next `wanted` groups sampled at most `max_steps_off_policy` steps ago, dropping staler ones."""
+    started = time.perf_counter()
+    groups: list[SampledGroup] = []
+    stale = 0
+    while len(groups) < wanted:
+        item = await sampler.finished.get()
+        if isinstance(item, BaseException):
+            raise item
+        if step - item.sampled_at > config.max_steps_off_policy:
+            stale += 1
+            sampler.resample(item)
+        else:
+            groups.append(item)
+    lags = [step - sampled.sampled_at for sampled in groups]
+    metrics = {"time/sample": time.perf_counter() - started, "async/stale_groups_dropped": float(stale),
+               "async/staleness_mean": sum(lags) / len(lags), "async/staleness_max": float(max(lags)),
+               "async/queued_groups": float(sampler.finished.qsize())}
+    started = time.perf_counter()
+    data_D = datums_of(groups)
+    sampling_client = sampler.client
+    if data_D:
+        trained, sampling_client = await train_on(client, data_D, config, lr)
+        metrics.update(trained)
+    sampler.client, sampler.version = sampling_client, step + 1
+    metrics["time/train"] = time.perf_counter() - started
+    return groups, metrics, sampling_client
+
+
+def schedule_summary(config: RLConfig) -> str:
+    if config.max_steps_off_policy:
+        return f"off-policy, groups up to {config.max_steps_off_policy} steps old"
+    if config.stream_minibatch:
+        return f"streaming {config.num_minibatches} minibatches per substep"
+    return "synchronous"
+
+
+def sandbox_note(config: RLConfig) -> str | None:
+    """What the code sandbox isolates here, for the run's log; None when the env runs no model-written code."""
+    if config.env != "code" and not (config.env == "custom" and config.grader == "python_tests"):
+        return None
+    capabilities = sandbox.sandbox_capabilities()
+    if capabilities["network_isolated"]:
+        return (f"sandbox: {capabilities['description']}; network isolated ({capabilities['network_method']}); "
+                f"files: {capabilities['filesystem']}")
+    return (f"sandbox: WARNING: the network is NOT isolated on this machine, model-written code can reach it "
+            f"({capabilities['reason']}); {capabilities['description']}; files: {capabilities['filesystem']}")
+
+
+def log_step(ctx, step: int, total_steps: int, groups: list[SampledGroup], metrics: dict[str, float], lr: float,
+             tokenizer, started: float) -> None:
+    groups_P = [sampled.group for sampled in groups]
+    advantages_P = [centered_advantages(group.rewards_G) for group in groups_P]
+    dropped_P = [is_constant(group.rewards_G) for group in groups_P]
+    extra_P = [{"sampled_at_step": sampled.sampled_at, "staleness": step - sampled.sampled_at,
+                "problem_batch": sampled.batch, "problem_index": sampled.index} for sampled in groups]
+    ctx.logger.log_transcripts(transcript_rows(step, groups_P, advantages_P, dropped_P, tokenizer, extra_P))
+    data_D = datums_of(groups)
+    metrics.update(rollout_metrics(groups_P))
+    metrics.update({
+        "num_groups_dropped": float(sum(dropped_P)), "frac_groups_dropped": sum(dropped_P) / len(groups_P),
+        "optim/lr": lr, "optim/num_datums": float(len(data_D)),
+        "optim/num_tokens": float(sum(d.model_input.length for d in data_D)),
+        "progress": (step + 1) / total_steps, "time/total": time.perf_counter() - started,
+    })
+    ctx.logger.log_metrics(step, metrics)
+    ctx.progress(step + 1, total_steps)
 
 
 def rl_learning_rate(config: RLConfig) -> float:
@@ -185,54 +437,45 @@ async def train(config: RLConfig, ctx, prepared: PreparedRL | None = None) -> No
     base_lr = rl_learning_rate(config)
     total_steps = plan_steps(config, len(setup.train))
     ctx.note(f"RL on {config.model}: {prepared.summary()}; {total_steps} steps of {config.groups_per_batch} groups "
-             f"x {config.group_size} samples, loss {config.loss_fn}, lr {base_lr:g}"
+             f"x {config.group_size} samples, loss {config.loss_fn}, lr {base_lr:g}, {schedule_summary(config)}"
              + (f"; resuming at step {start_step}" if start_step else ""))
+    note = sandbox_note(config)
+    if note:
+        ctx.note(note)
     ctx.progress(start_step, total_steps)
     sampling_client = await client.save_weights_and_get_sampling_client_async()
+    sampler = (BackgroundSampler(setup, config, sampling_client, start_step, start_step, total_steps)
+               if config.max_steps_off_policy else None)
     step = start_step
-    for step in range(start_step, total_steps):
-        if ctx.cancelled():
-            break
-        step_started = time.perf_counter()
-        metrics: dict[str, float] = {}
-        if config.eval_every and step % config.eval_every == 0:
-            metrics.update(await evaluate(sampling_client, setup.test, config))
-
-        sample_started = time.perf_counter()
-        builders = setup.train.get_batch(step)
-        groups_P = list(await asyncio.gather(*[
-            group_rollout(builder, sampling_client, config, seed=(config.seed * 1_000_003 + step) * 1000 + index)
-            for index, builder in enumerate(builders)]))
-        metrics["time/sample"] = time.perf_counter() - sample_started
-
-        advantages_P = [centered_advantages(group.rewards_G) for group in groups_P]
-        dropped_P = [is_constant(group.rewards_G) for group in groups_P]
-        ctx.logger.log_transcripts(transcript_rows(step, groups_P, advantages_P, dropped_P, tokenizer))
-        data_D = [datum_from_rollout(rollout, advantage)
-                  for group, advantages_G, dropped in zip(groups_P, advantages_P, dropped_P) if not dropped
-                  for rollout, advantage in zip(group.rollouts_G, advantages_G)]
-
-        lr = base_lr * lr_multiplier(config.lr_schedule, step, total_steps)
-        train_started = time.perf_counter()
-        if data_D:
-            metrics.update(await train_on(client, data_D, config, lr))
-            sampling_client = await client.save_weights_and_get_sampling_client_async()
-        metrics["time/train"] = time.perf_counter() - train_started
-
-        metrics.update(rollout_metrics(groups_P))
-        metrics.update({
-            "num_groups_dropped": float(sum(dropped_P)), "frac_groups_dropped": sum(dropped_P) / len(groups_P),
-            "optim/lr": lr, "optim/num_datums": float(len(data_D)),
-            "optim/num_tokens": float(sum(d.model_input.length for d in data_D)),
-            "progress": (step + 1) / total_steps, "time/total": time.perf_counter() - step_started,
-        })
-        ctx.logger.log_metrics(step, metrics)
-        ctx.progress(step + 1, total_steps)
-        done = step + 1
-        if config.save_every and done % config.save_every == 0 and done < total_steps:
-            await save_checkpoint(client, ctx, step=done, name=f"{done:06d}", loop_state={"batch": done})
-    else:
-        step = total_steps
+    try:
+        for step in range(start_step, total_steps):
+            if ctx.cancelled():
+                break
+            step_started = time.perf_counter()
+            metrics: dict[str, float] = {}
+            if config.eval_every and step % config.eval_every == 0:
+                metrics.update(await evaluate(sampling_client, setup.test, config))
+            lr = base_lr * lr_multiplier(config.lr_schedule, step, total_steps)
+            builders = setup.train.get_batch(step)
+            if sampler is not None:
+                groups, step_metrics, sampling_client = await off_policy_step(step, len(builders), sampler, client,
+                                                                              config, lr)
+            elif config.stream_minibatch:
+                groups, step_metrics, sampling_client = await streaming_step(step, builders, sampling_client, client,
+                                                                             config, lr)
+            else:
+                groups, step_metrics, sampling_client = await synchronous_step(step, builders, sampling_client,
+                                                                               client, config, lr)
+            metrics.update(step_metrics)
+            log_step(ctx, step, total_steps, groups, metrics, lr, tokenizer, step_started)
+            done = step + 1
+            if config.save_every and done % config.save_every == 0 and done < total_steps:
+                await save_checkpoint(client, ctx, step=done, name=f"{done:06d}", loop_state={"batch": done})
+        else:
+            step = total_steps
+    finally:
+        if sampler is not None:
+            await sampler.stop()
     completed = step if ctx.cancelled() else total_steps
     if not ctx.cancelled() and setup.test:
         ctx.logger.log_metrics(total_steps, await evaluate(sampling_client, setup.test, config))
