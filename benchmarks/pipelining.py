@@ -8,12 +8,16 @@ SL, three loops over the same tiny batches (2 short chats of ~20 tokens, max_len
 - "await each step": forward_backward and optim_step back to back, then both awaited before the next step (the
   tinker docs' "non-pipelined" loop);
 - "await each request": forward_backward awaited before optim_step is sent, optim_step awaited before the next step.
-RL (when cookbook_engine/rl/loop.py exists): the studio's RL loop on a tiny arithmetic run, on-policy, with
-`stream_minibatch=true`, and with `max_steps_off_policy=2` (each as the RL loop implements it).
+RL: the studio's RL loop on a tiny arithmetic run (2 groups x 4 samples of 8 tokens, rewards fixed to 0, 1, 0, 1
+in each group so that every step trains): synchronous; synchronous and
+streaming (`stream_minibatch=true`) with 2 optimizer substeps and a sampler that takes one request per tick
+(`clock_samples_per_tick=1`, so a step's groups come back in two waves, which streaming overlaps with training);
+off-policy with `max_steps_off_policy=1` (sampling keeps running while the trainer trains).
 
 SL cycles per step = mean distance, in clock ticks, between consecutive optim_step answers (backends/clocked.py).
-RL cycles per step = ticks from the first rollouts' admission to the final checkpoint's admission, per loop step (a
-step whose groups all got equal rewards trains nothing, so it is counted apart as a step without training).
+RL cycles per step = mean distance, in ticks, between the admissions of consecutive new sampling clients (one per
+step that trained; a step whose groups all got equal rewards trains nothing and is noted).
+The table is printed and written to benchmarks/results/pipelining.json (common.write_result).
 The period (default 0.5 s) must exceed each loop's own work between an answer and its next request: at 0.25 s the
 RL loop's work between steps (transcripts and metrics to DuckDB, ~0.3-1 s on this loaded 2-core CPU) sometimes
 outlasted a period and showed as extra cycles (6.8 per step instead of 6). The run happens in a throw-away studio
@@ -25,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import json
 import os
 import shutil
@@ -84,11 +87,11 @@ def figures(stats) -> dict:
 
 
 def rl_figures(stats, steps: int) -> dict:
-    """Ticks from the first rollouts' admission to the final save_state's admission, per RL step."""
-    first = next(tick for tick, methods in stats.cycle_log if "sample" in methods)
-    final_save = max(tick for tick, methods in stats.cycle_log if "save_state" in methods)
-    trained = len(stats.optim_step_ticks)
-    return {"cycles_per_step": (final_save - first) / steps, "steps": steps, "work_cycles": stats.cycles,
+    """Ticks between consecutive new sampling clients (the first is taken before step 0), per RL step."""
+    ticks = [tick for tick, methods in stats.cycle_log if "save_weights_and_get_sampling_client" in methods]
+    trained = len(ticks) - 1
+    return {"cycles_per_step": (ticks[-1] - ticks[0]) / trained if trained else None, "steps": steps,
+            "work_cycles": stats.cycles,
             "note": f"{steps - trained} of {steps} steps without training" if trained < steps else ""}
 
 
@@ -118,15 +121,26 @@ def run_manual_loop(config, await_each_request: bool) -> dict:
     return service.stats
 
 
+def fix_rl_rewards() -> None:
+    """Rewards 0, 1, 0, 1, ... in every group (rl/envs.py's with_fixed_mixed_rewards): every step trains, so the
+    cycle counts do not depend on what the model samples."""
+    from cookbook_engine.rl import envs
+
+    build_env = envs.build_env
+    envs.build_env = lambda config, renderer: envs.with_fixed_mixed_rewards(build_env(config, renderer))
+
+
 def rl_variants(period_s: float, steps: int) -> list:
     from cookbook_engine.config import RLConfig
 
     base = dict(env="arithmetic", backend="clocked", clock_period_s=period_s, group_size=4, groups_per_batch=2,
                 max_tokens=8, max_steps=steps, eval_every=0, num_eval_problems=0, save_every=0, lora_rank=4,
                 learning_rate=1e-4, temperature=1.0)
-    return [("RL on-policy", RLConfig(**base)),
-            ("RL stream_minibatch=true", RLConfig(**base, stream_minibatch=True)),
-            ("RL max_steps_off_policy=2", RLConfig(**base, max_steps_off_policy=2))]
+    waves = dict(clock_samples_per_tick=1, num_substeps=2)
+    return [("RL synchronous", RLConfig(**base)),
+            ("RL synchronous, 2 substeps, 1 sample/tick", RLConfig(**base, **waves)),
+            ("RL stream_minibatch=true, 2 substeps, 1 sample/tick", RLConfig(**base, **waves, stream_minibatch=True)),
+            ("RL max_steps_off_policy=1", RLConfig(**base, max_steps_off_policy=1, loss_fn="ppo"))]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -138,30 +152,37 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     home = use_scratch_home()
     try:
-        table = measure(options, write_dataset(home))
+        rows = measure(options, write_dataset(home))
     finally:
         shutil.rmtree(home, ignore_errors=True)
+    table = markdown_table(options, rows)
     print(table)
     if options.out:
         Path(options.out).write_text(table + "\n")
+    import common  # benchmarks/common.py (this script's folder is on sys.path)
+
+    common.write_result("pipelining", {"period_s": options.period, "steps": options.steps,
+                                       "rows": [{"loop": name, **(result if isinstance(result, dict) else
+                                                                  {"error": result})} for name, result in rows]})
     return 0
 
 
-def measure(options: argparse.Namespace, dataset: str) -> str:
+def measure(options: argparse.Namespace, dataset: str) -> list[tuple[str, dict | str]]:
     rows: list[tuple[str, dict | str]] = []
     config = sl_config(dataset, options.period, options.steps)
     rows.append(("SL pipelined (studio loop)", figures(run_with_manager(config))))
     rows.append(("SL await each step", figures(run_manual_loop(config, await_each_request=False))))
     rows.append(("SL await each request", figures(run_manual_loop(config, await_each_request=True))))
-    if importlib.util.find_spec("cookbook_engine.rl.loop") is None:
-        rows.append(("RL", "not measured: cookbook_engine/rl/loop.py does not exist yet"))
-    else:
-        for name, rl_config in rl_variants(options.period, options.steps):
-            try:
-                rows.append((name, rl_figures(run_with_manager(rl_config), options.steps)))
-            except Exception as exc:  # report what exists; a variant the RL loop refuses is a row, not a crash
-                rows.append((name, f"not measured: {type(exc).__name__}: {exc}"))
+    fix_rl_rewards()
+    for name, rl_config in rl_variants(options.period, options.steps):
+        try:
+            rows.append((name, rl_figures(run_with_manager(rl_config), options.steps)))
+        except Exception as exc:  # a variant that fails is a row saying so, not a crash of the whole benchmark
+            rows.append((name, f"not measured: {type(exc).__name__}: {exc}"))
+    return rows
 
+
+def markdown_table(options: argparse.Namespace, rows: list[tuple[str, dict | str]]) -> str:
     lines = [f"Clocked simulator, period {options.period:g} s, {options.steps} steps per loop, batch 2 x ~20 tokens.",
              "", "| loop | cycles / step | steps | cycles with work | note |", "| --- | ---: | ---: | ---: | --- |"]
     for name, result in rows:

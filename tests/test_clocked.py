@@ -8,7 +8,6 @@ are still being sampled (fewer cycles per step); off-policy sampling drops group
 import asyncio
 import json
 import time
-from dataclasses import dataclass
 
 import pytest
 from tinker import types
@@ -17,7 +16,6 @@ from cookbook_engine.backends import clocked, service_client
 from cookbook_engine.backends.clocked import ClockedServiceClient
 from cookbook_engine.config import RLConfig, SLConfig
 from cookbook_engine.rl import envs
-from cookbook_engine.rl.types import Env, EnvGroupBuilder, StepResult
 from cookbook_engine.runs import RunManager
 from cookbook_engine.supervised import batch_at, plan_steps, prepare
 from cookbook_engine.train_common import adam_params
@@ -129,40 +127,13 @@ def test_period_must_be_positive():
 RL_PERIOD_S = 0.4  # longer than the RL loop's own work between an answer and its next request
 
 
-class FixedRewardEnv(Env):
-    """An env of the real arithmetic prompt whose reward is fixed in advance, so every group has mixed rewards
-    (it trains) whatever the model samples: the cycle counts then do not depend on the samples."""
-
-    def __init__(self, inner: Env, reward: float):
-        self.inner, self.reward = inner, reward
-
-    async def initial_observation(self):
-        return await self.inner.initial_observation()
-
-    async def step(self, action):
-        return StepResult(reward=self.reward, episode_done=True, metrics={"correct": self.reward})
-
-
-@dataclass(frozen=True)
-class MixedRewardGroup(EnvGroupBuilder):
-    inner: EnvGroupBuilder
-
-    async def make_envs(self):
-        return [FixedRewardEnv(env, float(i % 2)) for i, env in enumerate(await self.inner.make_envs())]
-
-
 @pytest.fixture
 def mixed_rewards(monkeypatch):
-    """Every RL group built by the runs of this test gets rewards 0, 1, 0, 1, ..."""
+    """Every RL group built by the runs of this test gets rewards 0, 1, 0, 1, ... (so every group trains and the
+    cycle counts do not depend on what the model samples)."""
     build_env = envs.build_env
-
-    def build_mixed(config, renderer):
-        setup = build_env(config, renderer)
-        make_builder = setup.train.make_builder
-        setup.train.make_builder = lambda problem: MixedRewardGroup(make_builder(problem))
-        return setup
-
-    monkeypatch.setattr(envs, "build_env", build_mixed)
+    monkeypatch.setattr(envs, "build_env", lambda config, renderer: envs.with_fixed_mixed_rewards(
+        build_env(config, renderer)))
 
 
 def rl_config(**overrides) -> RLConfig:

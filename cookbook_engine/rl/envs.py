@@ -16,6 +16,8 @@ sandbox's error).
   of the set is held out for evaluation and never trained on.
 - code: rl/code_problems.py's built-in problems and fixed train/test split; the reply's code runs in the sandbox.
 - custom: datasets.load_rl_problems (prompt, answer, grader per row) graded by rl/graders.py.
+- `with_fixed_mixed_rewards(setup)`: the same prompts with rewards 0, 1, 0, 1, ... fixed in advance, for measuring
+  the loop's schedules (tests, benchmarks/pipelining.py): every group then trains, whatever the model samples.
 
 Not here: sampling, advantages, training (rl/loop.py, rl/advantages.py, rl/data.py).
 """
@@ -249,3 +251,36 @@ def build_env(config: RLConfig, renderer) -> EnvSetup:
                              config.seed)
     prompts = [p.question if isinstance(p, ArithmeticProblem) else p.prompt for p in train + test]
     return EnvSetup(dataset, [make(problem, 1) for problem in test], description, prompts)
+
+
+# ------------------------------------------------------------------------------------------------ measuring
+
+
+class FixedRewardEnv(Env):
+    """An env's prompt with a reward fixed in advance (the sampled reply is not graded)."""
+
+    def __init__(self, inner: Env, reward: float):
+        self.inner, self.reward = inner, reward
+
+    async def initial_observation(self):
+        return await self.inner.initial_observation()
+
+    async def step(self, action: list[int]) -> StepResult:
+        return StepResult(reward=self.reward, episode_done=True, metrics={"correct": self.reward})
+
+
+@dataclass(frozen=True)
+class MixedRewardGroup(EnvGroupBuilder):
+    """A group whose members get rewards 0, 1, 0, 1, ...: never constant, so it always trains."""
+
+    inner: EnvGroupBuilder
+
+    async def make_envs(self) -> Sequence[Env]:
+        return [FixedRewardEnv(env, float(i % 2)) for i, env in enumerate(await self.inner.make_envs())]
+
+
+def with_fixed_mixed_rewards(setup: EnvSetup) -> EnvSetup:
+    """The setup with every training group's rewards fixed to 0, 1, 0, 1, ... (for measuring schedules)."""
+    make_builder = setup.train.make_builder
+    setup.train.make_builder = lambda problem: MixedRewardGroup(make_builder(problem))
+    return setup
