@@ -1,11 +1,13 @@
 """Benchmark: what storage costs a training step, and how fast the studio reads a full history.
 
 1. Writes: real SL training steps of the local backend (batch 8 chat examples, LoRA r=32, forward_backward +
-   optim_step) in blocks without writes, with the writes a step makes through RunLogger into the studio's DuckDB
-   store and metrics.jsonl (one step's metrics, 11 values as the SL loop logs, plus an RL step's transcripts, 8
-   groups x 8 samples), and with the same writes made by a helper process (awaited, or handed over without
-   waiting). The figure is the median step time with writes over the median without, so it includes what the
-   writes do to the next step, not only their own time.
+   optim_step) in blocks without writes, and with everything a loop does per step besides training: one step's
+   metrics through RunLogger (11 values as the SL loop logs, to metrics.jsonl and the store), an RL step's
+   transcripts (8 groups x 8 samples), the progress update (RunContext.progress) and the cancel poll
+   (RunContext.cancelled). "client" makes them through storage.StoreClient as runs do now (DuckDB in a helper
+   process that flushes every 2 s); "direct" through a Store in the training process, as runs did before. The
+   figure is the median step time with writes over the median without, so it includes what the writes do to the
+   next step (and the helper's flushes competing for the two cores), not only their own time.
 2. Reads: a store holding 50 finished runs (SL, DPO and RL) of 20,000 metric points each (2,000 steps x 10
    metrics): the data calls of the runs page (list_runs + each kind's key metric) and of one run's charts
    (get_metrics, and get_metrics_wide), and the two pages rendered by Streamlit's AppTest (server side: the
@@ -41,7 +43,7 @@ import pandas as pd  # noqa: E402
 from cookbook_engine import config as cfg  # noqa: E402
 from cookbook_engine import models, paths  # noqa: E402
 from cookbook_engine.run_logger import RunLogger  # noqa: E402
-from storage import Store  # noqa: E402
+from storage import Store, StoreClient  # noqa: E402
 
 RUNS = 50
 STEPS = 2_000
@@ -82,82 +84,74 @@ def step_transcripts(step: int) -> list[dict]:
              "metrics": {"correct": float((g + s) % 2), "format": 1.0}} for g in range(8) for s in range(8)]
 
 
-def _helper_writer(connection, home: str, run_id: str, log_dir: str) -> None:
-    """A helper process that makes the same RunLogger writes for the parent (the variant the write benchmark
-    compares): DuckDB's open/close then trims this small process's heap, not the training process's."""
-    os.environ["COOKBOOK_HOME"] = home
-    logger = RunLogger(Store.default(), run_id, log_dir)
-    while (message := connection.recv()) is not None:
-        step = message
-        logger.log_metrics(step, step_metrics(step))
-        logger.log_transcripts(step_transcripts(step))
-        connection.send(step)
+def helper_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def writes(repeats: int) -> dict:
-    """Blocks of training steps without writes, with the writes made in this (the training) process, and with the
-    same writes handed to a helper process; the first step of each block is left out (it carries the previous
-    block's effects). A step's time includes its writes and whatever they do to the next step: the store's DuckDB
-    open runs glibc's malloc_trim, which hands the training step's freed activation memory back to the kernel, and
-    the next step faults it in again."""
-    import multiprocessing
-
+def writes(repeats: int, per_block: int) -> dict:
+    """Blocks of training steps without writes ("plain"), with a loop's per-step writes through StoreClient
+    ("client") and through a Store in this process ("direct", the design before StoreClient); the first step of
+    each block is left out (it carries the previous block's effects). The client's helper is started before and
+    closed after each client block (outside the timing), so its status reads and last flush never land in another
+    mode's steps."""
     from tinker import types
 
     from cookbook_engine.backends.local import LocalServiceClient
+    from cookbook_engine.runs import RunContext
     from cookbook_engine.train_common import datum_from_tokens
 
-    store = Store.default()
+    direct = Store.default()
+    client = StoreClient.default()
     run_id = f"bench-{uuid.uuid4().hex[:8]}"
     log_dir = paths.run_dir(run_id)
-    store.create_run(run_id, name="write benchmark", kind="sl", backend="local", base_model=models.DEFAULT_MODEL,
-                     config=cfg.to_dict(cfg.SLConfig()), log_dir=log_dir, status="completed")
-    logger = RunLogger(store, run_id, log_dir)
-    parent_end, child_end = multiprocessing.get_context("spawn").Pipe()
-    helper = multiprocessing.get_context("spawn").Process(
-        target=_helper_writer, args=(child_end, str(paths.home()), run_id, str(log_dir)), daemon=True)
-    helper.start()
+    direct.create_run(run_id, name="write benchmark", kind="sl", backend="local", base_model=models.DEFAULT_MODEL,
+                      config=cfg.to_dict(cfg.SLConfig()), log_dir=log_dir, status="running")
+    contexts = {store_name: RunContext(run_id, store, RunLogger(store, run_id, log_dir), log_dir)
+                for store_name, store in (("client", client), ("direct", direct))}
     tokenizer = models.load_tokenizer(models.DEFAULT_MODEL)
     batch = common.chat_examples(tokenizer, 8)  # the same batch every step: only the writes differ
     data = [datum_from_tokens(t, w) for t, w in batch]
-    client = LocalServiceClient().create_lora_training_client(models.DEFAULT_MODEL, rank=32, seed=0)
+    trainer = LocalServiceClient().create_lora_training_client(models.DEFAULT_MODEL, rank=32, seed=0)
     adam = types.AdamParams(learning_rate=1e-5)
-    per_block = 3
-    seconds: dict[str, list[float]] = {"plain": [], "in_process": [], "helper": [], "helper_async": [],
-                                       "log_metrics": [], "log_transcripts": []}
+    seconds: dict[str, list[float]] = {"plain": [], "client": [], "direct": [], "client_calls": [],
+                                       "direct_calls": []}
+    helper_cpu_per_step: list[float] = []
     step = 0
-    for mode in ["plain", "in_process", "helper", "helper_async"] * repeats:
+    total = repeats * 3 * (per_block + 1)
+    for mode in ["plain", "client", "direct"] * repeats:
+        if mode == "client":
+            client.get_run(run_id)  # start the helper and wait until it answers
+            cpu_before = helper_cpu_seconds(client.helper_pid())
         for index in range(per_block + 1):
             started = time.perf_counter()
-            client.forward_backward(data, "cross_entropy").result()
-            client.optim_step(adam).result()
-            written = time.perf_counter()
-            if mode == "in_process":
-                logger.log_metrics(step, step_metrics(step))
-                metrics_done = time.perf_counter()
-                logger.log_transcripts(step_transcripts(step))
+            trainer.forward_backward(data, "cross_entropy").result()
+            trainer.optim_step(adam).result()
+            trained = time.perf_counter()
+            if mode != "plain":  # what a loop does after each step besides training
+                ctx = contexts[mode]
+                ctx.logger.log_metrics(step, step_metrics(step))
+                ctx.logger.log_transcripts(step_transcripts(step))
+                ctx.progress(step + 1, total)
+                ctx.cancelled()  # polls the run's status at most once a second: every step here
                 if index:
-                    seconds["log_metrics"].append(metrics_done - written)
-                    seconds["log_transcripts"].append(time.perf_counter() - metrics_done)
-            elif mode == "helper":
-                parent_end.send(step)
-                parent_end.recv()
-            elif mode == "helper_async":  # hand the writes over and go on, as a loop whose worker is ahead does
-                parent_end.send(step)
+                    seconds[f"{mode}_calls"].append(time.perf_counter() - trained)
             if index:
                 seconds[mode].append(time.perf_counter() - started)
             step += 1
-        if mode == "helper_async":
-            for _ in range(per_block + 1):
-                parent_end.recv()
-    parent_end.send(None)
-    helper.join(timeout=30)
-    client.close()
+        if mode == "client":
+            pid = client.helper_pid()
+            helper_cpu_per_step.append((helper_cpu_seconds(pid) - cpu_before) / (per_block + 1))
+            client.close()  # its last flush happens here, outside every block
+    trainer.close()
     medians = {k: common.median(v) for k, v in seconds.items()}
-    return {"tokens_per_step": sum(len(t) for t, _ in batch), "seconds": seconds, "medians": medians,
-            "added_share_in_process": medians["in_process"] / medians["plain"] - 1,
-            "added_share_helper": medians["helper"] / medians["plain"] - 1,
-            "added_share_helper_async": medians["helper_async"] / medians["plain"] - 1}
+    stored = direct.get_metrics(run_id, ["train_mean_nll"])["step"].tolist()
+    return {"tokens_per_step": sum(len(t) for t, _ in batch), "per_block": per_block, "repeats": repeats,
+            "seconds": seconds, "medians": medians, "helper_cpu_seconds_per_step": helper_cpu_per_step,
+            "steps_written": repeats * 2 * (per_block + 1), "steps_stored": len(stored),  # equal: none lost
+            "added_share_client": medians["client"] / medians["plain"] - 1,
+            "added_share_direct": medians["direct"] / medians["plain"] - 1}
 
 
 # -------------------------------------------------------------------------------------------------- reads
@@ -186,11 +180,11 @@ def fill(store: Store) -> list[str]:
 def reads(repeats: int) -> dict:
     from app import widgets  # the runs page's own helpers
 
-    store = Store.default()
     started = time.perf_counter()
-    run_ids = fill(store)
+    run_ids = fill(Store.default())
     fill_seconds = time.perf_counter() - started
     one = run_ids[len(run_ids) // 2]
+    store = StoreClient.default()  # the studio reads through its client (DuckDB runs in the helper process)
 
     def runs_page_data():
         runs = store.list_runs()
@@ -200,6 +194,7 @@ def reads(repeats: int) -> dict:
               "runs_page_data": timed(runs_page_data, repeats),
               "run_charts_get_metrics": timed(lambda: store.get_metrics(one), repeats),
               "run_charts_get_metrics_wide": timed(lambda: store.get_metrics_wide(one), repeats)}
+    store.close()
     result.update(render_pages(one, repeats))
     return result
 
@@ -229,15 +224,18 @@ def render_pages(run_id: str, repeats: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=5, help="timed repetitions of each read")
+    parser.add_argument("--write-repeats", type=int, default=4, help="blocks of each write mode")
+    parser.add_argument("--per-block", type=int, default=5, help="timed training steps per block")
     args = parser.parse_args()
     models.prepare_default_model()
     load_start = common.load_average()
     print(f"home {paths.home()}, load average {load_start}", flush=True)
-    write = writes(2)
+    write = writes(args.write_repeats, args.per_block)
     medians = write["medians"]
-    print(f"  step {medians['plain']:.2f} s, with writes {medians['in_process']:.2f} s, with writes in a helper "
-          f"process {medians['helper']:.2f} s", flush=True)
+    print(f"  step {medians['plain']:.3f} s, with writes through StoreClient {medians['client']:.3f} s "
+          f"({write['added_share_client']:+.2%}), through a Store in process {medians['direct']:.3f} s "
+          f"({write['added_share_direct']:+.2%})", flush=True)
     read = reads(args.repeats)
 
     def ms(key: str) -> str:
@@ -245,14 +243,15 @@ def main() -> None:
 
     rows = [
         ["training step without writes (8 x chat, LoRA r=32)", f"{medians['plain'] * 1e3:.0f} ms", "", ""],
-        ["step + metrics + 64 transcripts (RunLogger, in process)", f"{medians['in_process'] * 1e3:.0f} ms",
-         f"{write['added_share_in_process']:+.1%} per step", "< 1%"],
-        ["  of which RunLogger.log_metrics", f"{medians['log_metrics'] * 1e3:.0f} ms", "", ""],
-        ["  of which RunLogger.log_transcripts", f"{medians['log_transcripts'] * 1e3:.0f} ms", "", ""],
-        ["step + the same writes made by a helper process", f"{medians['helper'] * 1e3:.0f} ms",
-         f"{write['added_share_helper']:+.1%} per step", "< 1%"],
-        ["step, writes handed to a helper process (not awaited)", f"{medians['helper_async'] * 1e3:.0f} ms",
-         f"{write['added_share_helper_async']:+.1%} per step", "< 1%"],
+        ["step + metrics, 64 transcripts, progress, cancel poll (StoreClient)", f"{medians['client'] * 1e3:.0f} ms",
+         f"{write['added_share_client']:+.2%} per step", "< 1%"],
+        ["  of which the calls in the training process", f"{medians['client_calls'] * 1e3:.1f} ms", "", ""],
+        ["  helper process CPU per step (flushes, status reads)",
+         f"{common.median(write['helper_cpu_seconds_per_step']) * 1e3:.0f} ms", "", ""],
+        ["step + the same through a Store in process (before)", f"{medians['direct'] * 1e3:.0f} ms",
+         f"{write['added_share_direct']:+.2%} per step", "< 1%"],
+        ["  of which the calls in the training process", f"{medians['direct_calls'] * 1e3:.1f} ms", "", ""],
+        ["steps written / stored (all writes landed)", f"{write['steps_written']} / {write['steps_stored']}", "", ""],
         ["runs page data (list_runs + key metrics), 50 runs", ms("runs_page_data"), "", "< 1 s"],
         ["one run's charts: get_metrics (20,000 points)", ms("run_charts_get_metrics"), "", "< 1 s"],
         ["one run's charts: get_metrics_wide", ms("run_charts_get_metrics_wide"), "", "< 1 s"],

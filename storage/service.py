@@ -19,10 +19,12 @@ client's process where DuckDB opens the file.
 - A buffered write that fails in the helper raises `StorageWriteError` from the client's next write call or
   `run_status` for that run (a training loop polls `run_status` every second, so its run fails with the message).
   Reads never raise it: a page showing the run must not take the error away from the loop.
-- `run_status(run_id)` is answered from the helper's last read, without opening the database: the helper reads
-  the status of every run polled in the last WATCH_S seconds in each flush transaction, or on its own every
-  FLUSH_INTERVAL_S when nothing is written. A cancel made by another process is seen within about 2 s plus the
-  poll period.
+- `run_status(run_id)` is answered at once from the helper's last read, without opening the database. The helper
+  reads the status of every run polled in the last WATCH_S seconds in each flush transaction; when a poll finds
+  that read FLUSH_INTERVAL_S old, the helper syncs right after answering (one open carries the step's writes and
+  the status read), and it re-reads on its own at least every STATUS_REFRESH_S. So a cancel made by another
+  process is seen at the first step boundary at least ~2 s after it (about 5 s for steps longer than that), and a
+  training step costs the helper one open, not two.
 - Life cycle: the helper is stopped by `close()`, when the client is garbage collected, and at interpreter exit
   (closing the pipes; the helper flushes and exits, and is waited for, so it never stays a zombie). On its own it
   exits at end of file on its pipes or when its parent process changes, and ignores Ctrl-C (the parent decides).
@@ -61,7 +63,8 @@ from storage.db import (
 )
 
 FLUSH_INTERVAL_S = 2.0  # buffered writes wait at most this long; polled statuses are at most this old
-WATCH_S = 10.0  # a run's status is re-read while run_status was asked for it within this long
+STATUS_REFRESH_S = 5.0  # polled statuses are re-read at least this often even when nothing is written
+WATCH_S = 120.0  # a run's status is re-read while run_status was asked for it within this long
 STOP_WAIT_S = 60.0  # how long closing waits for the helper's last flush before killing it
 PIPE_BUFFER_BYTES = 1 << 20  # the write pipe's kernel buffer: a step's transcripts fit without waiting
 HOT_RUN_FIELDS = frozenset({"step", "total_steps"})  # update_run with only these is buffered (the progress bar)
@@ -385,6 +388,7 @@ class _Service:
         self.statuses: dict[str, str | None] = {}
         self.read_at = float("-inf")  # when self.statuses was read
         self.failed: dict[str, str] = {}  # run id -> why its buffered writes failed (reported once)
+        self.sync_after_reply = False  # a poll found the statuses old: sync once it is answered
         self.stopping = False  # set by SIGTERM
 
     def serve(self) -> None:
@@ -409,7 +413,7 @@ class _Service:
                 return False
             self._drain_writes()  # writes sent before this request are all in the pipe by now
             self._answer(*request)
-        if self._sync_due():
+        if self.sync_after_reply or self._sync_due():
             self._sync()
         return not self.stopping and os.getppid() == self.parent_pid
 
@@ -431,7 +435,7 @@ class _Service:
     def _sync_due(self) -> bool:
         now = time.monotonic()
         writes_due = self.oldest_at is not None and now - self.oldest_at >= FLUSH_INTERVAL_S
-        return writes_due or (bool(self._watched()) and now - self.read_at >= FLUSH_INTERVAL_S)
+        return writes_due or (bool(self._watched()) and now - self.read_at >= STATUS_REFRESH_S)
 
     def _seconds_to_next_sync(self) -> float:
         now = time.monotonic()
@@ -439,12 +443,13 @@ class _Service:
         if self.oldest_at is not None:
             due.append(self.oldest_at + FLUSH_INTERVAL_S)
         if self.polled:
-            due.append(self.read_at + FLUSH_INTERVAL_S)
+            due.append(self.read_at + STATUS_REFRESH_S)
         return max(0.0, min(due) - now)
 
     def _sync(self) -> None:
         """Apply the buffered writes in one transaction and read the polled runs' statuses in it. If the batch
         fails, each run's writes are tried on their own, so one run's failure does not cost another its writes."""
+        self.sync_after_reply = False
         watched = self._watched()
         if not self.buffer and not watched:
             return
@@ -469,9 +474,13 @@ class _Service:
             self.statuses = {}
 
     def _run_status(self, run_id: str) -> str | None:
-        self.polled[run_id] = time.monotonic()
-        if run_id not in self.statuses or time.monotonic() - self.read_at > 2 * FLUSH_INTERVAL_S:
+        """From memory; the first poll of a run (or one after a long pause) reads it first."""
+        now = time.monotonic()
+        self.polled[run_id] = now
+        if run_id not in self.statuses or now - self.read_at > STATUS_REFRESH_S:
             self._sync()
+        elif now - self.read_at >= FLUSH_INTERVAL_S:
+            self.sync_after_reply = True
         return self.statuses.get(run_id)
 
     def _execute(self, method: str, args: tuple, kwargs: dict) -> Any:
