@@ -266,3 +266,20 @@ def test_model_forward_decoder_agrees_with_the_merged_one(service, prompt, monke
     assert [s.tokens for s in fast] == [s.tokens for s in slow]
     for a, b in zip(fast, slow):
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-3)
+
+
+def test_base_decoder_is_built_once_while_snapshots_come_and_go(service, trained, data):
+    """Alternating the base model and fine-tuned snapshots (chat side by side) never rebuilds the base's decoder,
+    and each sampler gets the tokens of its own weights."""
+    client = trained
+    base = service.create_sampling_client(base_model=models.DEFAULT_MODEL)
+    prompt = data[0].model_input
+    greedy = types.SamplingParams(max_tokens=8, temperature=0, stop=[])
+    first = base.sample(prompt, 1, greedy).result().sequences[0].tokens
+    worker = client._worker
+    decoder = worker.call(lambda: sampler._base_cache[worker.model])
+    snapshots = [client.save_weights_and_get_sampling_client(f"alternate-{i}") for i in range(2)]
+    for snapshot in snapshots:
+        snapshot.sample(prompt, 1, greedy).result()
+        assert base.sample(prompt, 1, greedy).result().sequences[0].tokens == first
+    assert worker.call(lambda: sampler._base_cache[worker.model]) is decoder
