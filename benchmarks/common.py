@@ -161,6 +161,19 @@ def print_table(title: str, header: list[str], rows: list[list[Any]]) -> None:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths)))
 
 
+def print_profile(title: str, profiler, category_of) -> dict[str, float]:
+    """Self CPU seconds of a torch.profiler run grouped by `category_of(op name)`, printed as a table with each
+    category's share; returns {category: seconds}."""
+    categories: dict[str, float] = {}
+    for event in profiler.key_averages():
+        name = category_of(event.key)
+        categories[name] = categories.get(name, 0.0) + event.self_cpu_time_total / 1e6
+    total = sum(categories.values())
+    rows = sorted(([name, value, value / total] for name, value in categories.items()), key=lambda r: -r[1])
+    print_table(title, ["category", "seconds", "share"], rows)
+    return categories
+
+
 def _cell(value: Any) -> str:
     if isinstance(value, float):
         if value != value:

@@ -92,8 +92,6 @@ def greedy_equal(ours_client, peer_model, prompt: list[int]) -> bool:
 def profile(client, prompt: list[int]) -> dict:
     """One warm call of ours (base model) under torch.profiler on the model worker's thread, operator time grouped
     into categories."""
-    from collections import defaultdict
-
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
@@ -112,14 +110,9 @@ def profile(client, prompt: list[int]) -> dict:
         return prof, elapsed, sum(len(r.tokens) for r in rows)
 
     prof, seconds, tokens = worker.call(job)
-    categories: dict[str, float] = defaultdict(float)
-    for event in prof.key_averages():
-        categories[_category(event.key)] += event.self_cpu_time_total / 1e6
-    total = sum(categories.values())
-    rows = sorted(([name, value, value / total] for name, value in categories.items()), key=lambda r: -r[1])
-    common.print_table(f"Where one call of ours spends its time ({tokens} tokens in {seconds:.2f} s, "
-                       f"{NEW_TOKENS} decode steps)", ["category", "seconds", "share"], rows)
-    return {"seconds": dict(categories), "tokens": tokens, "call_seconds": seconds}
+    categories = common.print_profile(f"Where one call of ours spends its time ({tokens} tokens in {seconds:.2f} s, "
+                                      f"{NEW_TOKENS} decode steps)", prof, _category)
+    return {"seconds": categories, "tokens": tokens, "call_seconds": seconds}
 
 
 def _category(op: str) -> str:

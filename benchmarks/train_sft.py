@@ -266,15 +266,11 @@ def profile(examples) -> dict:
         return prof
 
     prof = client._worker.call(job)
-    categories: dict[str, float] = defaultdict(float)
-    for event in prof.key_averages():
-        categories[_category(event.key)] += event.self_cpu_time_total / 1e6
-    total = sum(categories.values())
-    rows = sorted(([name, seconds, seconds / total] for name, seconds in categories.items()), key=lambda r: -r[1])
-    common.print_table(f"Where one training step of ours spends its time ({sum(len(t) for t, _ in batches[2])} "
-                       "tokens)", ["category", "seconds", "share"], rows)
+    tokens = sum(len(t) for t, _ in batches[2])
+    categories = common.print_profile(f"Where one training step of ours spends its time ({tokens} tokens)", prof,
+                                      _category)
     client.close()
-    return {"seconds": dict(categories), "tokens": sum(len(t) for t, _ in batches[2])}
+    return {"seconds": categories, "tokens": tokens}
 
 
 ABLATION = [
