@@ -34,8 +34,9 @@ def manager() -> RunManager:
 def store() -> StoreClient:
     """The studio's store; every page gets it here, so this is also where a running studio notices runs whose
     process died (at most every few seconds) and shows them as interrupted instead of running forever."""
-    manager().notice_orphans()
-    return manager().store
+    runs = manager()
+    runs.notice_orphans()
+    return runs.store
 
 
 # ---------------------------------------------------------------------------------------- default model

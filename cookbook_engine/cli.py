@@ -84,6 +84,8 @@ def _follow(config, prepared) -> int:
 def _watch(manager, run_id: str, notes: list[str]) -> int:
     from tqdm import tqdm
 
+    from storage.service import FLUSH_INTERVAL_S
+
     bar = tqdm(total=None, unit="step", dynamic_ncols=True, file=sys.stderr)
     read_at = float("-inf")
     try:
@@ -93,7 +95,7 @@ def _watch(manager, run_id: str, notes: list[str]) -> int:
                 bar.write(notes.pop(0), file=sys.stderr)
             # The store writes progress and metrics every ~2 s (storage.service), and each read costs the database
             # an open that competes with training for the CPU: read the bar's figures no more often than that.
-            if not alive or time.monotonic() - read_at >= 2.0:
+            if not alive or time.monotonic() - read_at >= FLUSH_INTERVAL_S:
                 read_at = time.monotonic()
                 run = manager.store.get_run(run_id)
                 if run.get("total_steps") and bar.total != run["total_steps"]:

@@ -75,13 +75,8 @@ _RAISES_FAILED_WRITES = frozenset({
     "run_status", "update_run", "claim_run", "add_checkpoint", "log_metrics", "log_metrics_bulk", "add_transcripts",
     "delete_metrics_after", "delete_transcripts_after",
 })
-_SYNC_METHODS = frozenset({
-    "schema_version", "create_run", "update_run", "claim_run", "get_run", "list_runs", "delete_run",
-    "mark_orphans_interrupted", "log_metrics_bulk", "get_metrics", "get_metrics_wide", "metric_names",
-    "last_metrics", "max_step", "delete_metrics_after", "add_checkpoint", "list_checkpoints", "last_checkpoint",
-    "get_transcripts", "transcript_steps", "delete_transcripts_after", "register_dataset", "list_datasets",
-    "delete_dataset", "write_batch",
-})
+# Calls about one run that may change its status: run_status reads that run again afterwards.
+_CHANGES_STATUS = frozenset({"create_run", "update_run", "claim_run", "delete_run"})
 
 
 class StorageServiceError(RuntimeError):
@@ -283,7 +278,8 @@ class StoreClient:
         return self._call("get_run", run_id)
 
     def run_status(self, run_id: str) -> str | None:
-        """The run's status as the helper last read it (at most about FLUSH_INTERVAL_S old); cheap to poll."""
+        """The run's status as the helper last read it: about FLUSH_INTERVAL_S old for a run polled every second
+        or so, never more than STATUS_REFRESH_S; cheap to poll."""
         return self._call("run_status", run_id)
 
     def list_runs(self) -> list[dict[str, Any]]:
@@ -365,9 +361,6 @@ class StoreClient:
 
     def delete_dataset(self, name: str) -> None:
         self._call("delete_dataset", name)
-
-    def write_batch(self, writes: list[tuple[str, str, Any]], statuses_of: list[str] = ()) -> dict[str, str | None]:
-        return self._call("write_batch", writes, list(statuses_of))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -488,18 +481,21 @@ class _Service:
         run_status is answered from memory), then report the run's failed buffered writes, then run it."""
         if method == "run_status":
             status = self._run_status(args[0])
-        else:
+        elif self.buffer:
             self._sync()
         run_id = _failed_write_run(method, args, kwargs)
         if run_id in self.failed:
             raise StorageWriteError(self.failed.pop(run_id))
         if method == "run_status":
             return status
-        if method not in _SYNC_METHODS:
+        if method.startswith("_") or not callable(getattr(Store, method, None)):
             raise AttributeError(f"the storage helper has no method {method!r}")
         result = getattr(self.store, method)(*args, **kwargs)
-        if args and isinstance(args[0], str):
+        if method in _CHANGES_STATUS:
             self.statuses.pop(args[0], None)  # the run's status may have changed: run_status reads it again
+        elif method == "mark_orphans_interrupted":
+            for orphan in result:
+                self.statuses.pop(orphan, None)
         return result
 
     def _answer(self, request_id: int, method: str, args: tuple, kwargs: dict) -> None:
@@ -512,8 +508,11 @@ class _Service:
         except (OSError, EOFError):
             self.stopping = True  # the parent is gone; its writes are still read to the end
         except Exception as exc:  # a result or exception that does not pickle
-            self.calls.send((request_id, False, RuntimeError(f"{type(reply[2]).__name__}: {reply[2]} (the storage "
-                                                             f"helper could not send it back: {exc})")))
+            try:
+                self.calls.send((request_id, False, RuntimeError(
+                    f"{type(reply[2]).__name__}: {reply[2]} (the storage helper could not send it back: {exc})")))
+            except (OSError, EOFError):
+                self.stopping = True
 
 
 def main(argv: list[str]) -> None:

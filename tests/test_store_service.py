@@ -95,9 +95,8 @@ def test_a_training_loop_makes_no_duckdb_call_in_its_own_process(client, tmp_pat
 
 def test_buffered_writes_reach_a_reader_in_another_process_within_seconds(tmp_path):
     db = tmp_path / "studio.duckdb"
+    make_run(Store(db), "sl-1", tmp_path)
     writer = run_child("""
-        client.create_run("sl-1", name="r", kind="sl", backend="local", base_model="m", config={}, log_dir="/tmp",
-                          status="running")
         for step in range(3):
             client.log_metrics("sl-1", step, {"loss": 1.0})
             client.update_run("sl-1", step=step + 1, total_steps=10)
@@ -117,9 +116,8 @@ def test_buffered_writes_reach_a_reader_in_another_process_within_seconds(tmp_pa
 
 def test_writes_sent_right_before_a_sigkill_are_all_stored(tmp_path):
     db = tmp_path / "studio.duckdb"
+    make_run(Store(db), "rl-1", tmp_path)
     writer = run_child("""
-        client.create_run("rl-1", name="r", kind="rl", backend="local", base_model="m", config={}, log_dir="/tmp",
-                          status="running")
         for step in range(20):
             client.log_metrics("rl-1", step, {"loss": 1.0 / (step + 1)})
             client.add_transcripts("rl-1", [dict(step=step, group_idx=0, sample_idx=i, prompt="Q", completion="A")
@@ -168,13 +166,15 @@ def test_a_cancel_from_another_process_is_seen_by_the_loop(tmp_path):
     studio = StoreClient(home / "studio.duckdb")
     make_run(studio, "sl-1", home / "runs" / "sl-1")
     ctx = RunContext("sl-1", studio, RunLogger(studio, "sl-1", home / "runs" / "sl-1"), home / "runs" / "sl-1")
-    assert not ctx.cancelled()
-    result = subprocess.run([sys.executable, "-m", "cookbook_engine.cli", "cancel", "sl-1"], capture_output=True,
-                            text=True, env={**os.environ, "COOKBOOK_HOME": str(home)}, timeout=120)
-    assert result.returncode == 0, result.stderr
-    seconds = wait_for(ctx.cancelled, 5.0, every_s=0.2)
-    print(f"cancel seen {seconds:.1f} s after `cookbook cancel` returned")
-    studio.close()
+    try:
+        assert not ctx.cancelled()
+        result = subprocess.run([sys.executable, "-m", "cookbook_engine.cli", "cancel", "sl-1"], capture_output=True,
+                                text=True, env={**os.environ, "COOKBOOK_HOME": str(home)}, timeout=120)
+        assert result.returncode == 0, result.stderr
+        seconds = wait_for(ctx.cancelled, 5.0, every_s=0.2)
+        print(f"cancel seen {seconds:.1f} s after `cookbook cancel` returned")
+    finally:
+        studio.close()
 
 
 def test_a_dead_helper_gives_a_clear_error_then_a_fresh_helper(client, tmp_path):
