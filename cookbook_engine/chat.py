@@ -142,9 +142,9 @@ def open_weights(target: ChatTarget, store: Store | None = None) -> Weights:
     """A new sampling client for the target. For "latest": the live weights of a run training in this process,
     else the newest weights the run has saved."""
     store = store or Store.default()
-    service = service_client(target.backend)
     if target.kind == "base":
-        return Weights(service.create_sampling_client(base_model=target.base_model), "base", None, target.label)
+        return Weights(service_client(target.backend).create_sampling_client(base_model=target.base_model), "base",
+                       None, target.label)
     step = None
     if target.kind == "latest":
         run = store.get_run(target.run_id)
@@ -168,8 +168,9 @@ def open_weights(target: ChatTarget, store: Store | None = None) -> Weights:
         description = f"newest saved weights, step {step} ({why})"
     else:
         path, source, description = target.model_path, "checkpoint", target.label
-    try:
-        return Weights(service.create_sampling_client(model_path=path), source, step, description)
+    try:  # a service client only now: a live snapshot above needs none
+        return Weights(service_client(target.backend).create_sampling_client(model_path=path), source, step,
+                       description)
     except FileNotFoundError as exc:
         raise ChatError(f"checkpoint {path}: its files are gone ({exc})") from exc
 

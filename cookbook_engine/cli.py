@@ -70,8 +70,6 @@ def run_training(kind: str, args: list[str]) -> int:
 
 def _follow(config, prepared) -> int:
     """Start the run in this process and follow it with a progress bar until it ends (Ctrl-C cancels it)."""
-    from tqdm import tqdm
-
     from cookbook_engine.runs import get_manager
 
     manager = get_manager()

@@ -107,6 +107,35 @@ def test_a_run_whose_grader_or_data_raises_fails_alone(home, default_model_ready
     assert "grader bug: lookup table missing" in shown  # the studio shows the error
 
 
+
+@pytest.mark.parametrize("mode", [{"stream_minibatch": True, "num_minibatches": 2}, {"max_steps_off_policy": 1}],
+                         ids=["streaming", "off-policy"])
+def test_a_grader_bug_fails_a_pipelined_rl_run_instead_of_hanging_it(home, default_model_ready, tmp_path,
+                                                                     monkeypatch, mode):
+    """In the modes where sampling runs in background tasks, a grader that raises still ends the run 'failed' with
+    its error, promptly, and leaves no sampling running behind it."""
+    exact = graders.GRADERS["exact"]
+    calls = {"n": 0}
+
+    def buggy_grader(response: str, answer: str):
+        calls["n"] += 1
+        if calls["n"] > 4:  # the first step's groups grade fine
+            raise RuntimeError("grader bug in a background task")
+        return exact(response, answer)
+
+    monkeypatch.setitem(graders.GRADERS, "exact", buggy_grader)
+    problems = tmp_path / "problems.jsonl"
+    problems.write_text("\n".join(json.dumps({"prompt": f"Say {w}.", "answer": w}) for w in WORDS))
+    config = cfg.RLConfig(env="custom", dataset=str(problems), grader="exact", max_steps=4, groups_per_batch=2,
+                          group_size=2, max_tokens=8, num_eval_problems=0, eval_every=0, save_every=0, lora_rank=4,
+                          test_fraction=0.0, **mode)
+    manager = RunManager()
+    run = manager.wait(manager.start(config), timeout=300)
+    assert run["status"] == "failed" and "grader bug in a background task" in run["error"], run
+    graded = calls["n"]
+    time.sleep(3)
+    assert calls["n"] == graded  # nothing is still sampling and grading for the failed run
+
 # ---------------------------------------------------------------------------------------------- concurrency
 
 

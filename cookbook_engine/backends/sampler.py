@@ -7,8 +7,8 @@ own (temperature 1, before top-k/top-p), the quantity the trainer computes, so o
 strings, and a sequence includes its stop token exactly once.
 
 Two decoders behind one loop: for Llama-architecture models `fast_decode.MergedLlama` (LoRA merged into a weight
-copy built once per sampler snapshot and cached: the base model's copy is kept for good (its weights never change)
-beside the newest snapshot's, ~0.5 GB each for the default model; fused projections; a
+copy built once per sampler snapshot and cached, the MERGED_CACHE_SIZE most recently used per model, ~0.5 GB each for
+the default model, so the base model, a run's sampler and a chat snapshot can alternate; fused projections; a
 KV cache preallocated for prompt + max_tokens); for anything else the model's own forward with transformers'
 cache. Token choice is exact either way: top-p looks at a top-k shortlist
 first and falls back to sorting the whole vocabulary for any row whose shortlist holds less than top_p of the
@@ -20,6 +20,7 @@ token for the same seed. This module is decoding only: it knows nothing of adapt
 from __future__ import annotations
 
 import weakref
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
@@ -30,8 +31,8 @@ from cookbook_engine.backends import fast_decode, fast_ops
 TOP_P_SHORTLIST = 64  # tokens looked at before sorting the whole vocabulary (exact: see nucleus())
 BASE_WEIGHTS = "base-weights"  # weights_key of the base model without adapter (its weights never change)
 
-_merged_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> (weights_key, MergedLlama)
-_base_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> MergedLlama of the base weights
+MERGED_CACHE_SIZE = 3  # fast decoders kept per model (least recently used dropped first)
+_merged_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> OrderedDict(weights_key -> decoder)
 
 
 @dataclass
@@ -148,20 +149,17 @@ def choose_next(logits_B_V: torch.Tensor, params: types.SamplingParams, generato
 
 def merged_weights(model, weights_key) -> fast_decode.MergedLlama | None:
     """The fast decoder for the model's current adapter state, reused while `weights_key` is the same object
-    (a sampler snapshot, or BASE_WEIGHTS). None: the model's own forward must be used. The base model's decoder
-    has its own slot, so alternating base and fine-tuned (chat side by side, RL against its start) rebuilds
-    nothing; a new snapshot replaces the previous snapshot's."""
-    if weights_key is BASE_WEIGHTS:
-        if model not in _base_cache:
-            _base_cache[model] = fast_decode.MergedLlama.from_model(model)
-        return _base_cache[model]
-    cached = _merged_cache.get(model)
-    if cached is not None and weights_key is not None and cached[0] is weights_key:
-        return cached[1]
-    _merged_cache.pop(model, None)  # free the old copy before building the new one
+    (a sampler snapshot, or BASE_WEIGHTS). None: the model's own forward must be used. The most recently used
+    decoders are kept, so alternating weights (chat side by side, a run's sampler beside the base) rebuild nothing."""
+    cache = _merged_cache.setdefault(model, OrderedDict())  # id(key) -> (key, decoder): the key is held, so its
+    if weights_key is not None and id(weights_key) in cache:  # id cannot be reused while it is cached
+        cache.move_to_end(id(weights_key))
+        return cache[id(weights_key)][1]
+    while len(cache) >= MERGED_CACHE_SIZE:
+        cache.popitem(last=False)  # free the oldest copy before building the new one
     merged = fast_decode.MergedLlama.from_model(model)
     if merged is not None and weights_key is not None:
-        _merged_cache[model] = (weights_key, merged)
+        cache[id(weights_key)] = (weights_key, merged)
     return merged
 
 

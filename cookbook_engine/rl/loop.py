@@ -271,9 +271,10 @@ async def streaming_step(step: int, builders: list[EnvGroupBuilder], sampling_cl
     async def sample_into_queue(index: int, builder: EnvGroupBuilder) -> None:
         try:
             arrived.put_nowait(await sample_group(builder, sampling_client, step, config, step, index))
-        except BaseException as exc:  # the trainer raises it instead of waiting for a group that never comes
-            arrived.put_nowait(exc)
+        except asyncio.CancelledError:
             raise
+        except Exception as exc:  # the trainer raises it instead of waiting for a group that never comes
+            arrived.put_nowait(exc)
 
     tasks = [asyncio.create_task(sample_into_queue(index, builder)) for index, builder in enumerate(builders)]
     per_minibatch = [len(part) for part in split_substeps(builders, config.num_substeps * config.num_minibatches)]
@@ -299,6 +300,7 @@ async def streaming_step(step: int, builders: list[EnvGroupBuilder], sampling_cl
     finally:
         for task in tasks:
             task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)  # nothing keeps sampling after the step ends
     metrics = {"time/sample": time.perf_counter() - started}
     started = time.perf_counter()
     if substeps:
@@ -325,9 +327,14 @@ class BackgroundSampler:
         self._tasks += [asyncio.create_task(self._work()) for _ in range(config.groups_per_batch)]
 
     async def _feed(self, first_batch: int, last_batch: int) -> None:
-        for batch in range(first_batch, last_batch):
-            for index, builder in enumerate(self.setup.train.get_batch(batch)):
-                await self._problems.put((builder, batch, index, 0))
+        try:
+            for batch in range(first_batch, last_batch):
+                for index, builder in enumerate(self.setup.train.get_batch(batch)):
+                    await self._problems.put((builder, batch, index, 0))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a dataset that fails: the trainer raises it instead of waiting for groups
+            self.finished.put_nowait(exc)
 
     async def _work(self) -> None:
         while True:
@@ -343,6 +350,7 @@ class BackgroundSampler:
             self.finished.put_nowait(exc)
 
     def resample(self, stale: SampledGroup) -> None:
+        self._tasks = [task for task in self._tasks if not task.done()]
         self._tasks.append(asyncio.create_task(self._sample(stale.builder, stale.batch, stale.index,
                                                             stale.attempt + 1)))
 
