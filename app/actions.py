@@ -83,7 +83,8 @@ def _confirm_delete(runs: list[dict], origin: str) -> None:
     active = [r for r in runs if state.manager().is_alive(r["run_id"]) or r["status"] in widgets.ACTIVE]
     deletable = [r for r in runs if r not in active]
     if active:
-        st.warning("Stop these first: " + ", ".join(r["name"] for r in active), icon=":material/warning:")
+        st.warning("Stop these first: " + ", ".join(widgets.safe_markdown(r["name"]) for r in active),
+                   icon=":material/warning:")
     if deletable:
         st.markdown("This removes the runs' metrics, transcripts, checkpoint records and run folders. "
                     "It cannot be undone.")

@@ -126,7 +126,8 @@ LIVE_REFRESH_S = 3  # how often the runs table and the home page's run summaries
 
 def key_metric_values(store, runs: list[dict]) -> dict[str, float]:
     """Each run's key metric at its latest step. Remembered (per browser session) until a run's status or step
-    changes, so the live tables of an idle studio cost one small query (the runs list) per refresh."""
+    changes, so an idle studio's live tables re-read only the runs list per refresh (plus, on Home, the checkpoint
+    count, and the orphan check at most every few seconds)."""
     signature = (str(getattr(store, "path", "")),
                  tuple((r["run_id"], r["status"], r.get("step")) for r in runs))
     cached = st.session_state.get("_key_metric_values")

@@ -78,9 +78,7 @@ waiting = state.default_model_status()[0] == "preparing" or state.tinker_status(
 st.fragment(run_every=2 if waiting else None)(backend_status)()
 
 
-def runs_at_a_glance() -> None:
-    store = state.store()
-    runs = store.list_runs()
+def runs_at_a_glance(store, runs: list[dict]) -> None:
     running = [r for r in runs if r["status"] in widgets.ACTIVE]
     finished = [r for r in runs if r["status"] == "completed"]
     failed = [r for r in runs if r["status"] in ("failed", "interrupted")]
@@ -91,9 +89,28 @@ def runs_at_a_glance() -> None:
     c4.metric("Checkpoints", len(store.list_checkpoints()), border=True)
 
 
-def recent_runs() -> None:
-    store = state.store()
-    runs = store.list_runs()
+def next_steps(runs: list[dict]) -> None:
+    st.subheader("Next steps")
+    c1, c2, c3 = st.columns(3)
+    with c1.container(border=True):
+        st.markdown("**Train a model**")
+        st.caption("SL on a built-in dataset takes a few minutes on this CPU; watch the loss fall live.")
+        nav.link("new_run", "Start a new run")
+    with c2.container(border=True):
+        if any(r["status"] == "completed" for r in runs):
+            st.markdown("**Chat with what you trained**")
+            st.caption("Compare the base model and your checkpoint side by side.")
+        else:
+            st.markdown("**Chat with the base model**")
+            st.caption("See what the model says before you train it.")
+        nav.link("chat", "Open the chat")
+    with c3.container(border=True):
+        st.markdown("**Bring your own data**")
+        st.caption("Upload JSONL, CSV or Parquet; see errors by row and the tokens the loss trains on.")
+        nav.link("datasets", "Upload a dataset")
+
+
+def recent_runs(store, runs: list[dict]) -> None:
     st.subheader("Recent runs")
     if not runs:
         widgets.empty_state("No runs yet. Start one: SL on builtin:facts teaches the model about a made-up country.",
@@ -117,32 +134,15 @@ def recent_runs() -> None:
             nav.link("runs", f"All {len(runs)} runs")
 
 
-def live(section) -> None:
-    """Refresh a section every few seconds, whether or not a run is active: runs started from any process (the
-    CLI too) appear by themselves, since everything shown comes from storage."""
-    st.fragment(run_every=widgets.LIVE_REFRESH_S)(section)()
+def runs_overview() -> None:
+    """The runs at a glance, the next steps and the recent runs from one read of the runs list. It refreshes every
+    few seconds whether or not a run is active, so runs started from any process (the CLI too) appear by
+    themselves."""
+    store = state.store()
+    runs = store.list_runs()
+    runs_at_a_glance(store, runs)
+    next_steps(runs)
+    recent_runs(store, runs)
 
 
-live(runs_at_a_glance)
-has_finished = any(r["status"] == "completed" for r in state.store().list_runs())
-st.subheader("Next steps")
-c1, c2, c3 = st.columns(3)
-with c1.container(border=True):
-    st.markdown("**Train a model**")
-    st.caption("SL on a built-in dataset takes a few minutes on this CPU; watch the loss fall live.")
-    nav.link("new_run", "Start a new run")
-with c2.container(border=True):
-    if has_finished:
-        st.markdown("**Chat with what you trained**")
-        st.caption("Compare the base model and your checkpoint side by side.")
-        nav.link("chat", "Open the chat")
-    else:
-        st.markdown("**Chat with the base model**")
-        st.caption("See what the model says before you train it.")
-        nav.link("chat", "Open the chat")
-with c3.container(border=True):
-    st.markdown("**Bring your own data**")
-    st.caption("Upload JSONL, CSV or Parquet; see errors by row and the tokens the loss trains on.")
-    nav.link("datasets", "Upload a dataset")
-
-live(recent_runs)
+st.fragment(run_every=widgets.LIVE_REFRESH_S)(runs_overview)()

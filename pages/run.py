@@ -23,7 +23,7 @@ if run_id != st.query_params.get("run"):
     st.query_params["run"] = run_id
 st.session_state["last_run"] = run_id
 run = store.get_run(run_id)
-title_column.title(run["name"])
+title_column.title(widgets.safe_markdown(run["name"]))
 with badge_column:
     widgets.status_badge(run["status"])
 details = [widgets.KIND_LABEL[run["kind"]], run["base_model"], f"backend {run['backend']}",
@@ -64,7 +64,7 @@ if run["status"] in ("failed", "interrupted") and run.get("error"):
 
 
 def live_overview(run_id: str, was_active: bool) -> None:
-    run = store.get_run(run_id)
+    run = state.store().get_run(run_id)  # state.store(): a run whose process died shows as interrupted
     active = run["status"] in widgets.ACTIVE
     if was_active and not active:
         st.rerun()  # finished: redraw the whole page (status, buttons, checkpoints) and stop refreshing

@@ -35,7 +35,7 @@ def runs_table() -> None:
     if not chosen:
         st.caption("Select runs (the boxes on the left) to open, stop, resume, duplicate or delete them.")
     else:
-        st.caption("Selected: " + ", ".join(r["name"] for r in chosen))
+        st.caption("Selected: " + ", ".join(widgets.safe_markdown(r["name"]) for r in chosen))
     one = len(chosen) == 1
     c1, c2, c3, c4, c5, _ = st.columns([1, 1, 1, 1.4, 1, 2])
     if c1.button("Open", icon=":material/open_in_new:", disabled=not one, width="stretch"):

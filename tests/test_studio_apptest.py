@@ -320,7 +320,7 @@ def test_dpo_and_rl_runs_start_from_their_forms_and_complete(studio_home):
 
 def test_sl_run_started_from_the_form_completes_and_its_metrics_appear(form_run):
     start_page = form_run["start_page"]
-    assert [t.value for t in start_page.title] == ["facts-from-form"]  # the form switched to the run's page
+    assert [t.value for t in start_page.title] == [literal("facts-from-form")]  # the form switched to the run's page
     assert any("started" in s.value for s in start_page.success)
     assert form_run["final"]["status"] == "completed", form_run["final"].get("error")
 
@@ -392,7 +392,8 @@ def plotted(at: AppTest) -> dict:
 def test_failed_run_page_shows_its_error_and_traceback(studio_home):
     store = get_manager().store
     run_id = "sl-failed-demo"
-    store.create_run(run_id, name="fails-at-step-2", kind="sl", backend="local", base_model=models.DEFAULT_MODEL,
+    name = "**fails** <i>at</i> step 2"
+    store.create_run(run_id, name=name, kind="sl", backend="local", base_model=models.DEFAULT_MODEL,
                      config={}, log_dir=studio_home / "runs" / run_id, status="failed")
     error = "ValueError: row 7 of data/**mine**.jsonl: <b>bad</b> role"
     trace = ("Traceback (most recent call last):\n  File \"cookbook_engine/supervised.py\", line 150, in train\n"
@@ -401,6 +402,7 @@ def test_failed_run_page_shows_its_error_and_traceback(studio_home):
     at = open_page("run", run=run_id)
     assert any(b.startswith(":red-badge[") and b.endswith(" failed]") for b in badges(at))
     assert [e.value for e in at.error] == [literal(error)]  # literally, not as markdown or HTML
+    assert [t.value for t in at.title] == [literal(name)]
     assert trace in [c.value for c in at.code]
 
 
@@ -518,7 +520,6 @@ def test_chat_with_live_weights_of_a_run_before_its_first_save_then_stop_and_res
     at.switch_page("../pages/chat.py")  # AppTest reruns the page it was last sent to, not one the app switched to
     by_label(at.number_input, "Max tokens").set_value(12)
     at.run()
-    assert "live weights" in shown_text(at)
     at.chat_input[0].set_value("Hello!").run()
     assert not at.exception and not at.error, shown_text(at)
     assert at.chat_message[1].markdown[0].value  # a reply, from weights that were never saved
