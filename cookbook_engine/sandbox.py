@@ -59,7 +59,9 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from cookbook_engine import sandbox_limits
 
 # The interpreter the launcher and the child run: the real binary behind a virtual env's `python`, so the child
 # sees the standard library only (with -S), never the studio's own packages.
@@ -69,10 +71,13 @@ PYTHON_PREFIX = os.path.realpath(sys.base_prefix)
 SANDBOX_WORKDIR = "/tmp/work"
 # Folders replaced by an empty tmpfs inside the mount namespace (writable scratch space and homes).
 HIDDEN_FOLDERS = ["/tmp", "/var/tmp", "/dev/shm", "/run", "/root", "/home"]
+# The only devices the child sees (bound from the machine's own into an otherwise empty /dev).
+DEV_NODES = ["null", "zero", "full", "random", "urandom"]
 # Fresh uids for the child, one at random per call from a range no distribution or systemd allocates.
 UID_RANGE = (1_900_000_000, 2_000_000_000)
 MAX_OPEN_FILES = 256
 OUTPUT_KILL_SLACK_BYTES = 1 << 20
+STOPPED_BY_CALLER = "stopped by the caller"  # the killed_reason of SandboxProcess.kill()
 TRUNCATION_MARKER = "\n[... sandbox: {dropped} bytes of output dropped ...]\n"
 
 
@@ -109,6 +114,7 @@ status_fd = cfg["status_fd"]
 os.set_inheritable(status_fd, False)
 libc = ctypes.CDLL(None, use_errno=True)
 libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
 
 def fail(step, detail):
     os.write(status_fd, ("error %s: %s" % (step, detail)).encode())
@@ -133,9 +139,54 @@ def mount_setattr(path, recursive, attr_set, attr_clr):
     ret = libc.syscall(442, -100, path.encode(), 0x8000 if recursive else 0, ctypes.byref(attr), ctypes.sizeof(attr))
     check("mount_setattr %s" % path, ret)
 
+def minimal_dev():
+    """Replace /dev by a small tmpfs holding only the harmless devices (bound from the real ones) and the usual
+    links; no /dev/fuse, /dev/net/tun, /dev/kvm, ttys or disks."""
+    fds = {name: os.open("/dev/" + name, os.O_PATH) for name in cfg["dev_nodes"] if os.path.exists("/dev/" + name)}
+    mount("tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,nr_inodes=64,mode=0755")
+    for name, fd in fds.items():
+        open("/dev/" + name, "w").close()
+        mount("/proc/self/fd/%d" % fd, "/dev/" + name, None, MS_BIND)
+        os.close(fd)
+    for link, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, "/dev/" + link)
+    os.mkdir("/dev/shm")
+
+def install_seccomp(program):
+    """The BPF filter built by the studio (a list of [code, jt, jf, k]); needs no_new_privs set first."""
+    import struct
+    raw = b"".join(struct.pack("HBBI", *instruction) for instruction in program)
+    buffer = ctypes.create_string_buffer(raw, len(raw))
+    class Fprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+    fprog = Fprog(len(program), ctypes.cast(buffer, ctypes.c_void_p))
+    check("seccomp", libc.prctl(22, 2, ctypes.cast(ctypes.pointer(fprog), ctypes.c_void_p), 0, 0))
+
+def usage_report(workdir, rlimits):
+    """What the program left behind, read by this trusted process after it ended: a file at the file size cap,
+    a full work folder."""
+    cap = rlimits.get("RLIMIT_FSIZE", 0)
+    file_at_cap = False
+    for folder, _, names in os.walk(workdir):
+        for name in names:
+            try:
+                file_at_cap = file_at_cap or os.lstat(os.path.join(folder, name)).st_size >= cap
+            except OSError:
+                pass
+    try:
+        stats = os.statvfs(workdir)
+        disk_full = stats.f_bavail * stats.f_frsize < 64 * 1024 or stats.f_favail == 0
+    except OSError:
+        disk_full = False
+    return " fsize %d disk %d" % (file_at_cap, disk_full and cfg["plan"]["mountns"])
+
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 8, 4096, 16384, 1 << 18
 MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID = 1, 2
 try:
+    if cfg["cgroup_procs"]:
+        with open(cfg["cgroup_procs"], "w") as handle:
+            handle.write(str(os.getpid()))
     flags = 0
     if plan["userns"]: flags |= 0x10000000
     if plan["netns"]: flags |= 0x40000000 | 0x08000000 | 0x04000000  # net, ipc, uts
@@ -173,6 +224,7 @@ try:
         mount(None, "/", None, MS_REC | MS_PRIVATE)
         if plan["pidns"]:
             mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+            minimal_dev()
         for folder in cfg["hidden_folders"]:
             if os.path.isdir(folder) and not os.path.islink(folder):
                 mount("tmpfs", folder, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=256,mode=0755")
@@ -207,6 +259,8 @@ try:
     os.chdir(workdir)
     check("no_new_privs", libc.prctl(38, 1, 0, 0, 0))
     check("pdeathsig", libc.prctl(1, signal.SIGKILL, 0, 0, 0))
+    if cfg["seccomp"]:
+        install_seccomp(cfg["seccomp"])
     argv = cfg["argv"]
     if plan["pidns"]:
         # This process is the namespace's init (signals without a handler do not reach an init), so the user's
@@ -221,7 +275,8 @@ try:
             except InterruptedError:
                 continue
             if pid == program:
-                os.write(status_fd, b"status %d" % status)
+                report = usage_report(workdir, limits)
+                os.write(status_fd, ("status %d%s" % (status, report)).encode())
                 os._exit(0)
     os.execve(argv[0], argv, os.environ)
 except OSError as error:
@@ -268,15 +323,33 @@ except OSError as error:
     print("unreachable" if error.errno in (errno.ENETUNREACH, errno.EADDRNOTAVAIL) else "network reachable")
 """
 
+_SECCOMP_PROBE_SOURCE = """
+import os
+try:
+    os.memfd_create("probe")
+    print("allowed")
+except OSError:
+    print("refused")
+"""
+
 _capabilities_lock = threading.Lock()
 _capabilities: dict | None = None
-_plan_in_use: _Plan | None = None
+_setup_in_use: _Setup | None = None
 
 
-def _probe() -> tuple[_Plan, dict]:
+@dataclass(frozen=True)
+class _Setup:
+    """What every run on this machine uses: the namespace plan and the kernel limits that the probe found working."""
+    plan: _Plan
+    network_isolated: bool
+    seccomp: tuple | None = None
+    cgroup: tuple | None = None  # (parent folder, cgroup version)
+
+
+def _probe() -> tuple[_Setup, dict]:
     failures = []
     for plan in _candidate_plans():
-        result = _run(plan, _PROBE_SOURCE, "", SandboxLimits(timeout_s=10.0), {}, network_isolated=False)
+        result = _run(_Setup(plan, False), _PROBE_SOURCE, "", SandboxLimits(timeout_s=10.0), {})
         verdict = result.stdout.strip()
         if result.returncode != 0 or verdict not in ("unreachable", "network reachable"):
             failures.append(f"{plan.name}: {(result.stderr or result.stdout).strip()[-300:] or result.killed_reason}")
@@ -284,34 +357,62 @@ def _probe() -> tuple[_Plan, dict]:
         isolated = plan.netns and verdict == "unreachable"
         if plan.netns and not isolated:
             failures.append(f"{plan.name}: the network namespace still reached 127.0.0.1")
-        reason = ("the child runs in its own network namespace with no interface up" if isolated else
-                  "this machine does not allow a network namespace here: " + "; ".join(failures))
-        capabilities = {
-            "network_isolated": isolated,
-            "network_method": ("none" if not isolated else "user + network namespace (unprivileged)" if plan.userns
-                               else "network namespace (unshare CLONE_NEWNET as root)"),
-            "reason": reason,
-            "plan": plan.name,
-            "description": plan.description,
-            "uid_drop": plan.uid_drop,
-            "pid_namespace": plan.pidns,
-            "filesystem": ("read-only except the work folder (mount namespace)" if plan.mountns else
-                           "unprivileged uid: can write only to world-writable folders" if plan.uid_drop else
-                           "not isolated: the child can write wherever the studio's user can"),
-            "process_limit_binds": plan.uid_drop or plan.userns,
-            "python": PYTHON,
-            "failed_plans": failures,
-        }
-        return plan, capabilities
+        setup = _probe_kernel_limits(_Setup(plan, isolated))
+        return setup, _describe(setup, failures)
     raise RuntimeError("the sandbox cannot start any Python child on this machine: " + "; ".join(failures))
 
 
-def _ensure_probed() -> tuple[_Plan, dict]:
-    global _capabilities, _plan_in_use
+def _probe_kernel_limits(setup: _Setup) -> _Setup:
+    """Add the seccomp filter where it loads and really refuses memfd_create, and a memory cgroup where one can
+    be made (as root)."""
+    program = sandbox_limits.seccomp_program()
+    if program is not None:
+        trial = replace(setup, seccomp=tuple(tuple(row) for row in program))
+        result = _run(trial, _SECCOMP_PROBE_SOURCE, "", SandboxLimits(timeout_s=10.0), {})
+        if result.returncode == 0 and result.stdout.strip() == "refused":
+            setup = trial
+    if setup.plan.uid_drop:
+        setup = replace(setup, cgroup=sandbox_limits.memory_cgroup_parent())
+    return setup
+
+
+def _describe(setup: _Setup, failures: list[str]) -> dict:
+    plan, isolated = setup.plan, setup.network_isolated
+    reason = ("the child runs in its own network namespace with no interface up" if isolated else
+              "this machine does not allow a network namespace here: " + "; ".join(failures))
+    return {
+        "network_isolated": isolated,
+        "network_method": ("none" if not isolated else "user + network namespace (unprivileged)" if plan.userns
+                           else "network namespace (unshare CLONE_NEWNET as root)"),
+        "reason": reason,
+        "plan": plan.name,
+        "description": plan.description,
+        "uid_drop": plan.uid_drop,
+        "pid_namespace": plan.pidns,
+        "filesystem": ("read-only except the work folder (mount namespace)" if plan.mountns else
+                       "unprivileged uid: can write only to world-writable folders" if plan.uid_drop else
+                       "not isolated: the child can write wherever the studio's user can"),
+        "devices": ("only null, zero, full, random, urandom" if plan.mountns and plan.pidns else
+                    "the machine's /dev (no mount namespace)"),
+        "memory_limit": (f"total for the whole run (cgroup v{setup.cgroup[1]} memory), out-of-memory kills read "
+                         "from the kernel's counter" if setup.cgroup else
+                         "per process only (RLIMIT_AS): no memory cgroup can be made here; shared memory and "
+                         "memfd are " + ("refused by seccomp" if setup.seccomp else "NOT bounded")),
+        "memory_cgroup": setup.cgroup is not None,
+        "seccomp": (f"refuses {', '.join(sandbox_limits.REFUSED_SYSCALLS)} and new user namespaces"
+                    if setup.seccomp else "not available on this machine"),
+        "process_limit_binds": plan.uid_drop or plan.userns,
+        "python": PYTHON,
+        "failed_plans": failures,
+    }
+
+
+def _ensure_probed() -> tuple[_Setup, dict]:
+    global _capabilities, _setup_in_use
     with _capabilities_lock:
         if _capabilities is None:
-            _plan_in_use, _capabilities = _probe()
-        return _plan_in_use, _capabilities
+            _setup_in_use, _capabilities = _probe()
+        return _setup_in_use, _capabilities
 
 
 def sandbox_capabilities() -> dict:
@@ -327,8 +428,18 @@ def run_python(source: str, *, stdin: str = "", limits: SandboxLimits | None = N
     """Run `source` as a Python script in the sandbox; `files` are extra files put in its work folder."""
     limits = limits if limits is not None else SandboxLimits()
     _check_arguments(source, stdin, limits, files)
-    plan, capabilities = _ensure_probed()
-    return _run(plan, source, stdin, limits, files or {}, network_isolated=capabilities["network_isolated"])
+    setup, _ = _ensure_probed()
+    return _run(setup, source, stdin, limits, files or {})
+
+
+def start_python(source: str, *, limits: SandboxLimits | None = None,
+                 files: dict[str, str] | None = None) -> "SandboxProcess":
+    """Start `source` in the sandbox and return it still running, to talk to it over its stdin and stdout
+    (`send`, `read_line`); `finish()` ends it and returns its SandboxResult. Use it as a context manager."""
+    limits = limits if limits is not None else SandboxLimits()
+    _check_arguments(source, "", limits, files)
+    setup, _ = _ensure_probed()
+    return SandboxProcess(setup, source, limits, files or {})
 
 
 def _check_arguments(source, stdin, limits, files) -> None:
@@ -354,77 +465,278 @@ def _check_arguments(source, stdin, limits, files) -> None:
             raise ValueError("run_python: 'main.py' is reserved for the source itself")
 
 
-def _run(plan: _Plan, source: str, stdin: str, limits: SandboxLimits, files: dict[str, str],
-         network_isolated: bool) -> SandboxResult:
-    started = time.monotonic()
-    host_workdir = tempfile.mkdtemp(prefix="cookbook-sandbox-")
-    uid = gid = os.getuid()
-    if plan.uid_drop:
-        uid = gid = random.randrange(*UID_RANGE)
-    if plan.userns:
-        gid = os.getgid()
-    try:
-        contents = {"main.py": source, **files}
+def _run(setup: _Setup, source: str, stdin: str, limits: SandboxLimits, files: dict[str, str]) -> SandboxResult:
+    with SandboxProcess(setup, source, limits, files) as process:
+        return process.finish(stdin.encode("utf-8"))
+
+
+class SandboxProcess:
+    """One sandboxed program from start to end. The studio's side of it: stdin to write, stdout read line by line
+    (or all at once by `finish`), stderr captured; the deadline, the output caps and the cgroup are enforced
+    whichever call is waiting. `finish()` kills whatever is left and returns the SandboxResult; it is called by
+    `__exit__` too, so nothing outlives a `with` block."""
+
+    def __init__(self, setup: _Setup, source: str, limits: SandboxLimits, files: dict[str, str]):
+        self.started = time.monotonic()
+        self.deadline = self.started + limits.timeout_s
+        self.limits, self.setup = limits, setup
+        self.result: SandboxResult | None = None
+        self.host_workdir = tempfile.mkdtemp(prefix="cookbook-sandbox-")
+        self.cgroup = None
+        self.uid = os.getuid()
+        try:
+            self._write_files({"main.py": source, **files})
+            if setup.cgroup is not None:
+                self.cgroup = sandbox_limits.MemoryCgroup(*setup.cgroup, int(limits.memory_mb) * 1024 * 1024)
+            self._start(setup.plan, sorted({"main.py", *files}))
+        except BaseException:
+            self._cleanup()
+            raise
+        self._open_pipes()
+
+    def _write_files(self, contents: dict[str, str]) -> None:
         for name, text in contents.items():
-            path = os.path.join(host_workdir, name)
+            path = os.path.join(self.host_workdir, name)
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "w", encoding="utf-8") as handle:
                 handle.write(text)
-        workdir = SANDBOX_WORKDIR if plan.mountns else host_workdir
+
+    def _start(self, plan: _Plan, file_names: list[str]) -> None:
+        uid = gid = os.getuid()
+        if plan.uid_drop:
+            uid = gid = random.randrange(*UID_RANGE)
+        if plan.userns:
+            gid = os.getgid()
+        self.uid = uid
+        workdir = SANDBOX_WORKDIR if plan.mountns else self.host_workdir
         if plan.uid_drop and not plan.mountns:
-            for folder, _, names in os.walk(host_workdir):
+            for folder, _, names in os.walk(self.host_workdir):
                 os.chown(folder, uid, gid)
                 for name in names:
                     os.chown(os.path.join(folder, name), uid, gid)
+        self.status_read, status_write = os.pipe()
         config = {
             "plan": {"userns": plan.userns, "netns": plan.netns, "mountns": plan.mountns, "pidns": plan.pidns,
                      "uid_drop": plan.uid_drop},
-            "uid": uid, "gid": gid,
-            "host_workdir": host_workdir, "sandbox_workdir": SANDBOX_WORKDIR,
-            "file_names": sorted(contents), "hidden_folders": HIDDEN_FOLDERS, "python_prefix": PYTHON_PREFIX,
-            "workdir_kb": 4 * limits.max_file_mb * 1024,
-            "rlimits": _rlimits(limits, plan),
+            "uid": uid, "gid": gid, "status_fd": status_write,
+            "host_workdir": self.host_workdir, "sandbox_workdir": SANDBOX_WORKDIR,
+            "file_names": file_names, "hidden_folders": HIDDEN_FOLDERS, "python_prefix": PYTHON_PREFIX,
+            "dev_nodes": DEV_NODES, "workdir_kb": 4 * self.limits.max_file_mb * 1024,
+            "rlimits": _rlimits(self.limits, plan, memory_cgroup=self.cgroup is not None),
+            "seccomp": [list(row) for row in self.setup.seccomp] if self.setup.seccomp else None,
+            "cgroup_procs": self.cgroup.procs_file if self.cgroup else None,
             "argv": [PYTHON, "-I", "-S", "-B", "main.py"],
         }
-        environment = {
-            "PATH": "/usr/local/bin:/usr/bin:/bin",
-            "LANG": "C.UTF-8",
-            "HOME": workdir,
-            "PYTHONDONTWRITEBYTECODE": "1",
-            "PYTHONHASHSEED": "0",
-        }
-        status_read, status_write = os.pipe()
-        config["status_fd"] = status_write
+        environment = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": workdir,
+                       "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
         try:
-            process = subprocess.Popen(
+            self.process = subprocess.Popen(
                 [PYTHON, "-I", "-S", "-c", _LAUNCHER, json.dumps(config)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                cwd=host_workdir, env=environment, start_new_session=True, pass_fds=(status_write,))
+                cwd=self.host_workdir, env=environment, start_new_session=True, pass_fds=(status_write,))
         except BaseException:
-            os.close(status_read)
+            os.close(self.status_read)
             raise
         finally:
             os.close(status_write)
-        try:
-            outcome = _collect(process, stdin.encode("utf-8"), status_read, started + limits.timeout_s, limits,
-                               plan.pidns)
-        finally:
-            os.close(status_read)
-            if plan.uid_drop and not plan.pidns:
-                _kill_all_of_uid(uid)
-    finally:
-        shutil.rmtree(host_workdir, ignore_errors=True)
-    return _result(outcome, limits, network_isolated, time.monotonic() - started)
+
+    def _open_pipes(self) -> None:
+        process = self.process
+        self.stdout_fd, self.stderr_fd = process.stdout.fileno(), process.stderr.fileno()
+        self.captures = {self.stdout_fd: _Capture(self.limits.max_output_chars),
+                         self.stderr_fd: _Capture(self.limits.max_output_chars)}
+        self.kill_bytes = 4 * self.limits.max_output_chars + OUTPUT_KILL_SLACK_BYTES
+        self.lines = bytearray()  # stdout not yet taken by read_line
+        self.status = bytearray()
+        self.selector = selectors.DefaultSelector()
+        for fd in (self.stdout_fd, self.stderr_fd, self.status_read):
+            self.selector.register(fd, selectors.EVENT_READ)
+        self.pidfd = os.pidfd_open(process.pid)
+        self.selector.register(self.pidfd, selectors.EVENT_READ)
+        self.stdin_fd = process.stdin.fileno()
+        os.set_blocking(self.stdin_fd, False)
+        self.pending_stdin = memoryview(b"")
+        self.stdin_closing = False
+        self.open_reads = {self.stdout_fd, self.stderr_fd, self.status_read}
+        self.exited = False
+        self.killed_by_us: str | None = None
+
+    # ------------------------------------------------ talking to it
+
+    def send(self, data: bytes) -> bool:
+        """Write `data` to the program's stdin (waiting until it is taken, the deadline, or the program's end).
+        False when the program no longer reads."""
+        if self.result is not None or self.stdin_closing:
+            return False
+        self.pending_stdin = memoryview(bytes(self.pending_stdin) + data)
+        self._watch_stdin()
+        self._pump(lambda: not self.pending_stdin, self.deadline)
+        return not self.pending_stdin and not self.stdin_closing
+
+    def read_line(self, timeout_s: float, max_bytes: int) -> bytes | None:
+        """The next line the program writes to stdout (without its newline). None when no complete line came
+        within `timeout_s` (or the overall deadline), the program ended, or the line grew past `max_bytes`."""
+        if self.result is not None:
+            return None
+        wait_until = min(self.deadline, time.monotonic() + timeout_s)
+        self._pump(lambda: b"\n" in self.lines or len(self.lines) > max_bytes, wait_until)
+        newline = self.lines.find(b"\n")
+        if newline < 0 or newline > max_bytes:
+            return None
+        line = bytes(self.lines[:newline])
+        del self.lines[:newline + 1]
+        return line
+
+    def finish(self, stdin: bytes = b"") -> SandboxResult:
+        """Give the program `stdin` and its end of input, wait for it to end (or kill it at the deadline) and
+        return what happened. Calling it again returns the same result."""
+        if self.result is None:
+            try:
+                self._finish(stdin)
+            finally:
+                self._cleanup()
+        return self.result
+
+    def kill(self) -> SandboxResult:
+        """Stop the program now (labelled as killed by the caller) and return its result."""
+        if self.result is None and self.killed_by_us is None:
+            self.killed_by_us = STOPPED_BY_CALLER
+            self._stop()
+        return self.finish()
+
+    def __enter__(self) -> "SandboxProcess":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self.result is None:
+            if exc_info[0] is not None:
+                self.kill()
+            else:
+                self.finish()
+
+    # ------------------------------------------------ the loop behind every call
+
+    def _watch_stdin(self) -> None:
+        registered = self.stdin_fd in self.selector.get_map()
+        if self.pending_stdin and not registered:
+            self.selector.register(self.stdin_fd, selectors.EVENT_WRITE)
+        elif not self.pending_stdin:
+            if registered:
+                self.selector.unregister(self.stdin_fd)
+            if self.stdin_closing and not self.process.stdin.closed:
+                self.process.stdin.close()
+
+    def _pump(self, done, wait_until: float) -> None:
+        """Move data between the program and us until done(), wait_until, or the program and its pipes are gone;
+        enforce the deadline and the output cap on the way."""
+        linger_deadline = None  # after the program exits, how long we wait for stray writers to close the pipes
+        while not done() and (self.open_reads or not self.exited):
+            now = time.monotonic()
+            if self.killed_by_us is None and now >= self.deadline:
+                self.killed_by_us = "timeout"
+                self._stop()
+            if self.exited and linger_deadline is None:
+                linger_deadline = now + 0.5
+            if linger_deadline is not None and now >= linger_deadline:
+                _kill_group(self.process.pid)
+                break
+            if now >= wait_until and self.killed_by_us is None:
+                return
+            until = min(wait_until, linger_deadline or wait_until)
+            if self.killed_by_us is not None:
+                until = now + 1.0 if linger_deadline is None else linger_deadline
+            for key, _ in self.selector.select(timeout=max(0.0, until - now)):
+                self._on_ready(key.fd)
+
+    def _on_ready(self, fd: int) -> None:
+        if fd == self.pidfd:
+            self.selector.unregister(self.pidfd)
+            self.exited = True
+        elif fd == self.stdin_fd:
+            try:
+                written = os.write(self.stdin_fd, self.pending_stdin[:65536])
+                self.pending_stdin = self.pending_stdin[written:]
+            except BlockingIOError:
+                pass
+            except BrokenPipeError:
+                self.pending_stdin = memoryview(b"")
+                self.stdin_closing = True
+            self._watch_stdin()
+        else:
+            data = os.read(fd, 65536)
+            if not data:
+                self.selector.unregister(fd)
+                self.open_reads.discard(fd)
+            elif fd == self.status_read:
+                self.status += data
+            else:
+                self.captures[fd].add(data)
+                if fd == self.stdout_fd and len(self.lines) < self.kill_bytes:
+                    self.lines += data
+                if self.captures[fd].total > self.kill_bytes and self.killed_by_us is None:
+                    self.killed_by_us = "output limit"
+                    self._stop()
+
+    def _finish(self, stdin: bytes) -> None:
+        if stdin:
+            self.pending_stdin = memoryview(bytes(self.pending_stdin) + stdin)
+        self.stdin_closing = True
+        self._watch_stdin()
+        self._pump(lambda: False, self.deadline)
+        self.selector.close()
+        os.close(self.pidfd)
+        for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        _kill_group(self.process.pid)  # nothing may outlive the call (no-op when all is gone)
+        _, wait_status, usage = os.wait4(self.process.pid, 0)
+        self.process.returncode = os.waitstatus_to_exitcode(wait_status)
+        if self.setup.plan.uid_drop and not self.setup.plan.pidns:
+            _kill_all_of_uid(self.uid)
+        returncode, setup_error, usage_flags = _read_status(self.status.decode("utf-8", errors="replace"),
+                                                            self.process.returncode)
+        oom_killed = self.cgroup is not None and self.cgroup.oom_kills() > 0
+        out, err = self.captures[self.stdout_fd], self.captures[self.stderr_fd]
+        outcome = _Outcome(returncode=returncode, stdout=out.text(), stderr=err.text(), setup_error=setup_error,
+                           killed_by_us=self.killed_by_us, cpu_s=usage.ru_utime + usage.ru_stime,
+                           oom_killed=oom_killed, file_at_cap="fsize" in usage_flags, disk_full="disk" in usage_flags)
+        self.result = _result(outcome, self.limits, self.setup.network_isolated, time.monotonic() - self.started)
+
+    def _stop(self) -> None:
+        """Kill the program and everything it started. With a PID namespace, kill the namespace's init first and
+        let the launcher reap it (killing both at once would leave init an orphan zombie for the host's init)."""
+        if self.setup.plan.pidns:
+            for init_pid in _children_of(self.process.pid):
+                try:
+                    os.kill(init_pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            select.select([self.pidfd], [], [], 0.5)
+        _kill_group(self.process.pid)
+
+    def _cleanup(self) -> None:
+        if getattr(self, "status_read", None) is not None:
+            try:
+                os.close(self.status_read)
+            except OSError:
+                pass
+            self.status_read = None
+        if self.cgroup is not None:
+            self.cgroup.remove()
+        shutil.rmtree(self.host_workdir, ignore_errors=True)
 
 
-def _rlimits(limits: SandboxLimits, plan: _Plan) -> dict[str, int]:
+def _rlimits(limits: SandboxLimits, plan: _Plan, memory_cgroup: bool) -> dict[str, int]:
     rlimits = {
         "RLIMIT_CPU": int(limits.cpu_s),
-        "RLIMIT_AS": int(limits.memory_mb) * 1024 * 1024,
         "RLIMIT_FSIZE": int(limits.max_file_mb) * 1024 * 1024,
         "RLIMIT_NOFILE": MAX_OPEN_FILES,
         "RLIMIT_CORE": 0,
     }
+    if not memory_cgroup:  # with a cgroup, the cgroup bounds the run's memory in total and kills it when full
+        rlimits["RLIMIT_AS"] = int(limits.memory_mb) * 1024 * 1024
     if plan.uid_drop or plan.userns:  # as the studio's own non-root user it would count all of its processes
         # Counts threads too. The namespace's init (and, in a user namespace, the launcher outside it) run as the
         # same uid; they are not the program's to spend.
@@ -465,10 +777,12 @@ class _Outcome:
     returncode: int
     stdout: str
     stderr: str
-    stderr_tail: str
     setup_error: str
     killed_by_us: str | None
     cpu_s: float
+    oom_killed: bool
+    file_at_cap: bool
+    disk_full: bool
 
 
 class _Capture:
@@ -508,118 +822,23 @@ class _Capture:
             kept_tail.encode("utf-8", errors="replace"))
         return kept_head + TRUNCATION_MARKER.format(dropped=max(dropped, 0)) + kept_tail
 
-    def last_text(self, chars: int) -> str:
-        data = self.tail if self.tail else self.head
-        return data[-4 * chars:].decode("utf-8", errors="replace")[-chars:]
 
-
-def _collect(process: subprocess.Popen, stdin_bytes: bytes, status_fd: int, deadline: float,
-             limits: SandboxLimits, pidns: bool) -> _Outcome:
-    """Feed stdin, read stdout/stderr/status until the child is gone, enforce the deadline and output caps."""
-    stdout_fd, stderr_fd = process.stdout.fileno(), process.stderr.fileno()
-    captures = {stdout_fd: _Capture(limits.max_output_chars), stderr_fd: _Capture(limits.max_output_chars)}
-    kill_bytes = 4 * limits.max_output_chars + OUTPUT_KILL_SLACK_BYTES
-    status = bytearray()
-    selector = selectors.DefaultSelector()
-    for fd in captures:
-        selector.register(fd, selectors.EVENT_READ)
-    selector.register(status_fd, selectors.EVENT_READ)
-    pidfd = os.pidfd_open(process.pid)
-    selector.register(pidfd, selectors.EVENT_READ)
-    stdin_fd = process.stdin.fileno()
-    if stdin_bytes:
-        os.set_blocking(stdin_fd, False)
-        selector.register(stdin_fd, selectors.EVENT_WRITE)
-    else:
-        process.stdin.close()
-    pending_stdin = memoryview(stdin_bytes)
-    open_reads = set(captures) | {status_fd}
-    exited = False
-    killed_by_us = None
-    linger_deadline = None  # after the child exits, how long we wait for stray writers to close the pipes
-    try:
-        while open_reads or not exited:
-            now = time.monotonic()
-            if killed_by_us is None and now >= deadline:
-                killed_by_us = "timeout"
-                _stop(process, pidfd, pidns)
-            if exited and linger_deadline is None:
-                linger_deadline = now + 0.5
-            if linger_deadline is not None and now >= linger_deadline:
-                _kill_group(process.pid)
-                break
-            wait_until = linger_deadline if linger_deadline is not None else deadline
-            if killed_by_us is not None:
-                wait_until = now + 1.0 if linger_deadline is None else linger_deadline
-            for key, _ in selector.select(timeout=max(0.0, wait_until - now)):
-                fd = key.fd
-                if fd == pidfd:
-                    selector.unregister(pidfd)
-                    exited = True
-                elif fd == stdin_fd:
-                    try:
-                        written = os.write(stdin_fd, pending_stdin[:65536])
-                        pending_stdin = pending_stdin[written:]
-                    except (BrokenPipeError, BlockingIOError) as error:
-                        if isinstance(error, BrokenPipeError):
-                            pending_stdin = pending_stdin[:0]
-                    if not pending_stdin:
-                        selector.unregister(stdin_fd)
-                        process.stdin.close()
-                else:
-                    data = os.read(fd, 65536)
-                    if not data:
-                        selector.unregister(fd)
-                        open_reads.discard(fd)
-                    elif fd == status_fd:
-                        status += data
-                    else:
-                        captures[fd].add(data)
-                        if captures[fd].total > kill_bytes and killed_by_us is None:
-                            killed_by_us = "output limit"
-                            _stop(process, pidfd, pidns)
-    finally:
-        selector.close()
-        os.close(pidfd)
-        for stream in (process.stdin, process.stdout, process.stderr):
-            try:
-                stream.close()
-            except OSError:
-                pass
-    _kill_group(process.pid)  # nothing may outlive the call (no-op when all is gone)
-    _, wait_status, usage = os.wait4(process.pid, 0)
-    process.returncode = os.waitstatus_to_exitcode(wait_status)
-    returncode, setup_error = _read_status(status.decode("utf-8", errors="replace"), process.returncode)
-    out, err = captures[stdout_fd], captures[stderr_fd]
-    return _Outcome(returncode=returncode, stdout=out.text(), stderr=err.text(), stderr_tail=err.last_text(2000),
-                    setup_error=setup_error, killed_by_us=killed_by_us, cpu_s=usage.ru_utime + usage.ru_stime)
-
-
-def _read_status(message: str, launcher_returncode: int) -> tuple[int, str]:
-    """The status pipe holds "error <what failed>" from the launcher, and/or "status <raw wait status>" from the
-    namespace's init (the program's own exit status, which the launcher cannot mirror faithfully)."""
+def _read_status(message: str, launcher_returncode: int) -> tuple[int, str, set[str]]:
+    """The status pipe holds "error <what failed>" from the launcher, and/or "status <raw wait status> fsize F disk
+    D" from the namespace's init: the program's own exit status (which the launcher cannot mirror faithfully) and
+    what init found in the work folder afterwards. Returns (exit code, setup error, flags that are set)."""
     setup_error = ""
     returncode = launcher_returncode
+    flags: set[str] = set()
     if "status " in message:
         message, _, raw = message.rpartition("status ")
-        if raw.strip().isdigit():
-            returncode = os.waitstatus_to_exitcode(int(raw))
+        words = raw.split()
+        if words and words[0].isdigit():
+            returncode = os.waitstatus_to_exitcode(int(words[0]))
+            flags = {name for name, value in zip(words[1::2], words[2::2]) if value == "1"}
     if message.startswith("error "):
         setup_error = message[len("error "):].strip()
-    return returncode, setup_error
-
-
-def _stop(process: subprocess.Popen, pidfd: int, pidns: bool) -> None:
-    """Kill the child and everything it started. With a PID namespace, kill the namespace's init first and let the
-    launcher reap it (killing both at once would leave init an orphan zombie for the host's init to reap)."""
-    if pidns:
-        for init_pid in _children_of(process.pid):
-            try:
-                os.kill(init_pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        select.select([pidfd], [], [], 0.5)
-    _kill_group(process.pid)
+    return returncode, setup_error, flags
 
 
 def _children_of(pid: int) -> list[int]:
@@ -647,24 +866,23 @@ def _result(outcome: _Outcome, limits: SandboxLimits, network_isolated: bool, du
         reason = "sandbox setup failed"
         stderr = f"sandbox setup failed: {outcome.setup_error}\n{stderr}"
     elif returncode != 0:
-        reason = _classify_failure(returncode, outcome.stderr_tail, outcome.cpu_s, limits)
+        reason = _classify_failure(returncode, outcome, limits)
     return SandboxResult(returncode=returncode, stdout=outcome.stdout, stderr=stderr,
                          timed_out=outcome.killed_by_us == "timeout", killed_reason=reason,
                          duration_s=duration_s, network_isolated=network_isolated)
 
 
-def _classify_failure(returncode: int, stderr_tail: str, cpu_s: float, limits: SandboxLimits) -> str | None:
-    last_lines = "\n".join(stderr_tail.strip().splitlines()[-3:])
-    if returncode in (-signal.SIGKILL, -signal.SIGXCPU) and cpu_s >= limits.cpu_s - 0.5:
-        return "cpu limit"
-    if "MemoryError" in last_lines or "Cannot allocate memory" in last_lines:
+def _classify_failure(returncode: int, outcome: _Outcome, limits: SandboxLimits) -> str | None:
+    """Why a program that failed was stopped by a limit, from signals and the resources it used only: never from
+    its output, which the program controls."""
+    if outcome.oom_killed:
         return "memory limit"
-    if returncode == -signal.SIGXFSZ or "File too large" in last_lines:
+    if returncode in (-signal.SIGKILL, -signal.SIGXCPU) and outcome.cpu_s >= limits.cpu_s - 0.5:
+        return "cpu limit"
+    if returncode == -signal.SIGXFSZ or outcome.file_at_cap:
         return "file size limit"
-    if "No space left on device" in last_lines:
+    if outcome.disk_full:
         return "disk limit"
-    if "Resource temporarily unavailable" in last_lines and "fork" in stderr_tail:
-        return "process limit"
     if returncode < 0:
         return f"signal {signal.Signals(-returncode).name}" if -returncode in signal.valid_signals() else "signal"
     return None

@@ -7,8 +7,9 @@ A user's dataset file holds prompts with reference answers and names one grader:
 - `contains`: the answer appears in the response, ignoring case and runs of whitespace.
 - `regex`: the answer is a regular expression that must match somewhere in the response (`re.search`;
   anchor it with ^...$ to match the whole response, prefix (?i) to ignore case).
-- `python_tests`: the answer is Python test code (asserts). The response's first ```python block is run with
-  the tests in the sandbox (one process per response); the reward is the fraction of tests passed.
+- `python_tests`: the answer is Python test code (asserts). The response's first ```python block is graded by
+  rl/code_grading.py: the solution and the tests run in two separate sandboxes and the tests call the solution's
+  functions through this process, so the solution can never reach the tests; the reward is the fraction passed.
 
 What it is not: the dataset loader (it calls `validate_answer` on every row) or the RL environment (which
 turns a Grade into a reward and the env/all/correct, env/all/format metrics). Regexes run in this process
@@ -16,23 +17,22 @@ without a time limit: a pathological pattern can be slow on a long response.
 
 How python_tests counts tests: the answer's top-level statements are split into groups, each ending at a
 top-level `assert` (statements after the last assert join the last group; code with no assert is one test).
-All groups run in order in one namespace after the solution, each in its own try/except with its own time
-budget, so one failing or hanging test costs only its own credit. The tests run in the same process as the
-solution: a solution that is determined to forge the result line (reading the harness's nonce from memory)
-could do so; a small model in RL does not, and the sandbox keeps it from harming anything else.
+All groups run in order in one namespace of the test process, each in its own try/except with its own time
+budget, so one failing or hanging test costs only its own credit. The tests never share a process with the
+solution (see rl/code_grading.py for what the solution can and cannot do, and which values cross).
 """
 
 from __future__ import annotations
 
 import ast
-import json
 import math
 import re
-import secrets
 from dataclasses import dataclass, field
 from typing import Callable
 
-from cookbook_engine.sandbox import SandboxLimits, run_python
+from cookbook_engine.rl import hack_flags
+from cookbook_engine.rl.code_grading import run_code_tests
+from cookbook_engine.sandbox import SandboxLimits
 
 
 @dataclass
@@ -153,86 +153,28 @@ def grade_code_response(response: str, tests: list[str]) -> Grade:
     return grade
 
 
-_HARNESS = r'''
-import json, signal, sys
-
-class _Sink:
-    """Keeps the first few thousand characters the solution prints; the rest is dropped."""
-    def __init__(self):
-        self.parts, self.size = [], 0
-    def write(self, text):
-        if self.size < 2000:
-            self.parts.append(text[:2000 - self.size])
-        self.size += len(text)
-        return len(text)
-    def flush(self):
-        pass
-
-class _Timeout(BaseException):
-    pass
-
-def _on_alarm(signum, frame):
-    raise _Timeout()
-
-def _run(source, name, namespace, budget_s):
-    signal.signal(signal.SIGALRM, _on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, budget_s)
-    try:
-        exec(compile(source, name, "exec"), namespace)
-        return None
-    except _Timeout:
-        return "timed out after %.2f s" % budget_s
-    except BaseException as error:
-        message = str(error)
-        return ("%s: %s" % (type(error).__name__, message) if message else type(error).__name__)[:300]
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-
-def _main(nonce, solution, tests, budget_s):
-    real_stdout = sys.stdout
-    sink = _Sink()
-    sys.stdout = sink
-    namespace = {"__name__": "__solution__"}
-    solution_error = _run(solution, "solution.py", namespace, budget_s)
-    results = [_run(test, "test_%d" % index, namespace, budget_s) for index, test in enumerate(tests)]
-    report = {"solution_error": solution_error, "results": results, "printed": "".join(sink.parts)}
-    real_stdout.write("\n" + nonce + json.dumps(report) + "\n")
-    real_stdout.flush()
-
-_config = json.loads(sys.stdin.read())
-_main(_config["nonce"], _config["solution"], _config["tests"], _config["budget_s"])
-'''
-
-
 def run_unit_tests(code: str, tests: list[str], *, limits: SandboxLimits | None = None) -> Grade:
-    """Run `code` then each test (a Python snippet, e.g. an assert) in ONE sandbox process; reward = passed/total."""
+    """Run each test (a Python snippet, e.g. an assert) against `code` with the trusted two-process grader
+    (rl/code_grading.py); reward = passed/total. Anything the code does gives a Grade, never an exception."""
     if not isinstance(code, str):
         raise TypeError(f"run_unit_tests: code must be a str, got {type(code).__name__}")
     if not tests or not all(isinstance(test, str) for test in tests):
         raise ValueError("run_unit_tests: tests must be a non-empty list of str")
     limits = limits if limits is not None else SandboxLimits(timeout_s=10.0, cpu_s=10)
-    budget_s = max(0.05, 0.8 * limits.timeout_s / (len(tests) + 1))
-    nonce = "@@grader-" + secrets.token_hex(8) + "@@"
-    config = {"nonce": nonce, "solution": code, "tests": tests, "budget_s": budget_s}
-    result = run_python(_HARNESS, stdin=json.dumps(config), limits=limits)
+    verdict = run_code_tests(code, tests, limits)
     total = len(tests)
-    report = None
-    for line in reversed(result.stdout.splitlines()):
-        if line.startswith(nonce):
-            report = json.loads(line[len(nonce):])
-            break
-    if report is None or len(report.get("results", [])) != total:
-        error = result.killed_reason or f"the solution ended the test harness early (exit code {result.returncode})"
-        return Grade(0.0, False, {"tests_passed": 0, "tests_total": total, "sandbox_error": error,
-                                  "stderr": result.stderr[-1000:], "network_isolated": result.network_isolated})
-    failures = {str(index): message for index, message in enumerate(report["results"]) if message is not None}
+    details: dict = {"tests_total": total, "network_isolated": verdict.network_isolated,
+                     "suspicious": hack_flags.suspicious_patterns(code)}
+    if verdict.printed:
+        details["printed"] = verdict.printed
+    if verdict.solution_error:
+        details["solution_error"] = verdict.solution_error
+    if verdict.results is None:
+        details.update(tests_passed=0, sandbox_error=verdict.sandbox_error, stderr=verdict.stderr)
+        return Grade(0.0, False, details)
+    failures = {str(index): message for index, message in enumerate(verdict.results) if message is not None}
     passed = total - len(failures)
-    details = {"tests_passed": passed, "tests_total": total, "failures": failures,
-               "network_isolated": result.network_isolated}
-    if report["solution_error"]:
-        details["solution_error"] = report["solution_error"]
-    if report["printed"]:
-        details["printed"] = report["printed"]
+    details.update(tests_passed=passed, failures=failures)
     return Grade(passed / total, passed == total, details)
 
 
