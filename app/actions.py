@@ -1,7 +1,8 @@
 """What a person can do to runs from the Runs and Run pages: stop, resume, duplicate as a new run, delete.
 
 Each action goes through the engine's RunManager and reports back with a one-shot notice; deleting asks for
-confirmation in a dialog first. Nothing here trains or writes SQL.
+confirmation in a dialog first, which says what goes (run folder, checkpoint folders, exports) and how much space
+that frees. Nothing here trains or writes SQL.
 """
 
 from __future__ import annotations
@@ -9,8 +10,19 @@ from __future__ import annotations
 import streamlit as st
 
 from app import forms, nav, state, widgets
+from cookbook_engine import paths
 
 RESUMABLE = ("cancelled", "failed", "interrupted")
+SELECTION_GENERATION = "runs-table-generation"  # bumped to clear the runs table's selection (after a delete)
+
+
+def runs_table_key() -> str:
+    """The runs table's widget key: a new one starts with nothing selected."""
+    return f"runs-table-{st.session_state.get(SELECTION_GENERATION, 0)}"
+
+
+def clear_selection() -> None:
+    st.session_state[SELECTION_GENERATION] = st.session_state.get(SELECTION_GENERATION, 0) + 1
 
 
 def can_stop(run: dict) -> bool:
@@ -78,6 +90,21 @@ def confirm_pending_delete() -> None:
     _confirm_delete(runs, pending["origin"])
 
 
+def _what(found: list) -> str:
+    """'run folder, 2 checkpoint folders, 1 export · 312.4 MB'."""
+    from cookbook_engine import export
+
+    exports = [p for p in found if p.parent == export.exports_dir()]
+    checkpoints = [p for p in found if p not in exports and "checkpoints" in p.parts]
+    parts = ["run folder"] if len(found) > len(exports) + len(checkpoints) else []
+    if checkpoints:
+        parts.append(f"{len(checkpoints)} checkpoint folder{'s' if len(checkpoints) != 1 else ''}")
+    if exports:
+        parts.append(f"{len(exports)} export{'s' if len(exports) != 1 else ''}")
+    size = paths.human_size(sum(paths.size_of(p) for p in found))
+    return f"{', '.join(parts) or 'no files'} · {size}"
+
+
 @st.dialog("Delete runs?", on_dismiss=_forget_pending_delete)
 def _confirm_delete(runs: list[dict], origin: str) -> None:
     active = [r for r in runs if state.manager().is_alive(r["run_id"]) or r["status"] in widgets.ACTIVE]
@@ -86,20 +113,22 @@ def _confirm_delete(runs: list[dict], origin: str) -> None:
         st.warning("Stop these first: " + ", ".join(widgets.safe_markdown(r["name"]) for r in active),
                    icon=":material/warning:")
     if deletable:
-        st.markdown("This removes the runs' metrics, transcripts, checkpoint records and run folders. "
-                    "It cannot be undone.")
+        files = {run["run_id"]: state.manager().files_of(run["run_id"]) for run in deletable}
+        freed = sum(paths.size_of(path) for found in files.values() for path in found)
+        st.markdown("This removes the runs' metrics, transcripts and checkpoints, their run folders and the exports "
+                    f"made from them, freeing **{paths.human_size(freed)}**. It cannot be undone.")
         for run in deletable:
-            st.text(f"• {run['name']} ({run['status']})")
+            st.text(f"• {run['name']} ({run['status']}): {_what(files[run['run_id']])}")
     c1, c2 = st.columns(2)
     if c1.button("Cancel", key="cancel-delete", width="stretch"):
         _forget_pending_delete()
         st.rerun()
     if deletable and c2.button(f"Delete {len(deletable)} run{'s' if len(deletable) > 1 else ''}", type="primary",
                                icon=":material/delete:", key="confirm-delete", width="stretch"):
-        for run in deletable:
-            state.manager().delete(run["run_id"])
+        freed = sum(state.manager().delete(run["run_id"]) for run in deletable)
         _forget_pending_delete()
-        widgets.notice(f"Deleted {widgets.safe_markdown(', '.join(r['name'] for r in deletable))}.")
+        widgets.notice(f"Deleted {widgets.safe_markdown(', '.join(r['name'] for r in deletable))} "
+                       f"({paths.human_size(freed)} freed).")
         if origin == "run":
             nav.go("runs")
         st.rerun()

@@ -127,6 +127,24 @@ def preparation_seconds() -> float:
         return 0.0
 
 
+# ---------------------------------------------------------------------------------------- disk use
+
+HOME_USAGE_TTL_S = 30.0
+_usage_cache: tuple[float, str, dict[str, int]] | None = None
+
+
+def home_usage() -> dict[str, int]:
+    """Bytes in the studio home folder, by top-level part (runs, checkpoints, exports, models, ...), measured at
+    most every 30 s (walking the folder costs a moment)."""
+    global _usage_cache
+    home = paths.home()
+    if _usage_cache and _usage_cache[1] == str(home) and time.monotonic() - _usage_cache[0] < HOME_USAGE_TTL_S:
+        return _usage_cache[2]
+    usage = {part.name: paths.size_of(part) for part in home.iterdir()}
+    _usage_cache = (time.monotonic(), str(home), usage)
+    return usage
+
+
 # ---------------------------------------------------------------------------------------- tinker
 
 

@@ -6,9 +6,12 @@ weights it was made with). When the run trains in this process, the reply sample
 run's training client is asked for `save_weights_and_get_sampling_client()`, which the model worker runs in order
 with the run's own requests, so the snapshot falls between two optimizer steps, even before the run's first save.
 When the run trains in another process (a CLI run), its live weights are out of reach: the reply samples from the
-newest sampler weights it has saved, and `Weights.description` says so. `stream_reply()` yields the reply as it is generated: it samples in chunks (8 tokens
-first, so text appears quickly, then doubling, so a long reply costs only a few requests even when the model's
-work queue is shared with a training run), feeding the growing completion back as the prompt.
+newest sampler weights it has saved, and `Weights.description` says so.
+
+`stream_reply()` yields the reply as it is generated and keeps it in a `Reply` (text, tokens, why it ended), which
+a caller hands back to continue a reply that was interrupted. It samples in chunks (8 tokens first, so text appears
+quickly, then doubling, so a long reply costs only a few requests even when the model's work queue is shared with
+a training run), feeding the growing completion back as the prompt.
 
 Not here: chat history or any UI (the studio keeps the conversation), training, or exporting weights.
 """
@@ -16,7 +19,7 @@ Not here: chat history or any UI (the studio keeps the conversation), training, 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tinker import types
@@ -175,40 +178,62 @@ def open_weights(target: ChatTarget, store: Store | None = None) -> Weights:
         raise ChatError(f"checkpoint {path}: its files are gone ({exc})") from exc
 
 
+@dataclass
+class Reply:
+    """One assistant reply as it is generated: the text so far, the completion tokens behind it, and why it ended.
+
+    `stream_reply()` updates it after every chunk, before the chunk's text is yielded, so a reply whose generation
+    was interrupted (the page reran) keeps every token produced, and passing it back continues where it stopped."""
+
+    text: str = ""
+    tokens: list[int] = field(default_factory=list)
+    finish: str | None = None  # None while generating; "stop" (the model ended it), "length" (max_tokens), "stopped"
+
+
 def stream_reply(target: ChatTarget, messages: list[dict], params: ChatParams | None = None,
-                 store: Store | None = None, weights: Weights | None = None) -> Iterator[str]:
+                 store: Store | None = None, weights: Weights | None = None,
+                 reply: Reply | None = None) -> Iterator[str]:
     """Yield the assistant's reply to `messages` piece by piece (the pieces join into the whole reply), sampled
-    from `weights` (default: `open_weights(target)`, fresh for this reply)."""
+    from `weights` (default: `open_weights(target)`, fresh for this reply). With a `reply` that already holds
+    tokens, its text is yielded first and generation continues after its tokens; `reply.finish` ends as "stop" or
+    "length" (cut at `params.max_tokens`, counting the tokens it already had)."""
     params = params or ChatParams()
     if params.max_tokens < 1:
         raise ChatError(f"max_tokens={params.max_tokens}: must be at least 1")
+    reply = reply if reply is not None else Reply()
     client = (weights or open_weights(target, store)).client
-    tokenizer = client.get_tokenizer()
-    renderer = renderers.get_renderer(target.renderer, tokenizer)
+    renderer = renderers.get_renderer(target.renderer, client.get_tokenizer())
     prompt_T = renderer.build_generation_prompt(messages).to_ints()
     stop = renderer.get_stop_sequences()
-    completion_T: list[int] = []
-    shown = ""
+    shown = reply.text
+    if shown:
+        yield shown
     chunk = FIRST_CHUNK_TOKENS
-    while len(completion_T) < params.max_tokens:
-        want = min(chunk, params.max_tokens - len(completion_T))
-        seed = None if params.seed is None else params.seed + len(completion_T)
+    while len(reply.tokens) < params.max_tokens:
+        want = min(chunk, params.max_tokens - len(reply.tokens))
+        seed = None if params.seed is None else params.seed + len(reply.tokens)
         sampling = types.SamplingParams(max_tokens=want, temperature=params.temperature, top_p=params.top_p,
                                         stop=stop, seed=seed)
-        response = client.sample(types.ModelInput.from_ints(prompt_T + completion_T), 1, sampling).result()
+        response = client.sample(types.ModelInput.from_ints(prompt_T + reply.tokens), 1, sampling).result()
         sequence = response.sequences[0]
-        completion_T += list(sequence.tokens)
-        message, ended = renderer.parse_response(completion_T)
+        reply.tokens += list(sequence.tokens)
+        message, ended = renderer.parse_response(reply.tokens)
         text = message["content"]
         stopped = ended or sequence.stop_reason == "stop" or not sequence.tokens
         if not stopped:
             text = text.rstrip("\ufffd")  # a multi-byte character cut in half: wait for its other bytes
-        if text.startswith(shown) and len(text) > len(shown):
-            yield text[len(shown):]
-            shown = text
         if stopped:
+            reply.finish = "stop"
+        elif len(reply.tokens) >= params.max_tokens:
+            reply.finish = "length"
+        if text.startswith(shown) and len(text) > len(shown):
+            piece = text[len(shown):]
+            reply.text = shown = text
+            yield piece
+        if reply.finish:
             return
         chunk = min(chunk * 2, MAX_CHUNK_TOKENS)
+    reply.finish = reply.finish or "length"
 
 
 def reply(target: ChatTarget, messages: list[dict], params: ChatParams | None = None,

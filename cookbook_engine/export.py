@@ -20,6 +20,7 @@ from pathlib import Path
 from cookbook_engine import models, paths
 
 ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json")
+SOURCE_SUFFIX = ".source.json"  # beside each export: which checkpoint it came from (so deleting a run finds it)
 
 
 class ExportError(ValueError):
@@ -71,6 +72,7 @@ def adapter_zip(checkpoint_path: str | Path, out_dir: str | Path | None = None, 
         for name in ADAPTER_FILES:
             archive.write(folder / name, arcname=name)
     os.replace(partial, target)
+    _record_source(target, folder)
     return target
 
 
@@ -100,6 +102,7 @@ def merged_model(checkpoint_path: str | Path, out_dir: str | Path | None = None,
     tokenizer.save_pretrained(partial)
     shutil.rmtree(target, ignore_errors=True)
     os.replace(partial, target)
+    _record_source(target, folder)
     return target
 
 
@@ -117,4 +120,52 @@ def zip_folder(folder: str | Path, zip_path: str | Path | None = None) -> Path:
                 archive.write(path, arcname=str(path.relative_to(folder)),
                               compress_type=zipfile.ZIP_STORED if heavy else zipfile.ZIP_DEFLATED)
     os.replace(partial, target)
+    source = source_of(folder)
+    if source:
+        _record_source(target, source)
     return target
+
+
+# ---------------------------------------------------------------------------------------------- the exports folder
+
+
+def _record_source(export: Path, checkpoint: str | Path) -> None:
+    export.with_name(export.name + SOURCE_SUFFIX).write_text(json.dumps({"checkpoint": str(checkpoint)}) + "\n")
+
+
+def source_of(export: str | Path) -> str | None:
+    """The checkpoint folder an export was made from (None for exports made before this was recorded)."""
+    record = Path(export).with_name(Path(export).name + SOURCE_SUFFIX)
+    try:
+        return json.loads(record.read_text()).get("checkpoint")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def list_exports() -> list[dict]:
+    """Every finished export (folder or zip) in the exports folder, newest first: path, name, bytes, checkpoint."""
+    rows = []
+    for path in exports_dir().iterdir():
+        if path.name.endswith((SOURCE_SUFFIX, ".partial")):
+            continue
+        rows.append({"path": path, "name": path.name, "bytes": paths.size_of(path), "checkpoint": source_of(path),
+                     "modified": path.stat().st_mtime})
+    return sorted(rows, key=lambda row: -row["modified"])
+
+
+def exports_of(checkpoint_paths: set[str]) -> list[dict]:
+    """The exports made from any of these checkpoint folders."""
+    wanted = {str(Path(p)) for p in checkpoint_paths if p}
+    return [row for row in list_exports() if row["checkpoint"] and str(Path(row["checkpoint"])) in wanted]
+
+
+def delete_export(path: str | Path) -> None:
+    """Remove an export (folder or zip) and its source record; only inside the exports folder."""
+    path = Path(path)
+    if path.resolve().parent != exports_dir().resolve():
+        raise ExportError(f"{path}: not in the exports folder {exports_dir()}")
+    if path.is_dir():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+    path.with_name(path.name + SOURCE_SUFFIX).unlink(missing_ok=True)

@@ -2,7 +2,7 @@
 
 The home folder holds the DuckDB file, run folders (checkpoints, metrics.jsonl, ...), the model cache and
 uploads. It defaults to a per-user folder and is set by the COOKBOOK_HOME environment variable. This module
-only computes paths and creates folders; it reads and writes nothing else.
+only computes paths, creates folders and measures their size; it reads and writes nothing else.
 """
 
 from __future__ import annotations
@@ -57,6 +57,31 @@ def models_dir() -> Path:
 
 def uploads_dir() -> Path:
     return _sub("uploads")
+
+
+def size_of(path: str | Path) -> int:
+    """Bytes a file or folder takes (0 when it is gone); links are not followed."""
+    path = Path(path)
+    if path.is_symlink() or path.is_file():
+        return path.lstat().st_size if path.exists() or path.is_symlink() else 0
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def human_size(size: int) -> str:
+    """1536 -> '1.5 KB'; powers of 1000, as disk tools show them."""
+    value = float(size)
+    for unit in ("bytes", "KB", "MB", "GB"):
+        if value < 1000 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "bytes" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{value:.1f} TB"
 
 
 def _sub(*parts: str) -> Path:

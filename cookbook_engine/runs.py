@@ -169,15 +169,45 @@ class RunManager:
         if run and run["status"] in ("queued", "running"):
             self.store.update_run(run_id, status="cancelling")
 
-    def delete(self, run_id: str) -> None:
+    def files_of(self, run_id: str) -> list[Path]:
+        """What deleting the run removes from disk: its run folder, its local checkpoint folders that no other run
+        records (a run started from another's checkpoint shares it), and the exports made from its checkpoints."""
+        run = self.store.get_run(run_id)
+        if run is None:
+            return []
+        mine = {p for c in self.store.list_checkpoints(run_id) for p in (c.get("state_path"), c.get("sampler_path"))
+                if p and "://" not in p}
+        others = {p for c in self.store.list_checkpoints() if c["run_id"] != run_id
+                  for p in (c.get("state_path"), c.get("sampler_path")) if p}
+        others |= {(r.get("config") or {}).get("start_checkpoint") for r in self.store.list_runs()
+                   if r["run_id"] != run_id}
+        from cookbook_engine import export
+
+        files = [Path(run["log_dir"])] if run.get("log_dir") else []
+        files += [Path(p) for p in sorted(mine - others)]
+        files += [row["path"] for row in export.exports_of(mine)]
+        return [path for path in files if path.exists()]
+
+    def delete(self, run_id: str) -> int:
+        """Delete the run's records and its files (see `files_of`); returns the bytes freed."""
         if self.is_alive(run_id):
             raise ValueError(f"run {run_id}: stop it before deleting it")
-        run = self.store.get_run(run_id)
-        self.store.delete_run(run_id)
-        if run and run.get("log_dir"):
-            import shutil
+        import shutil
 
-            shutil.rmtree(run["log_dir"], ignore_errors=True)
+        from cookbook_engine import export
+
+        files = self.files_of(run_id)
+        freed = sum(paths.size_of(path) for path in files)
+        self.store.delete_run(run_id)
+        for path in files:
+            if path.parent == export.exports_dir():
+                export.delete_export(path)
+            elif path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+                _remove_empty_parents(path.parent, paths.home() / "checkpoints")
+            else:
+                path.unlink(missing_ok=True)
+        return freed
 
     def wait(self, run_id: str, timeout: float | None = None) -> dict:
         thread = self._threads.get(run_id)
@@ -256,6 +286,17 @@ class RunManager:
         finally:
             with self._lock:
                 self._contexts.pop(run_id, None)
+
+
+def _remove_empty_parents(folder: Path, stop_at: Path) -> None:
+    """Remove `folder` and its parents while they are empty, up to (not including) `stop_at`."""
+    folder, stop_at = folder.resolve(), stop_at.resolve()
+    while folder != stop_at and stop_at in folder.parents:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+        folder = folder.parent
 
 
 _manager: RunManager | None = None

@@ -1,11 +1,12 @@
-"""Checkpoints: every run's saved weights; export a LoRA adapter (PEFT) or a merged Hugging Face model, download."""
+"""Checkpoints: every run's saved weights; export a LoRA adapter (PEFT) or a merged Hugging Face model, download;
+the exports made so far with their sizes, each removable."""
 
 from pathlib import Path
 
 import streamlit as st
 
 from app import state, widgets
-from cookbook_engine import export
+from cookbook_engine import export, paths
 
 st.title("Checkpoints")
 st.caption("Each checkpoint is a LoRA adapter in PEFT format. Download it as is, or merge it into the base model "
@@ -15,9 +16,32 @@ store = state.store()
 checkpoints = store.list_checkpoints()
 run_ids = {c["run_id"] for c in checkpoints}
 runs = [r for r in store.list_runs() if r["run_id"] in run_ids]
+
+
+def exports_list() -> None:
+    """Every export on disk (merged folders and zips pile up: about 0.5 GB each for the default model)."""
+    exports = export.list_exports()
+    st.subheader("Exports")
+    if not exports:
+        st.caption(f"No exports yet. They are saved in {export.exports_dir()}.")
+        return
+    st.caption(f"{len(exports)} in {export.exports_dir()} · {paths.human_size(sum(e['bytes'] for e in exports))} "
+               "in all")
+    for row in exports:
+        c1, c2, c3 = st.columns([5, 1.2, 1], vertical_alignment="center")
+        c1.text(row["name"])
+        c2.caption(paths.human_size(row["bytes"]))
+        if c3.button("Delete", icon=":material/delete:", key=f"delete-export-{row['name']}", width="stretch"):
+            export.delete_export(row["path"])
+            widgets.notice(widgets.safe_markdown(f"Deleted the export {row['name']} "
+                                                 f"({paths.human_size(row['bytes'])} freed)."))
+            st.rerun()
+
+
 if not runs:
     widgets.empty_state("No checkpoints yet: runs save one every save_every steps and at the end.",
                         "new_run", "Start a new run")
+    exports_list()
     st.stop()
 
 run_id = widgets.run_picker("Run", runs, key="checkpoints-run", default_id=st.query_params.get("run"))
@@ -69,3 +93,5 @@ with c2.container(border=True):
                            data=lambda: export.zip_folder(folder).read_bytes(),
                            file_name=f"{Path(folder).name}.zip", mime="application/zip", icon=":material/download:",
                            key=f"merged-{path}", on_click="ignore")
+
+exports_list()

@@ -3,7 +3,7 @@
 import streamlit as st
 
 from app import nav, state, widgets
-from cookbook_engine import sandbox
+from cookbook_engine import paths, sandbox
 
 st.title("Cookbook Studio")
 st.caption("Post-train language models with supervised fine-tuning, DPO and RL: on this machine's CPU with the "
@@ -146,3 +146,10 @@ def runs_overview() -> None:
 
 
 st.fragment(run_every=widgets.LIVE_REFRESH_S)(runs_overview)()
+
+usage = state.home_usage()
+parts = sorted(((name, size) for name, size in usage.items() if size >= 1_000_000), key=lambda item: -item[1])
+st.caption(f":material/hard_drive: Studio home {widgets.safe_markdown(str(paths.home()))}: "
+           f"{paths.human_size(sum(usage.values()))}" + (" (" + ", ".join(f"{widgets.safe_markdown(name)} "
+           f"{paths.human_size(size)}" for name, size in parts) + ")" if parts else "")
+           + ". Deleting a run frees its checkpoints and exports; the Checkpoints page lists exports.")

@@ -28,8 +28,11 @@ def runs_table() -> None:
                             "new_run", "Start a new run")
         return
     frame = widgets.runs_frame(runs, widgets.key_metric_values(store, runs))
-    event = st.dataframe(widgets.styled_runs(frame), key="runs-table", on_select="rerun", selection_mode="multi-row",
-                         hide_index=True, column_config=widgets.RUNS_COLUMN_CONFIG, width="stretch")
+    if st.session_state.get("runs-table-rows") != list(frame["run_id"]):  # rows moved: a selection would shift
+        st.session_state["runs-table-rows"] = list(frame["run_id"])
+        actions.clear_selection()
+    event = st.dataframe(widgets.styled_runs(frame), key=actions.runs_table_key(), on_select="rerun",
+                         selection_mode="multi-row", hide_index=True, column_config=widgets.RUNS_COLUMN_CONFIG, width="stretch")
     by_id = {r["run_id"]: r for r in runs}
     chosen = [by_id[frame.iloc[i]["run_id"]] for i in event.selection.rows if i < len(frame)]
     if not chosen:

@@ -26,6 +26,7 @@ from streamlit.testing.v1.local_script_runner import LocalScriptRunner
 from tinker import types
 
 from app.widgets import safe_markdown as literal  # how text a person typed or uploaded reaches markdown: escaped
+from app import conversation
 from cookbook_engine import chat, export, models, sandbox
 from cookbook_engine.config import SLConfig
 from cookbook_engine.run_logger import RunLogger
@@ -406,27 +407,61 @@ def test_failed_run_page_shows_its_error_and_traceback(studio_home):
     assert trace in [c.value for c in at.code]
 
 
-def test_runs_page_deletes_selected_runs_only_after_confirmation(form_run):
+def select_runs(at: AppTest, *run_ids: str) -> AppTest:
+    """Tick the runs' boxes in the runs table, as a click in the browser does."""
+    table = at.dataframe[0].value
+    rows = [int(table.index[table["run_id"] == run_id][0]) for run_id in run_ids]
+    key = f"runs-table-{at.session_state['runs-table-generation'] if 'runs-table-generation' in at.session_state else 0}"
+    at.session_state[key] = {"selection": {"rows": rows, "columns": [], "cells": []}}
+    return at.run()
+
+
+def run_with_files(studio_home: Path, run_id: str, name: str) -> list[Path]:
+    """A finished run with a run folder, two local checkpoint folders and an export of one; returns those paths."""
+    store = get_manager().store
+    log_dir = studio_home / "runs" / run_id
+    store.create_run(run_id, name=name, kind="sl", backend="local", base_model=models.DEFAULT_MODEL, config={},
+                     log_dir=log_dir, status="completed")
+    logger = RunLogger(store, run_id, log_dir)
+    folders = []
+    for step in (2, 4):
+        folder = studio_home / "checkpoints" / f"client-{run_id}" / "sampler_weights" / f"{step:06d}"
+        folder.mkdir(parents=True)
+        (folder / "adapter_model.safetensors").write_bytes(b"\0" * 600_000)
+        (folder / "adapter_config.json").write_text("{}")
+        logger.log_checkpoint(step=step, name=f"{step:06d}", kind="sampler", sampler_path=str(folder))
+        folders.append(folder)
+    return [log_dir, *folders, export.adapter_zip(folders[-1], name=name)]
+
+
+def test_runs_page_deletes_selected_runs_only_after_confirmation(form_run, studio_home):
     store = get_manager().store
     assert store.get_run("sl-compare-other") is not None  # made by the compare test
+    files = run_with_files(studio_home, "sl-with-files", "with-files")
 
-    def select_slower(at: AppTest) -> AppTest:
-        table = at.dataframe[0].value
-        row = int(table.index[table["run_id"] == "sl-compare-other"][0])
-        at.session_state["runs-table"] = {"selection": {"rows": [row], "columns": [], "cells": []}}
-        return at.run()
-
-    at = select_slower(open_page("runs"))
+    at = select_runs(open_page("runs"), "sl-compare-other")
     assert "Selected: slower" in shown_text(at)
     click(at, "Delete")
     assert "• slower (completed)" in shown_text(at)
     click(at, "Cancel")
     assert store.get_run("sl-compare-other") is not None
-    click(select_slower(at), "Delete")
+    click(select_runs(at, "sl-compare-other"), "Delete")
     click(at, "Delete 1 run")
     assert any("Deleted slower" in s.value for s in at.success)
     assert store.get_run("sl-compare-other") is None
     assert store.get_run(form_run["run_id"]) is not None
+    # the next run did not slide into the deleted one's place in the selection
+    assert "Select runs (the boxes on the left)" in shown_text(at) and by_label(at.button, "Delete").disabled
+
+    click(select_runs(at, "sl-with-files"), "Delete")
+    text = shown_text(at)
+    assert "run folder, 2 checkpoint folders, 1 export" in text and "freeing **1.2 MB**" in text, text
+    click(at, "Delete 1 run")
+    assert any(f"Deleted {literal('with-files')} (1.2 MB freed)" in s.value for s in at.success), shown_text(at)
+    assert not [path for path in files if path.exists()]
+    assert not (studio_home / "checkpoints" / "client-sl-with-files").exists()
+    assert store.get_run(form_run["run_id"]) is not None and all(
+        Path(c["sampler_path"]).exists() for c in store.list_checkpoints(form_run["run_id"]) if c["sampler_path"])
 
 
 # ---------------------------------------------------------------------------------------------- transcripts
@@ -504,6 +539,94 @@ def test_chat_replies_from_the_default_model_and_side_by_side(form_run):
     assert "\\<b\\>What\\</b\\> is the capital of Quorvania?" in users  # shown as text, never as HTML
     right_reply = messages[-1].markdown[0].value
     assert right_reply and right_reply != "(empty reply)"
+
+
+def interrupted_reply(text: str = "Name three colours.") -> conversation.Turn:
+    """A turn whose reply was cut off mid-generation (the page reran after its first chunk), as a send during a
+    reply leaves it: some text and tokens, not finished."""
+    target = chat.base_target()
+    turn = conversation.Turn(text, {"a": conversation.PaneReply(target)})
+    pieces = chat.stream_reply(target, [{"role": "user", "content": text}], chat.ChatParams(temperature=0.0,
+                               max_tokens=40), reply=turn.replies["a"].reply)
+    next(pieces)
+    pieces.close()
+    assert turn.replies["a"].reply.text and turn.replies["a"].reply.finish is None
+    return turn
+
+
+def test_chat_message_sent_during_a_reply_waits_and_the_reply_is_kept_whole(studio_home):
+    at = open_page("chat")
+    by_label(at.number_input, "Max tokens").set_value(40)
+    by_label(at.slider, "Temperature").set_value(0.0)
+    at.run()
+    turn = interrupted_reply()
+    partial = turn.replies["a"].reply.text
+    at.session_state["chat-history"] = [turn]
+    at.chat_input[0].set_value("And one more?").run()  # sent while the first reply was still being written
+    assert not at.exception, [e.value for e in at.exception]
+    replies = [m for m in at.chat_message if m.name == "assistant"]
+    assert len(replies) == 2
+    first = replies[0].markdown[0].value
+    assert first.startswith(literal(partial)) and len(first) > len(literal(partial))  # continued, not dropped
+    assert "no reply" not in shown_text(at)
+    history = at.session_state["chat-history"]
+    assert history[0].replies["a"].reply.finish in ("stop", "length")
+    seen = conversation.messages_for(history, "a", 1)
+    assert seen[1] == {"role": "assistant", "content": history[0].replies["a"].reply.text}  # in the second turn's context
+
+
+def test_chat_marks_replies_cut_at_max_tokens_and_stopped_ones(studio_home):
+    at = open_page("chat")
+    by_label(at.number_input, "Max tokens").set_value(3)
+    at.run()
+    at.chat_input[0].set_value("Tell me a long story.").run()
+    assert "cut at the max tokens limit" in at.chat_message[1].caption[0].value
+
+    turn = interrupted_reply()
+    at.session_state["chat-history"] = [turn]
+    conversation.stop(at.session_state["chat-history"])  # what the Stop button's callback does
+    at.run()
+    assert at.chat_message[1].markdown[0].value == literal(turn.replies["a"].reply.text)
+    assert "stopped by you" in at.chat_message[1].caption[0].value
+
+
+def test_chat_turns_edited_go_into_a_dataset_and_a_preference_into_a_dpo_dataset(form_run):
+    store = get_manager().store
+    at = open_page("chat")
+    by_label(at.number_input, "Max tokens").set_value(6)
+    at.run()
+    at.chat_input[0].set_value("What is the capital of Quorvania?").run()
+    at.session_state["chat-data-editor-a-1"] = {"edited_rows": {0: {"Reply": "Velmora."}}, "added_rows": [],
+                                                "deleted_rows": []}
+    at.run()
+    click(at, "Add 1 turn")
+    assert any(literal("Added 1 example to chat-examples (1 rows now)") in s.value for s in at.success), shown_text(at)
+    saved = next(d for d in store.list_datasets() if d["name"] == "chat-examples")
+    rows = [json.loads(line) for line in Path(saved["path"]).read_text().splitlines()]
+    assert rows == [{"messages": [{"role": "user", "content": "What is the capital of Quorvania?"},
+                                  {"role": "assistant", "content": "Velmora."}]}]
+
+    checkpoint = next(t for t in chat.list_targets() if t.run_id == form_run["run_id"] and t.kind == "checkpoint")
+    by_label(at.toggle, "Side by side").set_value(True).run()
+    by_label(at.selectbox, "Right model").set_value(checkpoint.key).run()
+    answers = {"a": "It is in the north.", "b": "Velmora is the capital of Quorvania."}
+    turn = conversation.Turn("Where is Velmora?", {pane: conversation.PaneReply(
+        chat.base_target() if pane == "a" else checkpoint, chat.Reply(text, finish="stop"))
+        for pane, text in answers.items()})
+    at.session_state["chat-history"] = [turn]
+    at.run()
+    prefer = [b for b in at.button if b.label == "Prefer this reply"]
+    assert len(prefer) == 2  # one under each reply
+    prefer[1].click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    pairs = next(d for d in store.list_datasets() if d["name"] == "chat-preferences")
+    assert pairs["kind"] == "preference" and pairs["num_rows"] == 1
+    from cookbook_engine import datasets
+
+    train, _ = datasets.load_preference_dataset(pairs["path"], test_fraction=0.0)
+    assert len(train) == 1 and train[0].prompt[-1]["content"] == "Where is Velmora?"
+    assert train[0].chosen[0]["content"] == answers["b"] and train[0].rejected[0]["content"] == answers["a"]
+    assert "preferred" in shown_text(at) and not [b for b in at.button if b.label == "Prefer this reply"]
 
 
 def test_chat_with_live_weights_of_a_run_before_its_first_save_then_stop_and_resume(studio_home):

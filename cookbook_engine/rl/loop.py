@@ -128,12 +128,20 @@ def transcript_rows(step: int, groups_P: list[RolloutGroup], advantages_P: list[
         for sample_idx, (rollout, advantage) in enumerate(zip(group.rollouts_G, advantages_G)):
             rows.append({
                 "step": step, "group_idx": group_idx, "sample_idx": sample_idx, "prompt": prompt,
-                "completion": tokenizer.decode(rollout.tokens, skip_special_tokens=False),
+                "completion": tokenizer.decode(_without_stop_token(rollout, tokenizer), skip_special_tokens=False),
                 "reward": rollout.reward, "advantage": advantage, "stop_reason": rollout.stop_reason,
                 "metrics": {**rollout.metrics, **rollout.logs, "group_dropped": dropped,
                             "tags": group.tags, **extra},
             })
     return rows
+
+
+def _without_stop_token(rollout, tokenizer) -> list[int]:
+    """The completion's tokens without the special token it stopped on (e.g. `<|im_end|>`): stop_reason says it."""
+    tokens = list(rollout.tokens)
+    if rollout.stop_reason == "stop" and tokens and tokens[-1] in set(tokenizer.all_special_ids):
+        tokens.pop()
+    return tokens
 
 
 def split_substeps(data_D: list, num_substeps: int) -> list[list]:
