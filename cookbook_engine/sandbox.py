@@ -587,6 +587,11 @@ class SandboxProcess:
         del self.lines[:newline + 1]
         return line
 
+    @property
+    def unread_stdout_bytes(self) -> int:
+        """How much stdout has arrived that read_line has not returned yet."""
+        return len(self.lines)
+
     def finish(self, stdin: bytes = b"") -> SandboxResult:
         """Give the program `stdin` and its end of input, wait for it to end (or kill it at the deadline) and
         return what happened. Calling it again returns the same result."""

@@ -326,8 +326,11 @@ class _Solution:
         try:
             return check_reply(parse_message(line), request["id"])
         except ProtocolError as error:
+            too_long = self.process.unread_stdout_bytes > MAX_LINE_BYTES
             reason = self.stop()
-            return _error_reply(request["id"], f"{reason or error}" if reason else f"no valid reply: {error}")
+            if line is not None or too_long:
+                reason = f"a reply over {MAX_LINE_BYTES} bytes" if too_long else f"a malformed reply: {error}"
+            return _error_reply(request["id"], reason or str(error))
 
     def stop(self) -> str | None:
         """End the current process; returns why it ended (None when none was running)."""
