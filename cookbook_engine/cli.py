@@ -4,6 +4,8 @@
     cookbook dpo dataset=builtin:concise-prefs dpo_beta=0.1
     cookbook rl  env=arithmetic group_size=4 groups_per_batch=8
     cookbook runs [--json]          cookbook resume RUN_ID          cookbook cancel RUN_ID
+    cookbook eval models=base,RUN_ID[@STEP] evals=builtin:facts-probes,file.jsonl [max_examples=N]
+    cookbook evals                  (list evaluations; see cookbook_engine/evals/commands.py)
     cookbook studio [--port 8501] [--address 127.0.0.1]
 
 `--dry-run` validates everything (settings, model, renderer, data) and prints the resolved config without
@@ -217,7 +219,12 @@ def _dispatch(argv: list[str]) -> int:
         return resume_run(rest[0]) if command == "resume" else cancel_run(rest[0])
     if command == "studio":
         return studio(rest)
-    return _bad_input(f"unknown command {command!r}; commands: sl, dpo, rl, runs, resume, cancel, studio")
+    if command in ("eval", "evals"):
+        from cookbook_engine.evals import commands
+
+        return commands.eval_command(rest) if command == "eval" else commands.list_evals()
+    return _bad_input(f"unknown command {command!r}; commands: sl, dpo, rl, runs, resume, cancel, studio, eval, "
+                      "evals")
 
 
 if __name__ == "__main__":

@@ -93,8 +93,102 @@ CREATE TABLE datasets (
 );
 """
 
+# Evaluations (cookbook_engine/evals): a job evaluates models x eval sets; each (model, set) pair has one result row,
+# its metrics (value, n, 95% interval) and one row per example. result_key identifies what decides a result
+# (model identity, eval set fingerprint, settings), so an identical pair is copied from an earlier job. Sweeps train
+# several configurations in turn (sweep_members) and evaluate each.
+_EVALS_AND_SWEEPS = """
+CREATE TABLE eval_jobs (
+    eval_id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    status TEXT NOT NULL,
+    models TEXT NOT NULL,
+    eval_sets TEXT NOT NULL,
+    settings TEXT NOT NULL,
+    created_at TIMESTAMP NOT NULL,
+    started_at TIMESTAMP,
+    finished_at TIMESTAMP,
+    updated_at TIMESTAMP NOT NULL,
+    done INTEGER NOT NULL,
+    total INTEGER,
+    error TEXT,
+    owner_pid INTEGER,
+    sweep_id TEXT
+);
+
+CREATE TABLE eval_results (
+    eval_id TEXT NOT NULL,
+    model TEXT NOT NULL,
+    eval_set TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    result_key TEXT NOT NULL,
+    model_spec TEXT NOT NULL,
+    model_path TEXT,
+    run_id TEXT,
+    step INTEGER,
+    seconds DOUBLE,
+    reused_from TEXT,
+    created_at TIMESTAMP NOT NULL,
+    PRIMARY KEY (eval_id, model, eval_set)
+);
+
+CREATE TABLE eval_metrics (
+    eval_id TEXT NOT NULL,
+    model TEXT NOT NULL,
+    eval_set TEXT NOT NULL,
+    metric TEXT NOT NULL,
+    value DOUBLE,
+    n INTEGER NOT NULL,
+    low DOUBLE,
+    high DOUBLE,
+    details TEXT NOT NULL,
+    PRIMARY KEY (eval_id, model, eval_set, metric)
+);
+
+CREATE TABLE eval_examples (
+    eval_id TEXT NOT NULL,
+    model TEXT NOT NULL,
+    eval_set TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    prompt TEXT,
+    reference TEXT,
+    output TEXT,
+    score DOUBLE,
+    correct BOOLEAN,
+    parsed TEXT,
+    details TEXT NOT NULL,
+    PRIMARY KEY (eval_id, model, eval_set, idx)
+);
+
+CREATE TABLE sweeps (
+    sweep_id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    status TEXT NOT NULL,
+    spec TEXT NOT NULL,
+    created_at TIMESTAMP NOT NULL,
+    updated_at TIMESTAMP NOT NULL,
+    finished_at TIMESTAMP,
+    error TEXT,
+    owner_pid INTEGER
+);
+
+CREATE TABLE sweep_members (
+    sweep_id TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    settings TEXT NOT NULL,
+    config TEXT NOT NULL,
+    status TEXT NOT NULL,
+    run_id TEXT,
+    eval_id TEXT,
+    error TEXT,
+    PRIMARY KEY (sweep_id, idx)
+);
+"""
+
 MIGRATIONS: list[str] = [
     _INITIAL_SCHEMA,
+    _EVALS_AND_SWEEPS,
 ]
 
 RUN_COLUMNS = (

@@ -1,0 +1,106 @@
+"""The `cookbook eval`, `cookbook evals` and `cookbook sweep` commands (cli.py dispatches here).
+
+    cookbook eval models=base,RUN_ID@20 evals=builtin:facts-probes max_examples=20 [--json]
+    cookbook evals                      (list evaluation jobs)
+    cookbook sweep FILE [--dry-run]     (train each configuration in turn, evaluate each, print one table)
+
+Bad input exits with code 2 and a one-line reason; an evaluation that fails exits 1. Ctrl-C cancels.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from cookbook_engine.cli import _bad_input
+
+
+def _input_errors() -> tuple[type[BaseException], ...]:
+    from cookbook_engine.datasets import DatasetError
+    from cookbook_engine.evals.jobs import EvalRequestError
+    from cookbook_engine.evals.sets import EvalSetError
+    from cookbook_engine.evals.targets import TargetError
+    from cookbook_engine.models import ModelError
+
+    return EvalRequestError, EvalSetError, TargetError, DatasetError, ModelError, FileNotFoundError
+
+
+def eval_command(args: list[str]) -> int:
+    from cookbook_engine.evals import jobs
+
+    as_json = "--json" in args
+    args = [a for a in args if a != "--json"]
+    try:
+        prepared = jobs.prepare(jobs.parse_request(args))
+    except _input_errors() as exc:
+        return _bad_input(str(exc).splitlines()[0])
+    manager = jobs.get_eval_manager()
+    notes: list[str] = []
+    eval_id = manager.start(prepared, echo=notes.append)
+    print(f"evaluation {eval_id}: {len(prepared.targets)} models x {len(prepared.sets)} eval sets, "
+          f"{prepared.total_examples} examples", file=sys.stderr)
+    job = follow(manager, eval_id, notes)
+    print_results([eval_id], as_json)
+    if job["status"] != "completed":
+        print(f"evaluation {eval_id}: {job['status']}" + (f" ({job['error']})" if job.get("error") else ""),
+              file=sys.stderr)
+    return 0 if job["status"] in ("completed", "cancelled") else 1
+
+
+def follow(manager, eval_id: str, notes: list[str]) -> dict:
+    """Print notes and a progress bar until the job ends; Ctrl-C cancels it."""
+    from tqdm import tqdm
+
+    job = manager.store.get_job(eval_id)
+    bar = tqdm(total=job["total"], unit="ex", dynamic_ncols=True, file=sys.stderr)
+    try:
+        while manager.is_alive(eval_id):
+            _drain(notes, bar)
+            bar.n = manager._jobs[eval_id].done
+            bar.refresh()
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        bar.write("cancelling the evaluation...", file=sys.stderr)
+        manager.cancel(eval_id)
+    job = manager.wait(eval_id)
+    bar.n = job["done"]
+    bar.close()
+    _drain(notes, None)
+    return job
+
+
+def _drain(notes: list[str], bar) -> None:
+    while notes:
+        line = notes.pop(0)
+        bar.write(line, file=sys.stderr) if bar is not None else print(line, file=sys.stderr)
+
+
+def print_results(eval_ids: list[str], as_json: bool) -> None:
+    from cookbook_engine.evals import report
+    from storage.evals import EvalStore
+
+    store = EvalStore()
+    metrics = store.metrics(eval_ids)
+    kinds = {row["eval_set"]: row["kind"] for row in store.results(eval_ids)}
+    if as_json:
+        print(json.dumps(metrics.drop(columns=["eval_id"]).to_dict(orient="records"), indent=2, default=str))
+    else:
+        print(report.print_leaderboard(metrics, kinds))
+
+
+def list_evals() -> int:
+    from storage.evals import EvalStore
+
+    store = EvalStore()
+    store.mark_orphans_interrupted()
+    jobs = store.list_jobs()
+    if not jobs:
+        print("no evaluations yet: try `cookbook eval models=base evals=builtin:facts-probes`")
+        return 0
+    print(f"{'evaluation':30} {'status':11} {'done':>11}  models / eval sets")
+    for job in jobs:
+        done = f"{job['done']}/{job['total'] or '?'}"
+        print(f"{job['eval_id']:30} {job['status']:11} {done:>11}  {','.join(job['models'])} / "
+              f"{','.join(job['eval_sets'])}")
+    return 0
