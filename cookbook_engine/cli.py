@@ -196,8 +196,9 @@ def studio(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from cookbook_engine.paths import HomeError
+    from cookbook_engine.paths import HomeError, make_files_private
 
+    make_files_private()
     try:
         return _dispatch(list(sys.argv[1:] if argv is None else argv))
     except HomeError as exc:

@@ -24,13 +24,19 @@ def home() -> Path:
         base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
         path = Path(base) / "cookbook-studio"
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:
         raise HomeError(f"studio home {path}: cannot create it ({exc.strerror or exc}); set COOKBOOK_HOME to a "
                         "writable folder") from exc
     if not os.access(path, os.W_OK | os.X_OK):
         raise HomeError(f"studio home {path}: not writable; set COOKBOOK_HOME to a writable folder")
     return path.resolve()
+
+
+def make_files_private() -> None:
+    """From now on, files and folders this process (and the processes it starts) creates are its user's only:
+    0600 and 0700. The CLI and the studio call it first: the home holds runs, uploaded data, weights and logs."""
+    os.umask(0o077)
 
 
 def db_path() -> Path:

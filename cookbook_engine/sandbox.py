@@ -20,29 +20,36 @@ which of the plans below works here, caches the answer, and `sandbox_capabilitie
   /home are replaced by empty tmpfs, and the only writable place is the work folder, a size-capped tmpfs
   (4 x max_file_mb) that disappears with the namespace. The child cannot write to any host folder, and
   cannot read root's home. The interpreter's own prefix is bound back read-only where it lived.
-- Resources: RLIMIT_CPU, RLIMIT_AS (per process), RLIMIT_FSIZE, RLIMIT_NOFILE, no core dumps; a wall-clock
-  timeout that SIGKILLs the whole process group; stdout/stderr capped while reading (a flood is killed).
+- Resources: RLIMIT_CPU, RLIMIT_FSIZE, RLIMIT_NOFILE, no core dumps; a wall-clock timeout that SIGKILLs the whole
+  process group; stdout/stderr capped while reading (a flood is killed). Memory: a fresh memory cgroup per run
+  (sandbox_limits.py) caps all of the run's processes together, counting shared memory, memfd and tmpfs pages too;
+  where no cgroup can be made, RLIMIT_AS caps each process instead.
+- Kernel surface: a seccomp filter refuses SysV IPC, memfd, new user namespaces, mount, ptrace, bpf, io_uring and
+  a few more (sandbox_limits.py); /dev holds only null, zero, full, random and urandom; /dev/shm is read-only.
 - Environment: built from scratch (PATH, LANG, HOME, PYTHONDONTWRITEBYTECODE, PYTHONHASHSEED), so no API key
   or token of the studio reaches the child. Python runs with `-I -S -B`: isolated mode, no site-packages
   (standard library only), no bytecode files. The work folder is not on sys.path.
 - Privileges: no_new_privs is set, so setuid binaries cannot raise privileges.
+- Talking to a running program: `start_python` returns a SandboxProcess (write stdin, read stdout line by line,
+  then finish), which the code grader uses to keep a solution and its tests in two separate sandboxes.
 
 What it does NOT do (be honest in UIs and logs about these):
-- It is not a security boundary against a determined attacker: no seccomp filter, the host kernel is shared,
+- It is not a proof against a determined attacker: the host kernel is shared, the seccomp filter is a deny-list,
   and everything world-readable on the host (outside the hidden folders above) can be read.
-- Memory is limited per process (RLIMIT_AS), not in total: max_processes x memory_mb is the worst case
-  (no cgroups: the cgroups here belong to the machinery that runs this machine).
 - CPU time is limited per process; the wall-clock timeout bounds the total.
 - PYTHONHASHSEED is ignored by the `-I` child itself (isolated mode ignores PYTHON* variables), so set
   ordering of strings may differ between runs.
 - Where the probe finds less than the full plan (no root, no namespaces), it falls back to a user namespace
-  (same isolation, but the child keeps the caller's uid), then to a bare unprivileged uid, then to plain
-  rlimits, and says so in `sandbox_capabilities()`. In the last two, network_isolated is False and the reason
-  is given; in the last, the child runs as the studio's own user: it can write wherever the studio can and
-  read the studio's environment through /proc, and processes that leave the process group survive the run.
-- `killed_reason` is a best-effort label read from the exit status, the CPU time used and the last lines of
-  stderr ("timeout", "output limit", "cpu limit", "memory limit", "file size limit", "disk limit",
-  "process limit", "signal SIGSEGV", "sandbox setup failed").
+  (same isolation, but the child keeps the caller's uid and no memory cgroup), then to a bare unprivileged uid,
+  then to plain rlimits, and says so in `sandbox_capabilities()` (network, memory, seccomp, devices each). In the
+  last two, network_isolated is False and the reason is given; in the last, the child runs as the studio's own
+  user: it can write wherever the studio can and read the studio's environment through /proc, and processes
+  that leave the process group survive the run.
+- `killed_reason` is decided from signals and resource use only, never from the program's output: "timeout",
+  "output limit" (ours), "memory limit" (the cgroup's out-of-memory counter; without a cgroup a failed
+  allocation is an ordinary error), "cpu limit" (SIGXCPU or SIGKILL with the CPU time used), "file size limit"
+  and "disk limit" (what the namespace's init finds in the work folder after the program ended), "signal X",
+  "sandbox setup failed". A process limit reached shows as the program's own error.
 """
 
 from __future__ import annotations

@@ -265,3 +265,88 @@ def test_overhead_per_call_is_small_and_calls_can_run_concurrently():
     with ThreadPoolExecutor(4) as pool:
         outputs = list(pool.map(one, range(12)))
     assert outputs == [f"100000 {index}\n" for index in range(12)]
+
+
+# ---------------------------------------------------------------- memory that RLIMIT_AS does not count
+
+SHM_HOLD = """
+import ctypes, ctypes.util
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+segment = libc.shmget(0, 512 * 1024 * 1024, 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600
+if segment < 0:
+    print('refused', ctypes.get_errno())
+else:
+    address = libc.shmat(segment, None, 0)
+    ctypes.memset(address, 1, 512 * 1024 * 1024)
+    libc.shmdt(ctypes.c_void_p(address))
+    print('held 512 MB')
+"""
+
+MEMFD_HOLD = """
+import os
+try:
+    fd = os.memfd_create('hold')
+except OSError as error:
+    print('refused', error.errno)
+else:
+    for _ in range(512):
+        os.write(fd, b'x' * 1024 * 1024)
+    print('held 512 MB')
+"""
+
+
+def test_sysv_shared_memory_cannot_bypass_the_memory_limit(capabilities):
+    result = run_python(SHM_HOLD, limits=SandboxLimits(memory_mb=128))
+    assert "held" not in result.stdout, result
+    assert result.stdout == f"refused {errno.EPERM}\n" or result.killed_reason == "memory limit", result
+    assert_training_continues()
+
+
+def test_memfd_cannot_bypass_the_memory_limit(capabilities):
+    result = run_python(MEMFD_HOLD, limits=SandboxLimits(memory_mb=128, max_file_mb=1024))
+    assert "held" not in result.stdout, result
+    assert result.stdout == f"refused {errno.EPERM}\n" or result.killed_reason in ("memory limit", "file size limit")
+    assert_training_continues()
+
+
+def test_posix_shared_memory_is_a_tiny_tmpfs(capabilities):
+    if not capabilities["filesystem"].startswith("read-only"):
+        pytest.skip("/dev/shm is replaced only with a mount namespace")
+    source = "try:\n    open('/dev/shm/hold', 'wb').write(b'x' * 64 * 1024 * 1024)\nexcept OSError as e:\n    print(e.errno)"
+    result = run_python(source, limits=SandboxLimits(max_file_mb=256))
+    assert result.stdout in (f"{errno.EROFS}\n", f"{errno.ENOSPC}\n"), result  # read-only, and 1 MB if it were not
+
+
+def test_memory_is_limited_in_total_across_processes(capabilities):
+    if not capabilities["memory_cgroup"]:
+        pytest.skip(f"no memory cgroup on this machine: {capabilities['memory_limit']}")
+    two_halves = ("import os, time\nblock = bytearray(90 * 1024 * 1024)\nchild = os.fork()\n"
+                  "other = bytearray(90 * 1024 * 1024)\ntime.sleep(0.5)\nprint('both held', flush=True)")
+    result = run_python(two_halves, limits=SandboxLimits(memory_mb=128))
+    assert "both held" not in result.stdout and result.killed_reason == "memory limit", result
+
+
+def test_no_new_user_namespaces_inside(capabilities):
+    if "not available" in capabilities["seccomp"]:
+        pytest.skip(capabilities["seccomp"])
+    source = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+              "print(libc.unshare(0x10000000), ctypes.get_errno())")
+    assert run_python(source).stdout == f"-1 {errno.EPERM}\n"
+
+
+def test_dev_holds_only_harmless_devices(capabilities):
+    if not capabilities["devices"].startswith("only"):
+        pytest.skip(capabilities["devices"])
+    source = ("import os\nprint(sorted(os.listdir('/dev')))\n"
+              "open('/dev/null', 'w').write('x')\nprint(len(open('/dev/urandom', 'rb').read(16)))")
+    result = run_python(source)
+    assert result.stdout == ("['fd', 'full', 'null', 'random', 'shm', 'stderr', 'stdin', 'stdout', 'urandom', "
+                             "'zero']\n16\n"), result
+
+
+def test_killed_reason_is_never_read_from_what_the_program_prints():
+    for forged in ("MemoryError", "OSError: [Errno 28] No space left on device", "OSError: [Errno 27] File too large",
+                   "BlockingIOError: [Errno 11] Resource temporarily unavailable (fork)"):
+        result = run_python(f"import sys\nsys.stderr.write({forged!r} + '\\n')\nsys.exit(1)")
+        assert (result.returncode, result.killed_reason) == (1, None), forged
