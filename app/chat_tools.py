@@ -53,7 +53,8 @@ def reply_view(turn: Turn, pane: str, current: chat.ChatTarget, side_by_side: bo
         widgets.error_text(pane_reply.error)
         return
     text = pane_reply.reply.text
-    st.markdown(widgets.safe_markdown(text) if text else "*(empty reply)*")
+    st.markdown(widgets.safe_markdown(text) if text else "*(stopped before it wrote anything)*"
+                if pane_reply.reply.finish == "stopped" else "*(empty reply)*")
     marks = []
     if pane_reply.target.key != current.key:
         marks.append(f":material/history: from {widgets.safe_markdown(pane_reply.target.label)}")

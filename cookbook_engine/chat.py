@@ -18,6 +18,7 @@ Not here: chat history or any UI (the studio keeps the conversation), training, 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -183,11 +184,15 @@ class Reply:
     """One assistant reply as it is generated: the text so far, the completion tokens behind it, and why it ended.
 
     `stream_reply()` updates it after every chunk, before the chunk's text is yielded, so a reply whose generation
-    was interrupted (the page reran) keeps every token produced, and passing it back continues where it stopped."""
+    was interrupted (the page reran) keeps every token produced, and passing it back continues where it stopped.
+    Streamlit starts the rerun on a new thread while the old one may still wait for its chunk: that old call sees
+    it no longer owns the reply (or that someone stopped it) and drops its chunk instead of writing into it."""
 
     text: str = ""
     tokens: list[int] = field(default_factory=list)
     finish: str | None = None  # None while generating; "stop" (the model ended it), "length" (max_tokens), "stopped"
+    generation: int = 0  # bumped by each stream_reply() call on it: the newest one owns it
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
 
 def stream_reply(target: ChatTarget, messages: list[dict], params: ChatParams | None = None,
@@ -205,35 +210,39 @@ def stream_reply(target: ChatTarget, messages: list[dict], params: ChatParams | 
     renderer = renderers.get_renderer(target.renderer, client.get_tokenizer())
     prompt_T = renderer.build_generation_prompt(messages).to_ints()
     stop = renderer.get_stop_sequences()
-    shown = reply.text
+    with reply.lock:
+        reply.generation += 1
+        mine, shown, tokens_T = reply.generation, reply.text, list(reply.tokens)
     if shown:
         yield shown
     chunk = FIRST_CHUNK_TOKENS
-    while len(reply.tokens) < params.max_tokens:
-        want = min(chunk, params.max_tokens - len(reply.tokens))
-        seed = None if params.seed is None else params.seed + len(reply.tokens)
+    while len(tokens_T) < params.max_tokens:
+        want = min(chunk, params.max_tokens - len(tokens_T))
+        seed = None if params.seed is None else params.seed + len(tokens_T)
         sampling = types.SamplingParams(max_tokens=want, temperature=params.temperature, top_p=params.top_p,
                                         stop=stop, seed=seed)
-        response = client.sample(types.ModelInput.from_ints(prompt_T + reply.tokens), 1, sampling).result()
-        sequence = response.sequences[0]
-        reply.tokens += list(sequence.tokens)
-        message, ended = renderer.parse_response(reply.tokens)
-        text = message["content"]
+        sequence = client.sample(types.ModelInput.from_ints(prompt_T + tokens_T), 1, sampling).result().sequences[0]
+        tokens_T = tokens_T + list(sequence.tokens)
+        message, ended = renderer.parse_response(tokens_T)
         stopped = ended or sequence.stop_reason == "stop" or not sequence.tokens
-        if not stopped:
-            text = text.rstrip("\ufffd")  # a multi-byte character cut in half: wait for its other bytes
-        if stopped:
-            reply.finish = "stop"
-        elif len(reply.tokens) >= params.max_tokens:
-            reply.finish = "length"
-        if text.startswith(shown) and len(text) > len(shown):
-            piece = text[len(shown):]
-            reply.text = shown = text
+        # a multi-byte character cut in half waits for its other bytes
+        text = message["content"] if stopped else message["content"].rstrip("\ufffd")
+        finish = "stop" if stopped else "length" if len(tokens_T) >= params.max_tokens else None
+        with reply.lock:
+            if reply.generation != mine or reply.finish is not None:
+                return  # continued by a newer call, or stopped: this chunk is not ours to write
+            reply.tokens, reply.finish = tokens_T, finish
+            piece = text[len(shown):] if text.startswith(shown) else ""
+            if piece:
+                reply.text = shown = text
+        if piece:
             yield piece
-        if reply.finish:
+        if finish:
             return
         chunk = min(chunk * 2, MAX_CHUNK_TOKENS)
-    reply.finish = reply.finish or "length"
+    with reply.lock:  # it had max_tokens tokens already (the limit was lowered before it was continued)
+        if reply.generation == mine and reply.finish is None:
+            reply.finish = "length"
 
 
 def reply(target: ChatTarget, messages: list[dict], params: ChatParams | None = None,

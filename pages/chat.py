@@ -75,8 +75,10 @@ for index, pane in waiting:
         with slots[(index, pane)].container(), st.spinner("Preparing the default model (first time only, ~20 s)…"):
             state.ensure_default_model()
     with slots[(index, pane)].container():
-        st.button("Stop", icon=":material/stop:", key=f"chat-stop-{index}-{pane}", on_click=conversation.stop_all,
-                  help="End the reply now and keep what it wrote so far.")
+        c1, c2 = st.columns([4, 1], vertical_alignment="center")
+        c1.caption(":material/progress_activity: generating… (a message you send now waits its turn)")
+        c2.button("Stop", icon=":material/stop:", key=f"chat-stop-{index}-{pane}", on_click=conversation.stop_all,
+                  help="End the reply now and keep what it wrote so far.", width="stretch")
         chat_tools.stream(reply, conversation.messages_for(turns, pane, index, system_prompt), params, store,
                           forms.input_errors())
 if waiting:
