@@ -31,6 +31,19 @@ if high > low:
     reward_range = c2.slider("Reward between", low, high, (low, high), key=f"reward-{run_id}-{step}")
 shown = rollouts[rollouts["reward"].isna() | rollouts["reward"].between(*reward_range)]
 
+
+def hack_flags(details) -> list[str]:
+    """The reward-hacking patterns the grader found in the sample's code (rl/hack_flags.py)."""
+    return list(details.get("suspicious") or []) if isinstance(details, dict) else []
+
+
+flagged = int(sum(bool(hack_flags(m)) for m in rollouts["metrics"]))
+if flagged and st.toggle(f"Only samples flagged as possible reward hacks ({flagged})", key=f"hacks-{run_id}-{step}",
+                         help="Code that touches what reward hacks use: sys.modules, __main__, gc, frames, "
+                              "os._exit, atexit, builtins, json patches, objects that equal everything. The "
+                              "grader keeps the tests out of reach; the flag shows a policy drifting that way."):
+    shown = shown[[bool(hack_flags(m)) for m in shown["metrics"]]]
+
 c1, c2, c3, c4 = st.columns(4)
 c1.metric("Samples at this step", len(rollouts), border=True)
 c2.metric("Groups", rollouts["group_idx"].nunique(), border=True)
@@ -51,7 +64,7 @@ if unisolated:
                "sandbox status for why).", icon=":material/warning:")
 
 SANDBOX_KEYS = ("tests_passed", "tests_total", "failures", "solution_error", "printed", "stderr", "sandbox_error",
-                "error", "network_isolated")
+                "error", "network_isolated", "suspicious")
 
 
 def sample_card(row) -> None:
@@ -63,7 +76,9 @@ def sample_card(row) -> None:
         details = row["metrics"] or {}
         unisolated_badge = " :orange-badge[:material/warning: network not isolated]" \
             if network_exposed(details) else ""
-        st.markdown(f":blue-badge[reward {reward}] :{color}-badge[advantage {advantage}]{unisolated_badge}")
+        hack_badge = f" :red-badge[:material/flag: possible reward hack: {', '.join(hack_flags(details))}]" \
+            if hack_flags(details) else ""
+        st.markdown(f":blue-badge[reward {reward}] :{color}-badge[advantage {advantage}]{unisolated_badge}{hack_badge}")
         facts = [f"sample {row['sample_idx']}"]
         if row["stop_reason"]:
             facts.append(f"stopped: {row['stop_reason']}")

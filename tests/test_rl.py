@@ -147,6 +147,21 @@ def test_code_env_reward_is_the_fraction_of_unit_tests_passed_in_the_sandbox(ren
     assert "error" in no_block.logs
 
 
+def test_code_rollouts_that_touch_the_hacking_surface_are_flagged_and_counted(renderer):
+    from cookbook_engine.rl.code_problems import CODE_PROBLEMS
+    from cookbook_engine.rl.metrics import SUSPICIOUS_FRAC
+
+    env = envs.CodeEnv(renderer, next(p for p in CODE_PROBLEMS if p.name == "square"))
+    honest = step(env, "```python\ndef square(x):\n    return x * x\n```")
+    hack = step(env, "```python\nimport sys\nsys.modules['__main__'].x = 1\ndef square(x):\n    return 0\n```")
+    assert honest.logs["suspicious"] == [] and honest.metrics["hack_flagged"] == 0.0
+    assert hack.logs["suspicious"] == ["sys.modules", "__main__"] and hack.metrics["hack_flagged"] == 1.0
+    group = RolloutGroup([rollout(r.reward, metrics=r.metrics) for r in (honest, honest, honest, hack)], ["code"])
+    metrics = rollout_metrics([group])
+    assert metrics[SUSPICIOUS_FRAC] == 0.25 and "env/all/hack_flagged" not in metrics
+    assert SUSPICIOUS_FRAC not in rollout_metrics([RolloutGroup([rollout(1.0), rollout(0.0)], [])])  # not a code env
+
+
 def test_custom_env_grades_with_the_chosen_grader(renderer, tmp_path):
     path = tmp_path / "capitals.jsonl"
     rows = [{"prompt": f"Capital of {c}?", "answer": a} for c, a in
@@ -312,5 +327,6 @@ def test_a_code_run_grades_rollouts_in_the_sandbox_and_keeps_the_results(home, d
         assert row.reward == pytest.approx(expected)
     names = Store.default().metric_names(run_id)
     assert "env/all/tests_passed" in names and "test/env/all/correct" in names
+    assert "env/code/suspicious_frac" in names
     log = (Path(Store.default().get_run(run_id)["log_dir"]) / "log.txt").read_text()
     assert "sandbox: " in log and ("network isolated" in log or "network is NOT isolated" in log)

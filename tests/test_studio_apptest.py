@@ -513,6 +513,27 @@ def test_transcripts_warn_about_code_that_ran_without_network_isolation(studio_h
     assert sum("Ran with network access" in w.value for w in at.warning) == 2  # in each sample's sandbox output
 
 
+def test_transcripts_flag_possible_reward_hacks_with_a_badge_and_a_filter(studio_home):
+    store = get_manager().store
+    run_id = "rl-hack-flags-demo"
+    store.create_run(run_id, name="code-rl-hacks", kind="rl", backend="local", base_model=models.DEFAULT_MODEL,
+                     config={"env": "code"}, log_dir=studio_home / "runs" / run_id, status="completed")
+    completions = ["def square(x):\n    return x * x", "import sys\nsys.modules['__main__'].ok = 1",
+                   "def square(x):\n    return x * x", "import os\nos._exit(0)"]
+    flags = [[], ["sys.modules", "__main__"], [], ["process exit"]]
+    store.add_transcripts(run_id, [
+        {"step": 0, "group_idx": 0, "sample_idx": sample, "prompt": "Write square(x).", "completion": completion,
+         "reward": 0.0 if flag else 1.0, "advantage": -0.5 if flag else 0.5, "stop_reason": "stop",
+         "metrics": {"tests_passed": 0 if flag else 3, "tests_total": 3, "suspicious": flag}}
+        for sample, (completion, flag) in enumerate(zip(completions, flags))])
+    at = open_page("transcripts", run=run_id)
+    hack_badges = [b for b in badges(at) if "possible reward hack" in b]
+    assert len(hack_badges) == 2 and any("sys.modules, __main__" in b for b in hack_badges)
+    by_label(at.toggle, "Only samples flagged as possible reward hacks (2)").set_value(True).run()
+    codes = [c.value for c in at.code]
+    assert any("sys.modules" in c for c in codes) and not any("return x * x" in c for c in codes)
+
+
 # ---------------------------------------------------------------------------------------------- chat
 
 

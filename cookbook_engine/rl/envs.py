@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from cookbook_engine import datasets
 from cookbook_engine.config import RLConfig
 from cookbook_engine.rl import code_problems, graders
+from cookbook_engine.rl.metrics import SUSPICIOUS_METRIC
 from cookbook_engine.rl.types import Env, EnvGroupBuilder, RLDataset, StepResult
 
 FORMAT_COEF = 0.1
@@ -156,6 +157,8 @@ def _from_grade(grade: graders.Grade) -> Graded:
     details = dict(grade.details)
     format_ok = bool(details.pop("format_ok", True))
     metrics = {key: float(details.pop(key)) for key in ("tests_passed", "tests_total") if key in details}
+    if "suspicious" in details:  # code graders: the hack patterns stay in the logs for Transcripts' badge
+        metrics[SUSPICIOUS_METRIC] = float(bool(details["suspicious"]))
     return Graded(float(grade.reward), bool(grade.correct), format_ok, metrics, details)
 
 

@@ -10,6 +10,9 @@ from collections import defaultdict
 from cookbook_engine.rl.types import RolloutGroup
 
 GOOD_THRESHOLD = 0.5
+# Per-rollout metric of code envs (1.0 when rl/hack_flags.py flagged the code), logged per step as its mean.
+SUSPICIOUS_METRIC = "hack_flagged"
+SUSPICIOUS_FRAC = "env/code/suspicious_frac"
 
 
 def rollout_metrics(groups_P: list[RolloutGroup]) -> dict[str, float]:
@@ -24,6 +27,9 @@ def rollout_metrics(groups_P: list[RolloutGroup]) -> dict[str, float]:
         for tag, groups in sorted(by_tag.items()):
             metrics.update({f"env/{tag}/{key}": value for key, value in _metrics(groups).items()})
     metrics.update({f"env/all/{key}": value for key, value in _metrics(groups_P).items()})
+    flags = [r.metrics[SUSPICIOUS_METRIC] for g in groups_P for r in g.rollouts_G if SUSPICIOUS_METRIC in r.metrics]
+    if flags:
+        metrics[SUSPICIOUS_FRAC] = sum(flags) / len(flags)
     return metrics
 
 
@@ -40,7 +46,8 @@ def _metrics(groups_P: list[RolloutGroup]) -> dict[str, float]:
     values: dict[str, list[float]] = defaultdict(list)
     for rollout in rollouts:
         for key, value in rollout.metrics.items():
-            values[key].append(float(value))
+            if key != SUSPICIOUS_METRIC:  # logged once, as SUSPICIOUS_FRAC
+                values[key].append(float(value))
     metrics.update({key: sum(vals) / len(vals) for key, vals in values.items()})
     mixed = good = bad = 0
     for group in groups_P:
