@@ -13,7 +13,8 @@ cached. Each step sends the batch's chosen and rejected datums interleaved to `f
     loss = mean over pairs of -log sigmoid(beta * ((pi_c - ref_c) - (pi_r - ref_r)))
 
 where pi and ref are sums of token log-probs over the scored tokens; metrics dpo_loss, accuracy (share of pairs with
-(pi_c - ref_c) > (pi_r - ref_r); a tie counts half, so it starts at 0.5 when the policy is the reference), margin,
+(pi_c - ref_c) > (pi_r - ref_r) by more than TIE_TOLERANCE: strict, as TRL and tinker-cookbook count it), ties (share
+within TIE_TOLERANCE: all of them at the start, when the policy is the reference, so accuracy starts at 0), margin,
 chosen_reward and rejected_reward (beta times the log-ratios), and test/ versions on held-out pairs every
 `eval_every` steps (through `forward`, no gradient). Checkpoints and resume work as in supervised.py.
 """
@@ -38,8 +39,9 @@ from cookbook_engine.train_common import (adam_params, datum_from_tokens, fit_le
 # suggested (SL) rate. For the default model: 1e-3 * 0.2 = 2e-4.
 DPO_LR_SCALE = 0.2
 EVAL_BATCH_PAIRS = 16
-# A pair whose log-ratios differ by less than this (nats) is a tie and counts half in `accuracy`: before training the
-# policy is the reference, and rounding alone must not decide which side it "prefers".
+# A pair whose log-ratios differ by no more than this (nats) is a tie, counted in `ties` and not in `accuracy`: before
+# training the policy is the reference, and rounding alone must not decide which side it "prefers". The evaluators
+# (evals/evaluators.py) count preference accuracy the same way.
 TIE_TOLERANCE = 1e-3
 
 
@@ -131,10 +133,12 @@ def dpo_loss(chosen_P: torch.Tensor, rejected_P: torch.Tensor, chosen_ref_P: tor
     chosen_reward_P = beta * chosen_ratio_P.detach()
     rejected_reward_P = beta * rejected_ratio_P.detach()
     difference_P = chosen_ratio_P.detach() - rejected_ratio_P.detach()
-    right_P = (difference_P > TIE_TOLERANCE).float() + 0.5 * (difference_P.abs() <= TIE_TOLERANCE).float()
+    right_P = (difference_P > TIE_TOLERANCE).float()
+    tie_P = (difference_P.abs() <= TIE_TOLERANCE).float()
     metrics = {
         "dpo_loss": float(loss.detach()),
         "accuracy": float(right_P.mean()),
+        "ties": float(tie_P.mean()),
         "margin": float((chosen_reward_P - rejected_reward_P).mean()),
         "chosen_reward": float(chosen_reward_P.mean()),
         "rejected_reward": float(rejected_reward_P.mean()),

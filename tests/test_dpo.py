@@ -109,7 +109,9 @@ def test_dpo_raises_held_out_preference_accuracy(home, default_model_ready):
     loss = metric_by_step(store, run_id, "test/dpo_loss")
     print(f"DPO: held-out accuracy {accuracy[0]:.3f} -> {accuracy[10]:.3f}, loss {loss[0]:.3f} -> {loss[10]:.3f} "
           f"in 10 steps, {minutes:.1f} min")
-    assert accuracy[0] == pytest.approx(0.5) and loss[0] == pytest.approx(math.log(2), abs=1e-3)  # policy = reference
+    ties = metric_by_step(store, run_id, "test/ties")
+    assert accuracy[0] == 0 and ties[0] == 1  # policy = reference: every pair a tie, none counted as right
+    assert loss[0] == pytest.approx(math.log(2), abs=1e-3)
     assert accuracy[10] >= 0.8
     assert loss[10] < 0.45
     frame = store.get_metrics_wide(run_id)
@@ -136,4 +138,5 @@ def test_dpo_from_an_sl_checkpoint_records_its_parent_and_uses_it_as_reference(h
     loss = metric_by_step(store, dpo_run, "test/dpo_loss")
     # at step 0 the policy is the checkpoint; with the checkpoint as reference the loss is exactly log 2
     assert loss[0] == pytest.approx(math.log(2), abs=1e-3)
-    assert metric_by_step(store, dpo_run, "test/accuracy")[0] == pytest.approx(0.5)
+    assert metric_by_step(store, dpo_run, "test/accuracy")[0] == 0
+    assert metric_by_step(store, dpo_run, "test/ties")[0] == 1
