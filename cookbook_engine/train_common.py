@@ -80,13 +80,13 @@ def start_training_client(config: CommonConfig, resume: dict | None, ctx=None) -
                              clock_samples_per_tick=config.clock_samples_per_tick)
     start = getattr(config, "start_checkpoint", "")
     if resume is not None:
-        client = service.create_training_client_from_state_with_optimizer(resume["state_path"])
+        client = service.create_training_client_from_state_with_optimizer(resume["state_path"]).result()
         first_step = int(resume["loop_state"].get("batch", resume["step"]))
     elif start:
-        client, first_step = service.create_training_client_from_state(start), 0
+        client, first_step = service.create_training_client_from_state(start).result(), 0
     else:
         client, first_step = service.create_lora_training_client(config.model, rank=config.lora_rank,
-                                                                 seed=config.seed), 0
+                                                                 seed=config.seed).result(), 0
     if ctx is not None:
         ctx.training_client = client
     return service, client, first_step

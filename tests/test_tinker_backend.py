@@ -392,7 +392,8 @@ def exercise_every_adapter_method(recorder) -> None:
 
     secrets.set_session_key(GOOD_KEY)
     service = hosted.hosted_service_client()
-    client = service.create_lora_training_client(models.DEFAULT_MODEL, rank=4, seed=1, user_metadata={"a": "b"})
+    client = service.create_lora_training_client(models.DEFAULT_MODEL, rank=4, seed=1,
+                                                 user_metadata={"a": "b"}).result()
     params = types.SamplingParams(max_tokens=3, temperature=0.7)
     prompt = types.ModelInput.from_ints([1, 2, 3])
 
@@ -408,9 +409,9 @@ def exercise_every_adapter_method(recorder) -> None:
     assert client.save_weights_for_sampler("w1").result().path.startswith("tinker://")
     client.load_state("tinker://x/weights/s1").result()
     client.load_state_with_optimizer("tinker://x/weights/s1").result()
-    named = client.save_weights_and_get_sampling_client("w2")
+    named = client.save_weights_and_get_sampling_client("w2").result()
     assert named.model_path.endswith("/sampler_weights/w2")
-    ephemeral = client.save_weights_and_get_sampling_client()
+    ephemeral = client.save_weights_and_get_sampling_client().result()
     assert ephemeral.sample(prompt, 2, params).result().sequences[0].tokens == [5, 6, 2]
     assert named.compute_logprobs(prompt).result()[0] is None
     assert named.get_base_model() == models.DEFAULT_MODEL
@@ -468,7 +469,7 @@ def test_training_client_futures_are_awaitable_apifutures(recorder):
     import asyncio
 
     secrets.set_session_key(GOOD_KEY)
-    client = service_client("tinker").create_lora_training_client(models.DEFAULT_MODEL)
+    client = service_client("tinker").create_lora_training_client(models.DEFAULT_MODEL).result()
     future = client.forward_backward([datum()], "cross_entropy")
     assert isinstance(future, tinker.APIFuture)
     assert asyncio.run(future.result_async()).metrics["loss:sum"] == pytest.approx(3.0)

@@ -48,7 +48,7 @@ from typing import Any, Callable
 from tinker import types
 
 from cookbook_engine.backends.local import LocalSamplingClient, LocalServiceClient, LocalTrainingClient
-from cookbook_engine.backends.protocol import LocalFuture
+from cookbook_engine.backends.protocol import ClientFuture, LocalFuture
 
 # A request's kind decides its admission: a cycle admits a training client's requests up to one optim_step, and
 # after it only checkpoint requests; sampling requests are all admitted at each tick.
@@ -257,35 +257,39 @@ class ClockedServiceClient:
     async def get_server_capabilities_async(self) -> types.GetServerCapabilitiesResponse:
         return self.get_server_capabilities()
 
+    # Like the SDK (and the local backend), create_* return futures of clients; the *_async variants the clients.
     def create_lora_training_client(self, base_model: str, rank: int = 32, seed: int | None = None,
                                     train_mlp: bool = True, train_attn: bool = True, train_unembed: bool = True,
-                                    **kw: Any) -> "ClockedTrainingClient":
+                                    **kw: Any) -> ClientFuture:
         local = self.local.create_lora_training_client(base_model, rank, seed=seed, train_mlp=train_mlp,
                                                        train_attn=train_attn, train_unembed=train_unembed, **kw)
-        return ClockedTrainingClient(self, local)
+        return ClientFuture.completed(ClockedTrainingClient(self, local.result()))
 
     async def create_lora_training_client_async(self, base_model: str, rank: int = 32, **kw: Any):
-        return self.create_lora_training_client(base_model, rank, **kw)
+        return await self.create_lora_training_client(base_model, rank, **kw)
 
-    def create_training_client_from_state(self, path: str, **_: Any) -> "ClockedTrainingClient":
-        return ClockedTrainingClient(self, self.local.create_training_client_from_state(path))
+    def create_training_client_from_state(self, path: str, **_: Any) -> ClientFuture:
+        return ClientFuture.completed(
+            ClockedTrainingClient(self, self.local.create_training_client_from_state(path).result()))
 
-    def create_training_client_from_state_with_optimizer(self, path: str, **_: Any) -> "ClockedTrainingClient":
-        return ClockedTrainingClient(self, self.local.create_training_client_from_state_with_optimizer(path))
+    def create_training_client_from_state_with_optimizer(self, path: str, **_: Any) -> ClientFuture:
+        local = self.local.create_training_client_from_state_with_optimizer(path).result()
+        return ClientFuture.completed(ClockedTrainingClient(self, local))
 
     async def create_training_client_from_state_async(self, path: str, **_: Any):
-        return self.create_training_client_from_state(path)
+        return await self.create_training_client_from_state(path)
 
     async def create_training_client_from_state_with_optimizer_async(self, path: str, **_: Any):
-        return self.create_training_client_from_state_with_optimizer(path)
+        return await self.create_training_client_from_state_with_optimizer(path)
 
     def create_sampling_client(self, model_path: str | None = None, base_model: str | None = None,
-                               **_: Any) -> "ClockedSamplingClient":
-        return ClockedSamplingClient(self, self.local.create_sampling_client(model_path, base_model))
+                               **_: Any) -> ClientFuture:
+        local = self.local.create_sampling_client(model_path, base_model).result()
+        return ClientFuture.completed(ClockedSamplingClient(self, local))
 
     async def create_sampling_client_async(self, model_path: str | None = None, base_model: str | None = None,
                                            **_: Any):
-        return self.create_sampling_client(model_path, base_model)
+        return await self.create_sampling_client(model_path, base_model)
 
 
 def _run_clock(service_ref: "weakref.ref[ClockedServiceClient]", period_s: float) -> None:
@@ -386,13 +390,13 @@ class ClockedTrainingClient:
         return self._submit("save_weights_and_get_sampling_client", lambda: self._sampler_snapshot(name),
                             wrap=lambda sampler: ClockedSamplingClient(self.service, sampler))
 
-    def save_weights_and_get_sampling_client(self, name: str | None = None, **_: Any) -> "ClockedSamplingClient":
-        return self._save_and_sample_request(name).result()
+    def save_weights_and_get_sampling_client(self, name: str | None = None, **_: Any) -> ClientFuture:
+        return ClientFuture(self._save_and_sample_request(name).future())
 
     async def save_weights_and_get_sampling_client_async(self, name: str | None = None, **_: Any):
         return await self._save_and_sample_request(name)
 
-    def create_sampling_client(self, model_path: str) -> "ClockedSamplingClient":
+    def create_sampling_client(self, model_path: str) -> ClientFuture:
         return self.service.create_sampling_client(model_path=model_path)
 
     def close(self) -> None:

@@ -5,9 +5,14 @@ model (forward/backward, optimizer steps, sampling, saving) strictly in submissi
 instead of fighting for the CPU. Each training client is a named LoRA adapter with its own AdamW optimizer; each
 sampling client is a frozen copy of adapter weights (or the base model) loaded into a sampler slot when it samples.
 Checkpoints are folders on disk in PEFT's adapter format (adapter_model.safetensors + adapter_config.json) plus
-optimizer.pt for full states; their paths are plain filesystem paths.
+optimizer.pt for full states and checkpoint.json (time, expiry from ttl_seconds, user metadata). In process their paths
+are the folders; the tinker:// names the hosted service uses (and `cookbook serve` returns) resolve to the same
+folders, and both are accepted wherever a path is.
 
-Not here: the loss math (losses.py), the decode loop (sampler.py), anything about runs or storage.
+The classes follow the installed SDK's signatures: create_* return futures of clients, requests return futures, the
+`*_async` variants exist, and options the local backend cannot honour raise or warn once (compat.py holds the one
+table of SDK methods it does not offer, with reasons). Not here: the loss math (losses.py), the decode loop
+(sampler.py), the REST client (rest.py), anything about runs or storage.
 """
 
 from __future__ import annotations
@@ -19,16 +24,19 @@ import queue
 import threading
 import time
 import uuid
+import weakref
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 from safetensors.torch import load_file, save_file
 from tinker import types
+from tinker.lib.public_interfaces.custom_loss import LossHandle
 
-from cookbook_engine import models, paths
-from cookbook_engine.backends import fast_ops, losses, sampler
-from cookbook_engine.backends.protocol import LocalFuture
+from cookbook_engine import models
+from cookbook_engine.backends import compat, fast_ops, losses, sampler
+from cookbook_engine.backends.protocol import ClientFuture, LocalFuture
 
 ATTN_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj"]
 MLP_MODULES = ["gate_proj", "up_proj", "down_proj"]
@@ -182,12 +190,6 @@ class WeightsSnapshot:
         self.state, self.rank, self.target_modules = state, rank, list(target_modules)
 
 
-def _checkpoint_root() -> Path:
-    root = paths.home() / "checkpoints"
-    root.mkdir(parents=True, exist_ok=True)
-    return root
-
-
 def save_adapter_folder(folder: Path, state: dict[str, torch.Tensor], base_model: str, rank: int,
                         target_modules: list[str]) -> None:
     """An adapter folder in PEFT's format, loadable with PeftModel.from_pretrained."""
@@ -202,16 +204,39 @@ def save_adapter_folder(folder: Path, state: dict[str, torch.Tensor], base_model
 
 
 def read_adapter_folder(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
-    folder = Path(path)
+    """A checkpoint's adapter weights and PEFT config; `path` is its folder or its tinker:// path."""
+    folder = compat.resolve(str(path))
     if not (folder / "adapter_model.safetensors").exists():
-        raise FileNotFoundError(f"checkpoint {folder}: no adapter_model.safetensors in it")
+        raise FileNotFoundError(f"checkpoint {path}: no adapter_model.safetensors in {folder}")
     config = json.loads((folder / "adapter_config.json").read_text())
     return load_file(str(folder / "adapter_model.safetensors")), config
 
 
+def write_checkpoint_meta(folder: Path, ttl_seconds: int | None, user_metadata: dict | None) -> None:
+    """checkpoint.json beside the adapter: when it was saved, when it expires (ttl_seconds), the user's metadata."""
+    now = datetime.now(timezone.utc)
+    expires = now + timedelta(seconds=ttl_seconds) if ttl_seconds is not None else None
+    meta = {"time": now.isoformat(), "expires_at": expires.isoformat() if expires else None,
+            "user_metadata": dict(user_metadata or {})}
+    (folder / compat.CHECKPOINT_META).write_text(json.dumps(meta))
+
+
+def write_run_meta(model_id: str, meta: dict) -> None:
+    """run.json of a training run (one training client): base model, LoRA settings, user metadata."""
+    folder = compat.checkpoint_root() / model_id
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / compat.RUN_META).write_text(json.dumps(meta))
+
+
 class LocalSamplingClient:
-    def __init__(self, worker: ModelWorker, snapshot: WeightsSnapshot | None, model_path: str | None = None):
+    """tinker.SamplingClient on this machine: the base model, or frozen LoRA weights, on the model worker."""
+
+    def __init__(self, worker: ModelWorker, snapshot: WeightsSnapshot | None, model_path: str | None = None,
+                 retry_config: Any = None, record_stability_info: bool = False):
         self._worker, self._snapshot, self.model_path = worker, snapshot, model_path
+        _sampling_options_note(retry_config, record_stability_info)
+        self._handle = f"local-sampler:{uuid.uuid4().hex}"
+        _samplers[self._handle] = self
 
     def get_tokenizer(self):
         return self._worker.tokenizer
@@ -221,6 +246,27 @@ class LocalSamplingClient:
 
     async def get_base_model_async(self) -> str:
         return self._worker.base_model
+
+    def get_telemetry(self) -> None:
+        """No telemetry is collected locally (the SDK returns None when it is off)."""
+        return None
+
+    def get_sampler_handle(self) -> str:
+        """A string naming this sampler in this process; from_sampler_handle turns it back into the client."""
+        return self._handle
+
+    @staticmethod
+    def from_sampler_handle(handle: str, *, api_key: str | None = None) -> "LocalSamplingClient":
+        if handle not in _samplers:
+            raise ValueError(f"sampler handle {handle!r}: no sampling client with this handle in this process "
+                             "(local handles do not cross processes; use a model_path instead)")
+        return _samplers[handle]
+
+    def create(self, *args: Any, **kwargs: Any):
+        raise compat.unsupported("SamplingClient.create")
+
+    def on_queue_state_change(self, queue_state: Any, queue_state_reason: str | None) -> None:
+        raise compat.unsupported("SamplingClient.on_queue_state_change")
 
     def _run(self, fn):
         worker, snapshot = self._worker, self._snapshot
@@ -235,10 +281,15 @@ class LocalSamplingClient:
         return worker.submit(job)
 
     def sample(self, prompt: types.ModelInput, num_samples: int, sampling_params: types.SamplingParams,
-               include_prompt_logprobs: bool = False, **unsupported) -> LocalFuture:
-        _reject_unsupported("sample", unsupported)
+               include_prompt_logprobs: bool = False, topk_prompt_logprobs: int = 0, topk_sample_logprobs: int = 0,
+               target_prompt_logprobs: types.TensorData | None = None, prompt_alt_tokens_k: int = 0,
+               prompt_logprobs_last_n: int | None = None) -> LocalFuture:
+        _reject_unsupported("sample", {"topk_prompt_logprobs": topk_prompt_logprobs,
+                                       "topk_sample_logprobs": topk_sample_logprobs,
+                                       "target_prompt_logprobs": target_prompt_logprobs,
+                                       "prompt_alt_tokens_k": prompt_alt_tokens_k})
+        _check_last_n(prompt_logprobs_last_n, include_prompt_logprobs)
         tokens = prompt.to_ints()
-
         weights_key = self._snapshot if self._snapshot is not None else sampler.BASE_WEIGHTS
 
         def fn():
@@ -250,14 +301,24 @@ class LocalSamplingClient:
                                       _tokens_list=row.tokens, _logprobs_list=row.logprobs)
                 for row in rows
             ]
-            return types.SampleResponse(sequences=sequences, _prompt_logprobs_list=prompt_lp)
+            return types.SampleResponse(sequences=sequences,
+                                        _prompt_logprobs_list=_last_n(prompt_lp, prompt_logprobs_last_n))
 
         return self._run(fn)
 
-    async def sample_async(self, prompt, num_samples, sampling_params, include_prompt_logprobs=False, **kw):
-        return await self.sample(prompt, num_samples, sampling_params, include_prompt_logprobs, **kw)
+    async def sample_async(self, prompt: types.ModelInput, num_samples: int, sampling_params: types.SamplingParams,
+                           include_prompt_logprobs: bool = False, topk_prompt_logprobs: int = 0,
+                           topk_sample_logprobs: int = 0, target_prompt_logprobs: types.TensorData | None = None,
+                           prompt_alt_tokens_k: int = 0, prompt_logprobs_last_n: int | None = None
+                           ) -> types.SampleResponse:
+        return await self.sample(prompt, num_samples, sampling_params, include_prompt_logprobs, topk_prompt_logprobs,
+                                 topk_sample_logprobs, target_prompt_logprobs, prompt_alt_tokens_k,
+                                 prompt_logprobs_last_n)
 
-    def compute_logprobs(self, prompt: types.ModelInput) -> LocalFuture:
+    def compute_logprobs(self, prompt: types.ModelInput, prompt_logprobs_last_n: int | None = None) -> LocalFuture:
+        """Log-probabilities of the prompt's tokens (index 0 is None; with prompt_logprobs_last_n only the last n are
+        scored, the others are None)."""
+        _check_last_n(prompt_logprobs_last_n, True)
         tokens = prompt.to_ints()
 
         def fn():
@@ -267,24 +328,57 @@ class LocalSamplingClient:
             with torch.inference_mode():
                 if fast_ops.supports_packed(model):
                     lp = fast_ops.packed_logprobs(model, [tokens[:-1]], [torch.tensor(tokens[1:])], [None])[0]
-                    return [None, *lp.tolist()]
+                    return _last_n([None, *lp.tolist()], prompt_logprobs_last_n)
                 ids = torch.tensor([tokens], dtype=torch.long)
                 logits = model(input_ids=ids).logits
                 lp = sampler.target_logprobs(logits[:, :-1].float(), ids[:, 1:])[0].tolist()
-            return [None, *lp]
+            return _last_n([None, *lp], prompt_logprobs_last_n)
 
         return self._run(fn)
 
-    async def compute_logprobs_async(self, prompt):
-        return await self.compute_logprobs(prompt)
+    async def compute_logprobs_async(self, prompt: types.ModelInput, prompt_logprobs_last_n: int | None = None
+                                     ) -> list[float | None]:
+        return await self.compute_logprobs(prompt, prompt_logprobs_last_n)
+
+
+_samplers: "weakref.WeakValueDictionary[str, LocalSamplingClient]" = weakref.WeakValueDictionary()
+
+
+def _check_last_n(last_n: int | None, include_prompt_logprobs: bool) -> None:
+    if last_n is None:
+        return
+    if last_n < 1:
+        raise ValueError(f"prompt_logprobs_last_n must be 1 or greater, got {last_n}")
+    if not include_prompt_logprobs:
+        raise ValueError("prompt_logprobs_last_n applies to prompt logprobs; set include_prompt_logprobs")
+
+
+def _last_n(logprobs: list | None, last_n: int | None) -> list | None:
+    if logprobs is None or last_n is None:
+        return logprobs
+    keep = max(0, len(logprobs) - last_n)
+    return [None] * keep + list(logprobs[keep:])
+
+
+def _sampling_options_note(retry_config: Any, record_stability_info: bool) -> None:
+    if retry_config is not None:
+        compat.warn_once("retry_config", "retry_config has no effect on the local backend: requests run in this "
+                                         "process and are never retried.")
+    if record_stability_info:
+        compat.warn_once("record_stability_info", "record_stability_info=True: the local backend keeps no sampling "
+                                                  "records, and its loss stable_reinforce is not supported.")
 
 
 class LocalTrainingClient:
-    def __init__(self, worker: ModelWorker, adapter: str, rank: int, target_modules: list[str]):
+    """tinker.TrainingClient on this machine: one LoRA adapter with its own AdamW on the base model's worker.
+    Every request runs on the worker in submission order and returns a future at once."""
+
+    def __init__(self, worker: ModelWorker, adapter: str, rank: int, target_modules: list[str],
+                 service: "LocalServiceClient | None" = None):
         self._worker, self.adapter, self.rank, self.target_modules = worker, adapter, rank, target_modules
         self.model_id = adapter
+        self._service = service
         self._optimizer: torch.optim.AdamW | None = None
-        self._pending_metrics: dict[str, float] = {}
 
     # --- info -----------------------------------------------------------------------------------------------
     def get_tokenizer(self):
@@ -297,8 +391,20 @@ class LocalTrainingClient:
             model_name=self._worker.base_model,
         )
 
-    async def get_info_async(self):
+    async def get_info_async(self) -> types.GetInfoResponse:
         return self.get_info()
+
+    def get_telemetry(self) -> None:
+        """No telemetry is collected locally (the SDK returns None when it is off)."""
+        return None
+
+    def get_console_url(self) -> str:
+        raise compat.unsupported("TrainingClient.get_console_url")
+
+    def _submit(self, fn: Callable[[], Any]) -> LocalFuture:
+        if self._service is not None and self._service.closed:
+            raise RuntimeError(f"training client {self.model_id}: its service client was closed")
+        return self._worker.submit(fn)
 
     # --- forward / backward ---------------------------------------------------------------------------------
     def _logprobs_D(self, data: list[types.Datum], with_grad: bool,
@@ -411,51 +517,61 @@ class LocalTrainingClient:
         return types.ForwardBackwardOutput(loss_fn_output_type="TorchLossReturn", loss_fn_outputs=outputs,
                                            metrics={"loss:sum": total["loss"]})
 
+
     def forward(self, data: list[types.Datum], loss_fn: str = "cross_entropy",
                 loss_fn_config: dict | None = None) -> LocalFuture:
-        return self._worker.submit(lambda: self._forward(data, loss_fn, loss_fn_config, backward=False))
+        return self._submit(lambda: self._forward(data, loss_fn, loss_fn_config, backward=False))
 
     def forward_backward(self, data: list[types.Datum], loss_fn: str = "cross_entropy",
                          loss_fn_config: dict | None = None) -> LocalFuture:
-        return self._worker.submit(lambda: self._forward(data, loss_fn, loss_fn_config, backward=True))
+        return self._submit(lambda: self._forward(data, loss_fn, loss_fn_config, backward=True))
 
-    def forward_backward_custom(self, data: list[types.Datum], loss_fn: Callable, **_: Any) -> LocalFuture:
-        """loss_fn(data, logprobs_list) -> (loss, metrics), with gradients flowing through logprobs_list."""
+    def forward_backward_custom(self, data: list[types.Datum], loss_fn: Callable | Any, *,
+                                loss_type_input: str | None = None) -> LocalFuture:
+        """loss_fn is a callable (data, logprobs_list) -> (loss, metrics), with gradients flowing through
+        logprobs_list, or a LossHandle from create_custom_loss (run per datum and summed)."""
+        if loss_type_input not in (None, "logprobs"):
+            raise ValueError(f"forward_backward_custom: loss_type_input must be None or 'logprobs', "
+                             f"got {loss_type_input!r}")
+        if isinstance(loss_fn, LossHandle):
+            loss_fn = _per_datum_loss(loss_fn)
+        return self._submit(lambda: self._forward_custom(data, loss_fn))
 
-        def fn():
-            self._check(data, None)
-            self._worker.activate(self.adapter)
-            self._worker.model.train()
-            try:
-                # All data in one graph: a custom loss may couple data (DPO pairs chosen with rejected).
-                logprobs_D: list = [None] * len(data)
+    def _forward_custom(self, data: list[types.Datum], loss_fn: Callable) -> types.ForwardBackwardOutput:
+        self._check(data, None)
+        self._worker.activate(self.adapter)
+        self._worker.model.train()
+        try:
+            # All data in one graph: a custom loss may couple data (DPO pairs chosen with rejected).
+            logprobs_D: list = [None] * len(data)
 
-                def keep(indices, pieces):
-                    for i, lp in zip(indices, pieces):
-                        logprobs_D[i] = lp
+            def keep(indices, pieces):
+                for i, lp in zip(indices, pieces):
+                    logprobs_D[i] = lp
 
-                with torch.enable_grad():
-                    self._logprobs_D(data, with_grad=True, on_microbatch=keep)
-                    loss, metrics = loss_fn(data, logprobs_D)
-                    loss.backward()
-            finally:
-                self._worker.model.eval()
-            outputs = [{"logprobs": types.TensorData.from_torch(lp.detach().float())} for lp in logprobs_D]
-            metrics = {k: float(v) for k, v in (metrics or {}).items()}
-            metrics.setdefault("loss:sum", float(loss.detach()))
-            return types.ForwardBackwardOutput(loss_fn_output_type="TorchLossReturn", loss_fn_outputs=outputs,
-                                               metrics=metrics)
+            with torch.enable_grad():
+                self._logprobs_D(data, with_grad=True, on_microbatch=keep)
+                loss, metrics = loss_fn(data, logprobs_D)
+                loss.backward()
+        finally:
+            self._worker.model.eval()
+        outputs = [{"logprobs": types.TensorData.from_torch(lp.detach().float())} for lp in logprobs_D]
+        metrics = {k: float(v) for k, v in (metrics or {}).items()}
+        metrics.setdefault("loss:sum", float(loss.detach()))
+        return types.ForwardBackwardOutput(loss_fn_output_type="TorchLossReturn", loss_fn_outputs=outputs,
+                                           metrics=metrics)
 
-        return self._worker.submit(fn)
-
-    async def forward_async(self, data, loss_fn="cross_entropy", loss_fn_config=None):
+    async def forward_async(self, data: list[types.Datum], loss_fn: str = "cross_entropy",
+                            loss_fn_config: dict | None = None) -> LocalFuture:
         return self.forward(data, loss_fn, loss_fn_config)
 
-    async def forward_backward_async(self, data, loss_fn="cross_entropy", loss_fn_config=None):
+    async def forward_backward_async(self, data: list[types.Datum], loss_fn: str = "cross_entropy",
+                                     loss_fn_config: dict | None = None) -> LocalFuture:
         return self.forward_backward(data, loss_fn, loss_fn_config)
 
-    async def forward_backward_custom_async(self, data, loss_fn, **kw):
-        return self.forward_backward_custom(data, loss_fn, **kw)
+    async def forward_backward_custom_async(self, data: list[types.Datum], loss_fn: Callable | Any, *,
+                                            loss_type_input: str | None = None) -> LocalFuture:
+        return self.forward_backward_custom(data, loss_fn, loss_type_input=loss_type_input)
 
     # --- optimizer ------------------------------------------------------------------------------------------
     def _ensure_optimizer(self) -> torch.optim.AdamW:
@@ -464,7 +580,10 @@ class LocalTrainingClient:
                                                 betas=(0.9, 0.95), eps=1e-12, weight_decay=0.0)
         return self._optimizer
 
-    def optim_step(self, adam_params: types.AdamParams) -> LocalFuture:
+    def optim_step(self, optim_params: types.AdamParams | None = None, *,
+                   adam_params: types.AdamParams | None = None) -> LocalFuture:
+        adam_params = _adam_params(optim_params, adam_params)
+
         def fn():
             if adam_params.learning_rate < 0:
                 raise ValueError(f"optim_step: learning_rate must be >= 0, got {adam_params.learning_rate}")
@@ -484,36 +603,56 @@ class LocalTrainingClient:
             optimizer.zero_grad(set_to_none=True)
             return types.OptimStepResponse(metrics={"grad_norm": grad_norm})
 
-        return self._worker.submit(fn)
+        return self._submit(fn)
 
-    async def optim_step_async(self, adam_params):
-        return self.optim_step(adam_params)
+    async def optim_step_async(self, optim_params: types.AdamParams | None = None, *,
+                               adam_params: types.AdamParams | None = None) -> LocalFuture:
+        return self.optim_step(optim_params, adam_params=adam_params)
 
     # --- checkpoints ----------------------------------------------------------------------------------------
     def _folder(self, kind: str, name: str) -> Path:
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(name)) or "checkpoint"
-        return _checkpoint_root() / self.model_id / kind / safe
+        return compat.checkpoint_root() / self.model_id / kind / safe
 
-    def _save(self, kind: str, name: str, with_optimizer: bool) -> str:
+    def _save(self, kind: str, name: str, with_optimizer: bool, ttl_seconds: int | None = None,
+              user_metadata: dict | None = None, overwrite: bool = True) -> str:
         folder = self._folder(kind, name)
+        if not overwrite and (folder / "adapter_model.safetensors").exists():
+            raise FileExistsError(f"checkpoint {name!r} of {self.model_id} exists; pass overwrite=True to replace it")
         save_adapter_folder(folder, self._worker.adapter_state(self.adapter), self._worker.base_model, self.rank,
                             self.target_modules)
         if with_optimizer:
             torch.save(self._ensure_optimizer().state_dict(), folder / "optimizer.pt")
+        write_checkpoint_meta(folder, ttl_seconds, user_metadata)
         return str(folder)
 
-    def save_state(self, name: str) -> LocalFuture:
-        return self._worker.submit(lambda: types.SaveWeightsResponse(path=self._save("state", name, True)))
+    def save_state(self, name: str, ttl_seconds: int | None = None, overwrite: bool = False,
+                   user_metadata: dict[str, str] | None = None) -> LocalFuture:
+        """Weights and optimizer state for resuming. The path is the checkpoint's folder; its tinker:// name
+        (tinker://<model_id>/weights/<name>) is accepted everywhere a path is."""
+        return self._submit(lambda: types.SaveWeightsResponse(
+            path=self._save("state", name, True, ttl_seconds, user_metadata, overwrite)))
 
-    def save_weights_for_sampler(self, name: str) -> LocalFuture:
-        return self._worker.submit(
-            lambda: types.SaveWeightsForSamplerResponse(path=self._save("sampler", name, False)))
+    def save_weights_for_sampler(self, name: str, ttl_seconds: int | None = None,
+                                 user_metadata: dict[str, str] | None = None) -> LocalFuture:
+        return self._submit(lambda: types.SaveWeightsForSamplerResponse(
+            path=self._save("sampler", name, False, ttl_seconds, user_metadata)))
 
-    async def save_state_async(self, name):
-        return self.save_state(name)
+    async def save_state_async(self, name: str, ttl_seconds: int | None = None, overwrite: bool = False,
+                               user_metadata: dict[str, str] | None = None) -> LocalFuture:
+        return self.save_state(name, ttl_seconds, overwrite, user_metadata)
 
-    async def save_weights_for_sampler_async(self, name):
-        return self.save_weights_for_sampler(name)
+    async def save_weights_for_sampler_async(self, name: str, ttl_seconds: int | None = None,
+                                             user_metadata: dict[str, str] | None = None) -> LocalFuture:
+        return self.save_weights_for_sampler(name, ttl_seconds, user_metadata)
+
+    def save_weights_external(self, name: str, ttl_seconds: int | None = None,
+                              age_encryption_recipients: list[str] | None = None):
+        raise compat.unsupported("TrainingClient.save_weights_external")
+
+    async def save_weights_external_async(self, name: str, ttl_seconds: int | None = None,
+                                          age_encryption_recipients: list[str] | None = None):
+        raise compat.unsupported("TrainingClient.save_weights_external_async")
 
     def _load(self, path: str, with_optimizer: bool) -> types.LoadWeightsResponse:
         state, config = read_adapter_folder(path)
@@ -521,42 +660,59 @@ class LocalTrainingClient:
             raise ValueError(f"checkpoint {path}: LoRA rank {config.get('r')} differs from this client's {self.rank}")
         self._worker.load_adapter_state(self.adapter, state)
         if with_optimizer:
-            optimizer_file = Path(path) / "optimizer.pt"
+            optimizer_file = compat.resolve(path) / "optimizer.pt"
             if not optimizer_file.exists():
                 raise FileNotFoundError(f"checkpoint {path}: no optimizer state (saved for sampling only?)")
             self._ensure_optimizer().load_state_dict(torch.load(optimizer_file, weights_only=True))
         return types.LoadWeightsResponse(path=path, model_id=self.model_id)
 
-    def load_state(self, path: str) -> LocalFuture:
-        return self._worker.submit(lambda: self._load(path, False))
+    def load_state(self, path: str, weights_access_token: str | None = None) -> LocalFuture:
+        _no_access_token(weights_access_token)
+        return self._submit(lambda: self._load(path, False))
 
-    def load_state_with_optimizer(self, path: str) -> LocalFuture:
-        return self._worker.submit(lambda: self._load(path, True))
+    def load_state_with_optimizer(self, path: str, weights_access_token: str | None = None) -> LocalFuture:
+        _no_access_token(weights_access_token)
+        return self._submit(lambda: self._load(path, True))
 
-    async def load_state_async(self, path):
-        return self.load_state(path)
+    async def load_state_async(self, path: str, weights_access_token: str | None = None) -> LocalFuture:
+        return self.load_state(path, weights_access_token)
 
-    async def load_state_with_optimizer_async(self, path):
-        return self.load_state_with_optimizer(path)
+    async def load_state_with_optimizer_async(self, path: str, weights_access_token: str | None = None
+                                              ) -> LocalFuture:
+        return self.load_state_with_optimizer(path, weights_access_token)
 
+    # --- sampling clients -----------------------------------------------------------------------------------
     def _snapshot(self) -> WeightsSnapshot:
         return WeightsSnapshot(self._worker.adapter_state(self.adapter), self.rank, self.target_modules)
 
-    def save_weights_and_get_sampling_client(self, name: str | None = None, **_: Any) -> LocalSamplingClient:
-        """A sampling client on the weights as they are now, after every request submitted before this one."""
+    def save_weights_and_get_sampling_client(self, name: str | None = None, retry_config: Any = None,
+                                             record_stability_info: bool = False,
+                                             kind: str = "snapshot") -> ClientFuture:
+        """A future of a sampling client on the weights as they are after every request submitted before this one
+        (and, with a name, saved as sampler weights)."""
+        if kind != "snapshot":
+            raise NotImplementedError(f"save_weights_and_get_sampling_client(kind={kind!r}): the local backend "
+                                      "gives snapshot samplers only (their weights never change)")
+
         def fn():
             path = self._save("sampler", name, False) if name else None
-            return LocalSamplingClient(self._worker, self._snapshot(), path)
+            return LocalSamplingClient(self._worker, self._snapshot(), path, retry_config, record_stability_info)
 
-        return self._worker.call(fn)
+        return ClientFuture(self._submit(fn).future())
 
-    async def save_weights_and_get_sampling_client_async(self, name: str | None = None, **kw):
-        return await self._worker.submit(
-            lambda: LocalSamplingClient(self._worker, self._snapshot(),
-                                        self._save("sampler", name, False) if name else None))
+    async def save_weights_and_get_sampling_client_async(self, name: str | None = None, retry_config: Any = None,
+                                                         record_stability_info: bool = False,
+                                                         kind: str = "snapshot") -> LocalSamplingClient:
+        return await self.save_weights_and_get_sampling_client(name, retry_config, record_stability_info, kind)
 
-    def create_sampling_client(self, model_path: str) -> LocalSamplingClient:
-        return LocalServiceClient().create_sampling_client(model_path=model_path)
+    def create_sampling_client(self, model_path: str, retry_config: Any = None,
+                               record_stability_info: bool = False) -> ClientFuture:
+        return LocalServiceClient().create_sampling_client(model_path, retry_config=retry_config,
+                                                           record_stability_info=record_stability_info)
+
+    async def create_sampling_client_async(self, model_path: str, retry_config: Any = None,
+                                           record_stability_info: bool = False) -> LocalSamplingClient:
+        return await self.create_sampling_client(model_path, retry_config, record_stability_info)
 
     def close(self) -> None:
         """Free this client's adapter on the worker (its saved checkpoints stay on disk)."""
@@ -564,18 +720,88 @@ class LocalTrainingClient:
 
 
 class LocalServiceClient:
-    """Drop-in for tinker.ServiceClient on this machine."""
+    """Drop-in for tinker.ServiceClient on this machine: same constructor, context manager, and create_* methods
+    that return futures of clients (the `*_async` variants return the clients). One instance is one session; its
+    `session_id`, `user_metadata`, `display_name` and `project_id` are kept for whoever records sessions
+    (`cookbook serve` turns each session into a studio run)."""
+
+    def __init__(self, user_metadata: dict[str, str] | None = None, project_id: str | None = None, *,
+                 display_name: str | None = None, base_url: str | None = None, api_key: str | None = None,
+                 default_headers_overrides: Any = None, **kwargs: Any):
+        self.user_metadata, self.project_id, self.display_name = dict(user_metadata or {}), project_id, display_name
+        self.session_id = f"local-session-{uuid.uuid4().hex[:12]}"
+        self.closed = False
+        self._training_clients: list[LocalTrainingClient] = []
+        ignored = [k for k, v in {"base_url": base_url, "api_key": api_key,
+                                  "default_headers_overrides": default_headers_overrides, **kwargs}.items()
+                   if v is not None]
+        if ignored:
+            compat.warn_once(f"service:{','.join(sorted(ignored))}",
+                             f"LocalServiceClient runs in this process: {', '.join(sorted(ignored))} not used (to "
+                             "go through HTTP, run `cookbook serve` and use tinker.ServiceClient).")
+        from cookbook_engine.backends import rest
+
+        rest.sweep_expired()
+
+    # --- session ----------------------------------------------------------------------------------------------
+    def __enter__(self) -> "LocalServiceClient":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close("errored" if exc_type is not None and not issubclass(exc_type, KeyboardInterrupt)
+                   else "interrupted" if exc_type is not None else "success")
+
+    def close(self, status: str = "success", detail: str | None = None) -> LocalFuture:
+        """End the session: free its training clients' adapters (their checkpoints stay on disk); later requests
+        on its clients fail with a clear error."""
+        if status not in ("success", "errored", "interrupted"):
+            raise ValueError(f"close: status must be success, errored or interrupted, got {status!r}")
+        if not self.closed:
+            self.closed = True
+            self.close_status, self.close_detail = status, detail
+            for client in self._training_clients:
+                client.close()
+        return LocalFuture.completed(None)
+
+    def get_telemetry(self) -> None:
+        """No telemetry is collected locally (the SDK returns None when it is off)."""
+        return None
+
+    def get_console_url(self) -> str:
+        raise compat.unsupported("ServiceClient.get_console_url")
+
+    @property
+    def holder(self):
+        raise compat.unsupported("ServiceClient.holder")
+
+    def copy_weights(self, path: str, *, ttl_seconds: int | None = None, weights_access_token: str | None = None):
+        raise compat.unsupported("ServiceClient.copy_weights")
+
+    def create_rest_client(self):
+        from cookbook_engine.backends.rest import LocalRestClient
+
+        return LocalRestClient()
+
+    def create_custom_loss(self, fn: Callable, input_ranks: Any) -> LocalFuture:
+        """Trace a per-datum loss with the SDK's own tracer; the handle runs in forward_backward_custom."""
+        from tinker.lib.public_interfaces.custom_loss import trace_loss
+
+        return LocalFuture.completed(trace_loss(fn, input_ranks, self.session_id))
 
     def get_server_capabilities(self) -> types.GetServerCapabilitiesResponse:
         return types.GetServerCapabilitiesResponse(supported_models=[{"model_name": models.DEFAULT_MODEL}])
 
-    async def get_server_capabilities_async(self):
+    async def get_server_capabilities_async(self) -> types.GetServerCapabilitiesResponse:
         return self.get_server_capabilities()
 
-    def create_lora_training_client(self, base_model: str, rank: int = 32, seed: int | None = None,
-                                    train_mlp: bool = True, train_attn: bool = True, train_unembed: bool = True,
-                                    user_metadata: dict | None = None, **_: Any) -> LocalTrainingClient:
-        """train_unembed is accepted for compatibility; the local backend adapts attention and MLP projections."""
+    def _check_open(self) -> None:
+        if self.closed:
+            raise RuntimeError(f"service client {self.session_id} is closed")
+
+    # --- training clients -------------------------------------------------------------------------------------
+    def _new_training_client(self, base_model: str, rank: int, seed: int | None, train_mlp: bool, train_attn: bool,
+                             user_metadata: dict | None) -> LocalTrainingClient:
+        self._check_open()
         if rank < 1:
             raise ValueError(f"LoRA rank must be at least 1, got {rank}")
         targets = (ATTN_MODULES if train_attn else []) + (MLP_MODULES if train_mlp else [])
@@ -584,50 +810,158 @@ class LocalServiceClient:
         worker = get_worker(base_model)
         adapter = f"run{next(_ids)}_{uuid.uuid4().hex[:8]}"
         worker.call(lambda: worker.add_adapter(adapter, rank, targets, seed))
-        return LocalTrainingClient(worker, adapter, rank, targets)
+        write_run_meta(adapter, {"base_model": worker.base_model, "lora_rank": rank, "train_mlp": train_mlp,
+                                 "train_attn": train_attn, "train_unembed": False, "session_id": self.session_id,
+                                 "user_metadata": {**self.user_metadata, **(user_metadata or {})},
+                                 "created": datetime.now(timezone.utc).isoformat()})
+        client = LocalTrainingClient(worker, adapter, rank, targets, self)
+        self._training_clients.append(client)
+        return client
 
-    async def create_lora_training_client_async(self, base_model: str, rank: int = 32, **kw):
-        return self.create_lora_training_client(base_model, rank, **kw)
+    def create_lora_training_client(self, base_model: str, rank: int = 32, seed: int | None = None,
+                                    train_mlp: bool = True, train_attn: bool = True, train_unembed: bool = True,
+                                    user_metadata: dict[str, str] | None = None,
+                                    optimizer: Any = None) -> ClientFuture:
+        """A future of a training client. The local backend adapts the attention and MLP projections; the
+        unembedding is not adapted (train_unembed=True, the SDK's default, warns once)."""
+        _check_optimizer(optimizer)
+        if train_unembed:
+            compat.warn_once("train_unembed", "train_unembed=True: the local backend does not put LoRA on the "
+                                              "unembedding (tied to the embeddings in the default model); only the "
+                                              "attention and MLP projections are trained.")
+        return _client_future(lambda: self._new_training_client(base_model, rank, seed, train_mlp, train_attn,
+                                                                user_metadata))
 
-    def _from_state(self, path: str, with_optimizer: bool) -> LocalTrainingClient:
+    async def create_lora_training_client_async(self, base_model: str, rank: int = 32, seed: int | None = None,
+                                                train_mlp: bool = True, train_attn: bool = True,
+                                                train_unembed: bool = True,
+                                                user_metadata: dict[str, str] | None = None,
+                                                optimizer: Any = None) -> LocalTrainingClient:
+        return await self.create_lora_training_client(base_model, rank, seed, train_mlp, train_attn, train_unembed,
+                                                      user_metadata, optimizer)
+
+    def _from_state(self, path: str, with_optimizer: bool, base_model: str | None,
+                    user_metadata: dict | None) -> LocalTrainingClient:
         _, config = read_adapter_folder(path)
+        if base_model and models.canonical_name(base_model) != models.canonical_name(
+                config["base_model_name_or_path"]):
+            raise ValueError(f"checkpoint {path} was trained on {config['base_model_name_or_path']}, "
+                             f"not {base_model}")
         targets = config["target_modules"]
-        client = self.create_lora_training_client(
-            config["base_model_name_or_path"], int(config["r"]),
-            train_attn=any(t in ATTN_MODULES for t in targets), train_mlp=any(t in MLP_MODULES for t in targets))
+        client = self._new_training_client(
+            config["base_model_name_or_path"], int(config["r"]), None, any(t in MLP_MODULES for t in targets),
+            any(t in ATTN_MODULES for t in targets), user_metadata)
         (client.load_state_with_optimizer(path) if with_optimizer else client.load_state(path)).result()
         return client
 
-    def create_training_client_from_state(self, path: str, **_: Any) -> LocalTrainingClient:
-        return self._from_state(path, False)
+    def create_training_client_from_state(self, path: str, base_model: str | None = None,
+                                          user_metadata: dict[str, str] | None = None,
+                                          weights_access_token: str | None = None,
+                                          optimizer: Any = None) -> ClientFuture:
+        _no_access_token(weights_access_token)
+        _check_optimizer(optimizer)
+        return _client_future(lambda: self._from_state(path, False, base_model, user_metadata))
 
-    def create_training_client_from_state_with_optimizer(self, path: str, **_: Any) -> LocalTrainingClient:
-        return self._from_state(path, True)
+    def create_training_client_from_state_with_optimizer(self, path: str, base_model: str | None = None,
+                                                         user_metadata: dict[str, str] | None = None,
+                                                         weights_access_token: str | None = None) -> ClientFuture:
+        _no_access_token(weights_access_token)
+        return _client_future(lambda: self._from_state(path, True, base_model, user_metadata))
 
-    async def create_training_client_from_state_async(self, path, **kw):
-        return self._from_state(path, False)
+    async def create_training_client_from_state_async(self, path: str, base_model: str | None = None,
+                                                      user_metadata: dict[str, str] | None = None,
+                                                      weights_access_token: str | None = None,
+                                                      optimizer: Any = None) -> LocalTrainingClient:
+        return await self.create_training_client_from_state(path, base_model, user_metadata, weights_access_token,
+                                                            optimizer)
 
-    async def create_training_client_from_state_with_optimizer_async(self, path, **kw):
-        return self._from_state(path, True)
+    async def create_training_client_from_state_with_optimizer_async(
+            self, path: str, base_model: str | None = None, user_metadata: dict[str, str] | None = None,
+            weights_access_token: str | None = None) -> LocalTrainingClient:
+        return await self.create_training_client_from_state_with_optimizer(path, base_model, user_metadata,
+                                                                           weights_access_token)
 
-    def create_sampling_client(self, model_path: str | None = None, base_model: str | None = None,
-                               **_: Any) -> LocalSamplingClient:
+    # --- sampling clients -------------------------------------------------------------------------------------
+    def _new_sampling_client(self, model_path: str | None, base_model: str | None, retry_config: Any,
+                             record_stability_info: bool) -> LocalSamplingClient:
+        self._check_open()
         if model_path:
             state, config = read_adapter_folder(model_path)
             worker = get_worker(config["base_model_name_or_path"])
             snapshot = WeightsSnapshot(state, int(config["r"]), config["target_modules"])
-            return LocalSamplingClient(worker, snapshot, model_path)
+            return LocalSamplingClient(worker, snapshot, model_path, retry_config, record_stability_info)
         if not base_model:
             raise ValueError("create_sampling_client needs model_path or base_model")
-        return LocalSamplingClient(get_worker(base_model), None)
+        return LocalSamplingClient(get_worker(base_model), None, None, retry_config, record_stability_info)
 
-    async def create_sampling_client_async(self, model_path=None, base_model=None, **kw):
-        return self.create_sampling_client(model_path, base_model)
+    def create_sampling_client(self, model_path: str | None = None, base_model: str | None = None,
+                               retry_config: Any = None, record_stability_info: bool = False) -> ClientFuture:
+        return _client_future(lambda: self._new_sampling_client(model_path, base_model, retry_config,
+                                                                record_stability_info))
+
+    async def create_sampling_client_async(self, model_path: str | None = None, base_model: str | None = None,
+                                           retry_config: Any = None,
+                                           record_stability_info: bool = False) -> LocalSamplingClient:
+        return await self.create_sampling_client(model_path, base_model, retry_config, record_stability_info)
+
+
+_creator = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="client-create")
+
+
+def _client_future(make: Callable[[], Any]) -> ClientFuture:
+    """Build a client on a helper thread (it may wait for the model to load) and return its future at once, the
+    SDK's return type; errors come out of .result() / await, as with the SDK."""
+    return ClientFuture(_creator.submit(make))
+
+
+def _check_optimizer(optimizer: Any) -> None:
+    if optimizer is not None and not isinstance(optimizer, types.AdamOptimizerConfig):
+        raise NotImplementedError(f"optimizer={type(optimizer).__name__}: the local backend trains with AdamW only "
+                                  "(AdamOptimizerConfig)")
+
+
+def _adam_params(optim_params: Any, adam_params: Any) -> types.AdamParams:
+    if optim_params is not None and adam_params is not None:
+        raise TypeError("optim_step: pass optim_params or adam_params, not both")
+    params = optim_params if optim_params is not None else adam_params
+    if params is None:
+        raise TypeError("optim_step: needs optim_params (an AdamParams)")
+    if not isinstance(params, types.AdamParams):
+        raise NotImplementedError(f"optim_step({type(params).__name__}): the local backend runs AdamW only; "
+                                  "pass tinker.AdamParams")
+    return params
+
+
+def _no_access_token(token: str | None) -> None:
+    if token is not None:
+        raise NotImplementedError("weights_access_token: local checkpoints need no access token; other users' "
+                                  "hosted checkpoints cannot be loaded here")
+
+
+def _per_datum_loss(handle: LossHandle) -> Callable:
+    """A LossHandle's traced per-datum loss as a (data, logprobs_list) -> (loss, metrics) callable: the loss is the
+    sum over data, each metric summed or averaged as its key (":sum" / ":mean") says."""
+    def loss_fn(data, logprobs_D):
+        total, metrics_D = 0, []
+        for datum, lp in zip(data, logprobs_D):
+            args = [datum.loss_fn_inputs[name].to_torch() for name in handle.input_names]
+            loss, metrics = handle.graph(lp, *args)
+            total = total + loss
+            metrics_D.append(metrics)
+        merged = {}
+        for key in metrics_D[0] if metrics_D else {}:
+            values = [float(m[key]) for m in metrics_D]
+            merged[key] = sum(values) / len(values) if key.endswith(":mean") else sum(values)
+        return total, merged
+
+    return loss_fn
 
 
 def _grad_rows(loss_fn: str, datum: types.Datum) -> torch.Tensor:
     """Positions whose log-prob the built-in loss depends on: elsewhere its gradient is exactly zero (weight 0 for
-    cross_entropy, advantage 0 for importance_sampling and ppo), so the LM head there needs no backward."""
+    cross_entropy, advantage 0 for the policy-gradient losses); dro's quadratic term reaches every position."""
+    if loss_fn == "dro":
+        return torch.ones(datum.model_input.length, dtype=torch.bool)
     key = "weights" if loss_fn == "cross_entropy" else "advantages"
     return datum.loss_fn_inputs[key].to_torch() != 0
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import warnings
 from typing import Any, Callable, Generic, Protocol, TypeVar
 
 from tinker import types
 
 T = TypeVar("T")
 
-LOSS_FUNCTIONS = ("cross_entropy", "importance_sampling", "ppo")
+LOSS_FUNCTIONS = ("cross_entropy", "importance_sampling", "ppo", "cispo", "dro", "gspo")  # what the local backend computes
 
 
 class LocalFuture(Generic[T]):
@@ -48,6 +49,25 @@ class LocalFuture(Generic[T]):
 
     async def coroutine(self) -> T:
         return await self
+
+
+_warned_client_futures: set[str] = set()
+
+
+class ClientFuture(LocalFuture[T]):
+    """A future of a client, as the SDK's create_* methods return (BackcompatTrainingClientFuture and kin): take the
+    client with `.result()` or `await`. Like the SDK, it can still be used as the client itself (deprecated): each
+    attribute is read from the finished client, with one FutureWarning per attribute name per process."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if name not in _warned_client_futures:
+            _warned_client_futures.add(name)
+            warnings.warn(f"Reading `.{name}` from the future a client-creation method returned is deprecated (as in "
+                          "the tinker SDK): call .result() on it, or await it, to get the client first.",
+                          FutureWarning, stacklevel=2)
+        return getattr(self.result(), name)
 
 
 class SamplingClient(Protocol):

@@ -5,8 +5,9 @@ under a hard deadline, because the SDK retries for minutes when the network is d
 and an unreachable service each give their own message within a few seconds (`TinkerUnavailable.reason` is
 "missing_key", "bad_key" or "unreachable"); the CLI prints it and the studio shows it. After a good probe,
 `hosted_service_client()` builds `tinker.ServiceClient(api_key=..., base_url=...)` and wraps it thinly: the SDK's
-clients already speak our protocol's methods and `tinker.types`, so the wrappers only (1) turn the SDK's futures
-of clients into clients, (2) give the `*_async` methods our loops call without the SDK's deprecation warnings,
+clients already speak our protocol's methods and `tinker.types`, so the wrappers only (1) wrap the clients inside
+the SDK's futures of clients (create_* return futures, as the SDK's and the local backend's do; the `*_async`
+variants return clients), (2) give the `*_async` methods our loops call without the SDK's deprecation warnings,
 (3) keep named sampler weights persistent (`save_weights_and_get_sampling_client(name)`), (4) check the base model
 against the service's list. Checkpoint paths are `tinker://...` strings, stored like local paths; resuming goes
 through `create_training_client_from_state_with_optimizer`.
@@ -30,6 +31,7 @@ from tinker import types
 from tinker.lib.base_url import DEFAULT_BASE_URL, resolve_base_url
 
 from cookbook_engine import models, secrets
+from cookbook_engine.backends.protocol import ClientFuture
 
 CAPABILITIES_PATH = "/api/v1/get_server_capabilities"  # the SDK's RestClient.get_server_capabilities endpoint
 AUTH_HEADER = "X-API-Key"  # the SDK's ApiKeyAuthProvider sends the key in this header
@@ -260,6 +262,22 @@ def hosted_service_client(client_factory: Callable[..., Any] | None = None) -> "
     return HostedServiceClient(sdk_client, result.models)
 
 
+def _wrapped(sdk_future: Any, wrap: Callable[[Any], Any]) -> ClientFuture:
+    """A future of our client around the client inside one of the SDK's futures of clients."""
+    import concurrent.futures
+
+    ours: concurrent.futures.Future = concurrent.futures.Future()
+
+    def settle(done: concurrent.futures.Future) -> None:
+        try:
+            ours.set_result(wrap(done.result()))
+        except BaseException as exc:
+            ours.set_exception(exc)
+
+    sdk_future.future().add_done_callback(settle)
+    return ClientFuture(ours)
+
+
 def _quietly(call: Callable[[], Any]) -> Any:
     """Run an SDK call whose only fault is an SDK deprecation warning we have no replacement for."""
     with warnings.catch_warnings():
@@ -297,7 +315,7 @@ class HostedServiceClient:
                                     train_mlp: bool = True, train_attn: bool = True, train_unembed: bool = True,
                                     user_metadata: dict | None = None, **_: Any) -> "HostedTrainingClient":
         future = self._lora_request(base_model, rank, seed, train_mlp, train_attn, train_unembed, user_metadata)
-        return HostedTrainingClient(self, future.result())
+        return _wrapped(future, lambda sdk: HostedTrainingClient(self, sdk))
 
     async def create_lora_training_client_async(self, base_model: str, rank: int = 32, seed: int | None = None,
                                                 train_mlp: bool = True, train_attn: bool = True,
@@ -306,12 +324,13 @@ class HostedServiceClient:
         future = self._lora_request(base_model, rank, seed, train_mlp, train_attn, train_unembed, user_metadata)
         return HostedTrainingClient(self, await future)
 
-    def create_training_client_from_state(self, path: str, **_: Any) -> "HostedTrainingClient":
-        return HostedTrainingClient(self, self.sdk.create_training_client_from_state(path=path).result())
+    def create_training_client_from_state(self, path: str, **_: Any) -> ClientFuture:
+        future = self.sdk.create_training_client_from_state(path=path)
+        return _wrapped(future, lambda sdk: HostedTrainingClient(self, sdk))
 
-    def create_training_client_from_state_with_optimizer(self, path: str, **_: Any) -> "HostedTrainingClient":
+    def create_training_client_from_state_with_optimizer(self, path: str, **_: Any) -> ClientFuture:
         future = self.sdk.create_training_client_from_state_with_optimizer(path=path)
-        return HostedTrainingClient(self, future.result())
+        return _wrapped(future, lambda sdk: HostedTrainingClient(self, sdk))
 
     async def create_training_client_from_state_async(self, path: str, **_: Any) -> "HostedTrainingClient":
         return HostedTrainingClient(self, await self.sdk.create_training_client_from_state(path=path))
@@ -330,8 +349,9 @@ class HostedServiceClient:
         return self.sdk.create_sampling_client(model_path=model_path or None, base_model=base_model or None)
 
     def create_sampling_client(self, model_path: str | None = None, base_model: str | None = None,
-                               **_: Any) -> "HostedSamplingClient":
-        return HostedSamplingClient(self._sampling_request(model_path, base_model).result(), model_path)
+                               **_: Any) -> ClientFuture:
+        return _wrapped(self._sampling_request(model_path, base_model),
+                        lambda sdk: HostedSamplingClient(sdk, model_path))
 
     async def create_sampling_client_async(self, model_path: str | None = None, base_model: str | None = None,
                                            **_: Any) -> "HostedSamplingClient":
@@ -418,14 +438,14 @@ class HostedTrainingClient:
     async def load_state_with_optimizer_async(self, path):
         return self.load_state_with_optimizer(path)
 
-    def save_weights_and_get_sampling_client(self, name: str | None = None, **_: Any) -> "HostedSamplingClient":
-        """A sampling client on the weights as they are after every request submitted before this one. With a
-        name the weights are saved persistently (the SDK's own call keeps only ephemeral weights and ignores
+    def save_weights_and_get_sampling_client(self, name: str | None = None, **_: Any) -> ClientFuture:
+        """A future of a sampling client on the weights as they are after every request submitted before this one.
+        With a name the weights are saved persistently (the SDK's own call keeps only ephemeral weights and ignores
         names), so the sampler's model_path can be stored and sampled from later."""
         if name:
             path = self.save_weights_for_sampler(name).result().path
             return self.service.create_sampling_client(model_path=path)
-        return HostedSamplingClient(self.sdk.save_weights_and_get_sampling_client().result(), None)
+        return _wrapped(self.sdk.save_weights_and_get_sampling_client(), lambda sdk: HostedSamplingClient(sdk, None))
 
     async def save_weights_and_get_sampling_client_async(self, name: str | None = None, **_: Any
                                                          ) -> "HostedSamplingClient":
@@ -434,7 +454,7 @@ class HostedTrainingClient:
             return await self.service.create_sampling_client_async(model_path=saved.path)
         return HostedSamplingClient(await self.sdk.save_weights_and_get_sampling_client(), None)
 
-    def create_sampling_client(self, model_path: str) -> "HostedSamplingClient":
+    def create_sampling_client(self, model_path: str) -> ClientFuture:
         return self.service.create_sampling_client(model_path=model_path)
 
     def close(self) -> None:

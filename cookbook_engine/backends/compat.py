@@ -1,0 +1,104 @@
+"""What of the tinker SDK's public client surface the local backend cannot honour, and why: ONE table.
+
+Every public method of `tinker.ServiceClient`, `tinker.TrainingClient` and `tinker.SamplingClient` (0.38) is either
+implemented by the local backend with a compatible signature (tests/test_tinker_signatures.py checks this against the
+installed SDK, method by method) or listed in `UNSUPPORTED` below with the reason. A listed method raises
+`NotImplementedError` with that reason when called; options of supported methods that cannot be honoured raise the
+same way or warn once (`warn_once`). Also here: `tinker://` checkpoint paths and their mapping to local folders.
+
+Not here: the clients themselves (local.py), the REST client (rest.py), the HTTP server (serve/).
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from pathlib import Path
+
+from tinker import types
+
+from cookbook_engine import paths
+
+UNSUPPORTED: dict[str, str] = {
+    "ServiceClient.copy_weights": "checkpoints live on this machine only; there are no projects to copy them to",
+    "ServiceClient.get_console_url": "there is no Tinker console for local runs; the studio shows them",
+    "ServiceClient.holder": "the SDK's internal connection holder has no local counterpart",
+    "TrainingClient.get_console_url": "there is no Tinker console for local runs; the studio shows them",
+    "TrainingClient.save_weights_external": "external (encrypted, downloadable) weights are a hosted-service feature; "
+                                            "local checkpoints are already PEFT folders on disk",
+    "TrainingClient.save_weights_external_async": "see save_weights_external",
+    "SamplingClient.create": "the SDK's internal constructor over its connection holder; use "
+                             "ServiceClient.create_sampling_client",
+    "SamplingClient.on_queue_state_change": "the local model worker has no hosted queue states to report",
+}
+
+
+def unsupported(qualified_name: str) -> NotImplementedError:
+    """The error a listed method raises: its name and the reason from the table."""
+    return NotImplementedError(f"{qualified_name} is not supported by the local backend: "
+                               f"{UNSUPPORTED[qualified_name]}")
+
+
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def warn_once(key: str, message: str) -> None:
+    """A UserWarning the first time `key` is seen in this process, silence afterwards."""
+    with _warned_lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    warnings.warn(message, UserWarning, stacklevel=3)
+
+
+# --- tinker:// paths ---------------------------------------------------------------------------------------------
+# The hosted service names checkpoints tinker://<training_run_id>/weights/<name> (full state) and
+# tinker://<training_run_id>/sampler_weights/<name> (sampler weights). Locally the training run id is the training
+# client's model_id and the folder is <home>/checkpoints/<model_id>/{state,sampler}/<name>.
+KIND_FOLDERS = {"weights": "state", "sampler_weights": "sampler"}
+CHECKPOINT_META = "checkpoint.json"  # in each checkpoint folder: time, expires_at, user_metadata
+RUN_META = "run.json"  # in each training run's folder: base model, LoRA settings, session, user metadata
+
+
+def checkpoint_root() -> Path:
+    root = paths.home() / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def tinker_path(model_id: str, kind: str, name: str) -> str:
+    """kind: "weights" (state) or "sampler_weights"."""
+    return f"tinker://{model_id}/{kind}/{name}"
+
+
+def parse_tinker_path(path: str) -> types.ParsedCheckpointTinkerPath:
+    """The SDK's own parse (checkpoint_id is "weights/<name>" or "sampler_weights/<name>"), with a clear error."""
+    try:
+        parsed = types.ParsedCheckpointTinkerPath.from_tinker_path(path)
+    except Exception as exc:
+        raise ValueError(f"checkpoint path {path!r}: expected tinker://<training_run_id>/weights/<name> or "
+                         "tinker://<training_run_id>/sampler_weights/<name>") from exc
+    if parsed.checkpoint_id.split("/", 1)[0] not in KIND_FOLDERS:
+        raise ValueError(f"checkpoint path {path!r}: only weights/ and sampler_weights/ checkpoints exist locally")
+    return parsed
+
+
+def resolve(path: str) -> Path:
+    """The local folder of a checkpoint named by a tinker:// path or by its folder path."""
+    if not path.startswith("tinker://"):
+        return Path(path)
+    parsed = parse_tinker_path(path)
+    kind, name = parsed.checkpoint_id.split("/", 1)
+    return checkpoint_root() / parsed.training_run_id / KIND_FOLDERS[kind] / name
+
+
+def to_tinker_path(folder: str | Path) -> str | None:
+    """The tinker:// name of a folder under the checkpoint root, None for a folder elsewhere."""
+    folder = Path(folder).resolve()
+    try:
+        model_id, kind_folder, name = folder.relative_to(checkpoint_root().resolve()).parts
+    except ValueError:
+        return None
+    kinds = {v: k for k, v in KIND_FOLDERS.items()}
+    return tinker_path(model_id, kinds[kind_folder], name) if kind_folder in kinds else None
