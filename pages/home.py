@@ -70,8 +70,12 @@ def sandbox_status() -> None:
             st.badge("network NOT isolated", icon=":material/warning:", color="orange")
             st.warning("Model-written code can reach the network on this machine: "
                        + widgets.safe_markdown(capabilities["reason"]), icon=":material/warning:")
+        if not capabilities["memory_cgroup"]:
+            st.badge("memory capped per process only", icon=":material/warning:", color="orange")
         st.caption(widgets.safe_markdown(f"{capabilities['description']} · files: {capabilities['filesystem']} · "
-                                         "not a security boundary against a determined attacker"))
+                                         f"memory: {capabilities['memory_limit']} · devices: "
+                                         f"{capabilities['devices']} · seccomp: {capabilities['seccomp']} · the "
+                                         "kernel is shared with the studio"))
 
 
 waiting = state.default_model_status()[0] == "preparing" or state.tinker_status().state == "checking"

@@ -228,6 +228,15 @@ def test_home_shows_what_the_code_sandbox_isolates(home, monkeypatch):
     assert any(badge.endswith(" network NOT isolated]") for badge in badges(at)), badges(at)
     assert any("Model-written code can reach the network" in w.value and "Operation not permitted" in w.value
                for w in at.warning)
+    has_memory_warning = any("memory capped per process only" in badge for badge in badges(at))
+    assert has_memory_warning == (not capabilities["memory_cgroup"])
+    assert literal(capabilities["memory_limit"]) in shown_text(at)
+
+    # without a memory cgroup the Home page says memory is capped per process only
+    monkeypatch.setattr(sandbox, "_capabilities", {**fallback, "memory_cgroup": False,
+                                                   "memory_limit": "per process only (RLIMIT_AS)"})
+    at = open_page()
+    assert any(badge.endswith(" memory capped per process only]") for badge in badges(at)), badges(at)
 
 
 # ---------------------------------------------------------------------------------------------- new run
