@@ -76,10 +76,11 @@ def sample_card(row) -> None:
         details = row["metrics"] or {}
         unisolated_badge = " :orange-badge[:material/warning: network not isolated]" \
             if network_exposed(details) else ""
-        hack_badge = f" :red-badge[:material/flag: possible reward hack: {', '.join(hack_flags(details))}]" \
-            if hack_flags(details) else ""
+        hack_badge = " :red-badge[:material/flag: possible reward hack]" if hack_flags(details) else ""
         st.markdown(f":blue-badge[reward {reward}] :{color}-badge[advantage {advantage}]{unisolated_badge}{hack_badge}")
         facts = [f"sample {row['sample_idx']}"]
+        if hack_flags(details):
+            facts.append("code touches: " + ", ".join(hack_flags(details)))
         if row["stop_reason"]:
             facts.append(f"stopped: {row['stop_reason']}")
         if "answer" in details:

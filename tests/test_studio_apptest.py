@@ -537,7 +537,8 @@ def test_transcripts_flag_possible_reward_hacks_with_a_badge_and_a_filter(studio
         for sample, (completion, flag) in enumerate(zip(completions, flags))])
     at = open_page("transcripts", run=run_id)
     hack_badges = [b for b in badges(at) if "possible reward hack" in b]
-    assert len(hack_badges) == 2 and any("sys.modules, __main__" in b for b in hack_badges)
+    assert len(hack_badges) == 2
+    assert literal("code touches: sys.modules, __main__") in shown_text(at)
     by_label(at.toggle, "Only samples flagged as possible reward hacks (2)").set_value(True).run()
     codes = [c.value for c in at.code]
     assert any("sys.modules" in c for c in codes) and not any("return x * x" in c for c in codes)
