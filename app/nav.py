@@ -31,6 +31,7 @@ PAGES: dict[str, PageSpec] = {
     "compare": PageSpec("compare.py", "Compare", ":material/compare_arrows:", "Train"),
     "transcripts": PageSpec("transcripts.py", "Transcripts", ":material/forum:", "Inspect"),
     "chat": PageSpec("chat.py", "Chat", ":material/chat:", "Inspect"),
+    "evaluate": PageSpec("evaluate.py", "Evaluate", ":material/leaderboard:", "Inspect"),
     "datasets": PageSpec("datasets.py", "Datasets", ":material/dataset:", "Data & weights"),
     "checkpoints": PageSpec("checkpoints.py", "Checkpoints", ":material/download:", "Data & weights"),
 }

@@ -57,7 +57,7 @@ def follow(manager, eval_id: str, notes: list[str]) -> dict:
     try:
         while manager.is_alive(eval_id):
             _drain(notes, bar)
-            bar.n = manager._jobs[eval_id].done
+            bar.n = manager.examples_done(eval_id) or 0
             bar.refresh()
             time.sleep(0.5)
     except KeyboardInterrupt:

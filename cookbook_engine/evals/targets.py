@@ -121,3 +121,25 @@ def _at_step(spec: str, at: str, saved: list[dict]) -> dict:
         steps = ", ".join(str(c["step"]) for c in sorted(saved, key=lambda c: c["step"]))
         raise TargetError(f"{spec}: no checkpoint at step {step}; saved steps: {steps}")
     return max(matching, key=lambda c: c["created_at"])
+
+
+def list_choices(store=None) -> list[tuple[str, str]]:
+    """(spec, label) of every model a person can evaluate: the default base model, the live weights of each active
+    run, each run's newest saved weights and every saved checkpoint, newest runs first."""
+    from storage import Store
+
+    store = store or Store.default()
+    choices = [("base", f"base · {models.DEFAULT_MODEL.rsplit('/', 1)[-1]}")]
+    checkpoints: dict[str, list[dict]] = {}
+    for row in store.list_checkpoints():
+        if row.get("sampler_path"):
+            checkpoints.setdefault(row["run_id"], []).append(row)
+    for run in store.list_runs():
+        if run["status"] in ("queued", "running", "cancelling"):
+            choices.append((f"{run['run_id']}@live", f"{run['name']} · live weights ({run['status']})"))
+        saved = sorted(checkpoints.get(run["run_id"], []), key=lambda c: -int(c["step"]))
+        if saved:
+            choices.append((run["run_id"], f"{run['name']} · newest saved (step {saved[0]['step']})"))
+        for row in saved[1:]:
+            choices.append((f"{run['run_id']}@{row['step']}", f"{run['name']} · step {row['step']}"))
+    return choices
