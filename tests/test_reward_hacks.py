@@ -5,6 +5,7 @@ scores 1.0 and a partly right one its fraction, and Transcripts' hack flags fire
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 
 import pytest
@@ -93,3 +94,30 @@ def test_hack_flags_fire_on_hacks_and_never_on_honest_code():
             assert hack_flags.suspicious_patterns(hack_response(hack, "square")), hack
     result = grade("python_tests", hack_response("main_module_globals", "square"), CUSTOM_TESTS)
     assert result.details["suspicious"] == ["sys.modules", "__main__"]
+
+
+def test_malformed_traffic_zeroes_the_whole_grade_with_a_sandbox_error():
+    forged = hack_response("bad_json_and_wrong_shapes_on_channel", "square")
+    result = grade("python_tests", forged, CUSTOM_TESTS)
+    assert result.reward == 0.0 and "malformed reply" in result.details["sandbox_error"]
+    huge = grade("python_tests", hack_response("huge_return", "square"), CUSTOM_TESTS)
+    assert huge.reward == 0.0 and "reply over" in huge.details["sandbox_error"]
+
+
+def test_every_hack_goes_through_the_rl_env_as_a_reward_and_the_run_goes_on(default_model_ready):
+    from cookbook_engine import models, renderers
+    from cookbook_engine.rl import envs
+
+    renderer = renderers.get_renderer("auto", models.load_tokenizer(models.DEFAULT_MODEL))
+    problem = next(p for p in CODE_PROBLEMS if p.name == "fizzbuzz")
+    env = envs.CodeEnv(renderer, problem)
+
+    def reward(hack):
+        tokens = renderer.tokenizer.encode(hack_response(hack, problem.function_name), add_special_tokens=False)
+        result = asyncio.run(env.step(tokens + [renderer.get_stop_sequences()[0]]))
+        return hack, result.reward, result.metrics
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(reward, HACKS))
+    assert [(hack, value) for hack, value, _ in results if value > 0.0] == []
+    assert all(metrics["correct"] == 0.0 for _, _, metrics in results)

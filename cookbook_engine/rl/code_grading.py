@@ -12,8 +12,9 @@ or return an object whose `__eq__` is always true. Here three parties take part:
   is between plain Python values (no object of the solution's making, no custom `__eq__`).
 - **this process** (trusted) relays the calls, checks every message from either child (type, shape, size, depth)
   before using it, enforces the time budgets, restarts a solution process that died or hung, and decides the
-  verdict from the test process's per-test results. Malformed, hostile or huge traffic gives reward 0 and a
-  `sandbox_error`, never an exception.
+  verdict from the test process's per-test results. Malformed, hostile or huge traffic (from either child) gives
+  reward 0 and a `sandbox_error`, never an exception; a value the solution cannot send (an object) or an exception
+  it raises fails only the test that called it.
 
 Values that cross: None, bool, int, float (nan/inf included), str, bytes, and list, tuple, set, frozenset and dict
 of those, to a depth of 32. Not covered (say so when a user's tests need it): objects, classes, generators or
@@ -300,6 +301,7 @@ class _Solution:
         self.starts = 0
         self.printed: list[str] = []
         self.ended: list[str] = []  # why earlier processes ended (killed_reason or exit code)
+        self.violation: str | None = None  # the first malformed or oversized reply: the whole grade is then 0
 
     def start(self) -> tuple[list[str], str | None]:
         """Start (or restart) the solution and wait until it defined its functions; ProtocolError if it fails."""
@@ -330,6 +332,7 @@ class _Solution:
             reason = self.stop()
             if line is not None or too_long:
                 reason = f"a reply over {MAX_LINE_BYTES} bytes" if too_long else f"a malformed reply: {error}"
+                self.violation = self.violation or reason
             return _error_reply(request["id"], reason or str(error))
 
     def stop(self) -> str | None:
@@ -369,6 +372,8 @@ def run_code_tests(code: str, tests: list[str], limits: SandboxLimits) -> CodeVe
         config = {"tests": tests, "functions": functions, "budget_s": 2 * budget_s + 0.5}
         runner.send((json.dumps(config) + "\n").encode())
         verdict.results = _relay(runner, solution, functions, len(tests))
+        if solution.violation:
+            raise ProtocolError(f"the solution's process sent {solution.violation}")
     except ProtocolError as error:
         verdict.results = None
         verdict.sandbox_error = f"grading stopped: {error}"
