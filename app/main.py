@@ -14,9 +14,11 @@ if str(REPO_ROOT) not in sys.path:  # `app`, `cookbook_engine` and `storage` imp
 import streamlit as st  # noqa: E402
 
 from app import nav, state  # noqa: E402
+from cookbook_engine import compute_lease  # noqa: E402
 from cookbook_engine.paths import make_files_private  # noqa: E402
 
 make_files_private()  # also set by `cookbook studio`; here for a studio started with `streamlit run`
+compute_lease.set_process_label("the studio")
 
 st.set_page_config(page_title="Cookbook Studio", page_icon=":material/science:", layout="wide")
 state.start_default_model_preparation()

@@ -34,7 +34,7 @@ from safetensors.torch import load_file, save_file
 from tinker import types
 from tinker.lib.public_interfaces.custom_loss import LossHandle
 
-from cookbook_engine import models
+from cookbook_engine import compute_lease, models
 from cookbook_engine.backends import compat, fast_ops, losses, sampler
 from cookbook_engine.backends.protocol import ClientFuture, LocalFuture
 
@@ -100,7 +100,9 @@ class ModelWorker:
                 continue
             started = time.perf_counter()
             try:
-                future.set_result(fn())
+                with compute_lease.lease().hold():  # one process at a time computes on this machine
+                    result = fn()
+                future.set_result(result)
             except BaseException as exc:
                 future.set_exception(exc)
             finally:

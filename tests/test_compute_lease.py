@@ -1,0 +1,90 @@
+"""The machine-wide compute lease (cookbook_engine/compute_lease.py): processes never compute at the same time,
+they take turns instead of one starving the others, a waiting process says whom it waits for, and a process that
+dies holding the lease frees it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from cookbook_engine import compute_lease
+
+REPO = Path(__file__).resolve().parent.parent
+
+WORKER = """
+import json, sys, time
+sys.path.insert(0, {repo!r})
+from cookbook_engine import compute_lease
+compute_lease.set_process_label({label!r})
+lease = compute_lease.ComputeLease({folder!r})
+turns = []
+for _ in range({turns}):
+    with lease.hold():
+        started = time.time()
+        time.sleep({work_s})
+        turns.append([started, time.time()])
+print(json.dumps(turns))
+"""
+
+
+def start_worker(folder: Path, label: str, turns: int = 6, work_s: float = 0.05) -> subprocess.Popen:
+    source = WORKER.format(repo=str(REPO), label=label, folder=str(folder), turns=turns, work_s=work_s)
+    return subprocess.Popen([sys.executable, "-c", source], stdout=subprocess.PIPE, text=True)
+
+
+def test_processes_never_compute_at_once_and_take_turns(tmp_path):
+    workers = [start_worker(tmp_path, f"worker {index}") for index in range(3)]
+    turns = {index: json.loads(worker.communicate(timeout=120)[0]) for index, worker in enumerate(workers)}
+    intervals = sorted((start, end, index) for index, spans in turns.items() for start, end in spans)
+    for (_, end, _), (next_start, _, _) in zip(intervals, intervals[1:]):
+        assert next_start >= end - 1e-3, "two processes held the lease at the same time"
+    order = [index for _, _, index in intervals]
+    # with the turnstile, no process runs all of its turns before the others get any
+    assert all(order.index(index) < len(order) - 6 for index in range(3)), order
+
+
+def test_a_waiting_process_says_which_process_computes(tmp_path):
+    holder = start_worker(tmp_path, "cookbook sl run-7", turns=1, work_s=3.0)
+    time.sleep(1.0)  # the holder has taken the lease by now
+    lease = compute_lease.ComputeLease(tmp_path)
+    with lease.hold():
+        pass
+    holder.communicate(timeout=60)
+    assert lease.waited_seconds > 0.5
+    assert lease.waiting_for is None  # no longer waiting
+
+
+def test_waiting_note_names_the_holder(tmp_path, monkeypatch):
+    holder = start_worker(tmp_path, "the studio", turns=1, work_s=4.0)
+    time.sleep(1.0)
+    lease = compute_lease.ComputeLease(tmp_path)
+    monkeypatch.setattr(compute_lease, "_lease", lease)
+    import threading
+
+    done = threading.Event()
+    threading.Thread(target=lambda: (lease.hold().__enter__(), done.set()), daemon=True).start()
+    deadline = time.monotonic() + 10
+    note = None
+    while note is None and time.monotonic() < deadline:
+        note = compute_lease.waiting_note()
+        time.sleep(0.1)
+    holder.communicate(timeout=60)
+    assert note is not None and note.startswith("waiting for the CPU: the studio (pid ")
+    assert done.wait(10)
+
+
+def test_a_process_killed_while_holding_the_lease_frees_it(tmp_path):
+    holder = start_worker(tmp_path, "doomed", turns=1, work_s=60.0)
+    time.sleep(1.0)
+    assert (tmp_path / compute_lease.LOCK_NAME).read_text().startswith("doomed (pid ")  # it holds the lease
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait(timeout=30)
+    started = time.monotonic()
+    with compute_lease.ComputeLease(tmp_path).hold():
+        pass
+    assert time.monotonic() - started < 5.0
