@@ -190,6 +190,7 @@ def usage_report(workdir, rlimits):
 
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 8, 4096, 16384, 1 << 18
 MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID = 1, 2
+os.umask(0o022)  # the mount points made below must be traversable by the child's uid, whatever the studio's umask
 try:
     if cfg["cgroup_procs"]:
         with open(cfg["cgroup_procs"], "w") as handle:

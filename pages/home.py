@@ -70,12 +70,17 @@ def sandbox_status() -> None:
             st.badge("network NOT isolated", icon=":material/warning:", color="orange")
             st.warning("Model-written code can reach the network on this machine: "
                        + widgets.safe_markdown(capabilities["reason"]), icon=":material/warning:")
-        if not capabilities["memory_cgroup"]:
+        if capabilities["memory_cgroup"]:
+            st.badge("memory capped per run", icon=":material/memory:", color="green")
+        else:
             st.badge("memory capped per process only", icon=":material/warning:", color="orange")
-        st.caption(widgets.safe_markdown(f"{capabilities['description']} · files: {capabilities['filesystem']} · "
-                                         f"memory: {capabilities['memory_limit']} · devices: "
-                                         f"{capabilities['devices']} · seccomp: {capabilities['seccomp']} · the "
-                                         "kernel is shared with the studio"))
+        st.caption("Each program runs in its own namespaces with a fresh uid, read-only host files, a minimal "
+                   "/dev and a seccomp filter; the tests that grade it run in a second sandbox it cannot reach.")
+        with st.expander("What it isolates here"):
+            for name, key in (("How", "description"), ("Files", "filesystem"), ("Memory", "memory_limit"),
+                              ("Devices", "devices"), ("Seccomp", "seccomp")):
+                st.caption(f"**{name}:** " + widgets.safe_markdown(capabilities[key]))
+            st.caption("Not a proof against a determined attacker: the kernel is shared with the studio.")
 
 
 waiting = state.default_model_status()[0] == "preparing" or state.tinker_status().state == "checking"

@@ -7,9 +7,11 @@ import os
 import socket
 import statistics
 import subprocess
+import sys
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -350,3 +352,13 @@ def test_killed_reason_is_never_read_from_what_the_program_prints():
                    "BlockingIOError: [Errno 11] Resource temporarily unavailable (fork)"):
         result = run_python(f"import sys\nsys.stderr.write({forged!r} + '\\n')\nsys.exit(1)")
         assert (result.returncode, result.killed_reason) == (1, None), forged
+
+
+def test_a_private_umask_in_the_studio_does_not_weaken_the_sandbox(capabilities):
+    """The studio and the CLI run with umask 077 (a private home); the sandbox must find the same plan then."""
+    source = ("import os, sys\nos.umask(0o077)\nsys.path.insert(0, sys.argv[1])\n"
+              "from cookbook_engine import sandbox\ncaps = sandbox.sandbox_capabilities()\n"
+              "print(caps['plan'], caps['memory_cgroup'], sandbox.run_python('print(1)').stdout.strip())")
+    repo = str(Path(__file__).resolve().parent.parent)
+    result = subprocess.run([sys.executable, "-c", source, repo], capture_output=True, text=True, timeout=120)
+    assert result.stdout.split() == [capabilities["plan"], str(capabilities["memory_cgroup"]), "1"], result.stderr
