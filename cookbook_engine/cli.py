@@ -6,6 +6,7 @@
     cookbook runs [--json]          cookbook resume RUN_ID          cookbook cancel RUN_ID
     cookbook eval models=base,RUN_ID[@STEP] evals=builtin:facts-probes,file.jsonl [max_examples=N]
     cookbook evals                  (list evaluations; see cookbook_engine/evals/commands.py)
+    cookbook sweep FILE [--dry-run] (train each configuration, evaluate each)   cookbook sweep --resume SWEEP_ID
     cookbook studio [--port 8501] [--address 127.0.0.1]
 
 `--dry-run` validates everything (settings, model, renderer, data) and prints the resolved config without
@@ -82,35 +83,36 @@ def _follow(config, prepared) -> int:
 
 
 def _watch(manager, run_id: str, notes: list[str]) -> int:
-    from tqdm import tqdm
-
+    from cookbook_engine import compute_lease
+    from cookbook_engine.progress import progress_display
     from storage.service import FLUSH_INTERVAL_S
 
-    bar = tqdm(total=None, unit="step", dynamic_ncols=True, file=sys.stderr)
+    bar = progress_display(sys.stderr)  # a bar on a terminal, a line every 30 s or tenth of the run otherwise
     read_at = float("-inf")
+    told_waiting = None
     try:
         while True:
             alive = manager.is_alive(run_id)
+            waiting = compute_lease.waiting_note()  # another process computes: say so once per wait
+            if waiting and waiting != told_waiting:
+                notes.append(waiting)
+            told_waiting = waiting
             while notes:
-                bar.write(notes.pop(0), file=sys.stderr)
+                bar.write(notes.pop(0))
             # The store writes progress and metrics every ~2 s (storage.service), and each read costs the database
             # an open that competes with training for the CPU: read the bar's figures no more often than that.
             if not alive or time.monotonic() - read_at >= FLUSH_INTERVAL_S:
                 read_at = time.monotonic()
                 run = manager.store.get_run(run_id)
-                if run.get("total_steps") and bar.total != run["total_steps"]:
-                    bar.total = run["total_steps"]
                 if run.get("step") is not None:
-                    bar.n = run["step"]
                     key = manager.store.last_metrics([run_id], _key_metric(run["kind"])).get(run_id)
-                    if key is not None:
-                        bar.set_postfix_str(f"{_key_metric(run['kind'])}={key:.4f}")
-                    bar.refresh()
+                    bar.update(run["step"], run.get("total_steps"),
+                               f"{_key_metric(run['kind'])}={key:.4f}" if key is not None else "")
             if not alive:
                 break
             time.sleep(0.5)
     except KeyboardInterrupt:
-        bar.write("cancelling (a checkpoint is saved first; `cookbook resume` continues it)...", file=sys.stderr)
+        bar.write("cancelling (a checkpoint is saved first; `cookbook resume` continues it)...")
         manager.cancel(run_id)
         manager.wait(run_id)
     bar.close()
@@ -122,7 +124,9 @@ def _watch(manager, run_id: str, notes: list[str]) -> int:
 
 
 def _key_metric(kind: str) -> str:
-    return {"sl": "train_mean_nll", "dpo": "dpo_loss", "rl": "env/all/reward/total"}.get(kind, "train_mean_nll")
+    from cookbook_engine.runs import KEY_METRIC
+
+    return KEY_METRIC.get(kind, "train_mean_nll")
 
 
 def list_runs(as_json: bool) -> int:
@@ -196,11 +200,14 @@ def studio(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from cookbook_engine import compute_lease
     from cookbook_engine.paths import HomeError, make_files_private
 
     make_files_private()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    compute_lease.set_process_label("cookbook " + (argv[0] if argv else ""))
     try:
-        return _dispatch(list(sys.argv[1:] if argv is None else argv))
+        return _dispatch(argv)
     except HomeError as exc:
         return _bad_input(str(exc))
 
@@ -220,12 +227,13 @@ def _dispatch(argv: list[str]) -> int:
         return resume_run(rest[0]) if command == "resume" else cancel_run(rest[0])
     if command == "studio":
         return studio(rest)
-    if command in ("eval", "evals"):
+    if command in ("eval", "evals", "sweep"):
         from cookbook_engine.evals import commands
 
-        return commands.eval_command(rest) if command == "eval" else commands.list_evals()
+        handler = {"eval": commands.eval_command, "sweep": commands.sweep_command}.get(command)
+        return handler(rest) if handler else commands.list_evals()
     return _bad_input(f"unknown command {command!r}; commands: sl, dpo, rl, runs, resume, cancel, studio, eval, "
-                      "evals")
+                      "evals, sweep")
 
 
 if __name__ == "__main__":

@@ -104,3 +104,55 @@ def list_evals() -> int:
         print(f"{job['eval_id']:30} {job['status']:11} {done:>11}  {','.join(job['models'])} / "
               f"{','.join(job['eval_sets'])}")
     return 0
+
+
+def sweep_command(args: list[str]) -> int:
+    """`cookbook sweep FILE [--dry-run]` or `cookbook sweep --resume SWEEP_ID`."""
+    from cookbook_engine.config import ConfigError
+    from cookbook_engine.evals import sweeps
+
+    dry_run = "--dry-run" in args
+    args = [a for a in args if a != "--dry-run"]
+    if len(args) == 2 and args[0] == "--resume":
+        runner = sweeps.SweepRunner()
+        try:
+            sweep_id = runner.resume(args[1])
+        except sweeps.SweepError as exc:
+            return _bad_input(str(exc))
+        return _follow_sweep(runner, sweep_id)
+    if len(args) != 1:
+        return _bad_input("usage: cookbook sweep FILE [--dry-run]  |  cookbook sweep --resume SWEEP_ID")
+    try:
+        plan = sweeps.plan(sweeps.load_file(args[0]), where=args[0])
+    except (sweeps.SweepError, ConfigError) + _input_errors() as exc:
+        return _bad_input(str(exc).splitlines()[0])
+    if dry_run:
+        keys = sweeps.varying_keys([{"settings": m.settings} for m in plan.members])
+        print(f"{len(plan.members)} members, evaluated on {', '.join(plan.evals) or 'nothing'}; varying: "
+              f"{', '.join(keys) or 'nothing'}")
+        for index, member in enumerate(plan.members):
+            from cookbook_engine.config import to_command
+
+            print(f"  {index}: {to_command(member.config)}")
+        return 0
+    runner = sweeps.SweepRunner()
+    return _follow_sweep(runner, runner.start(plan))
+
+
+def _follow_sweep(runner, sweep_id: str) -> int:
+    from cookbook_engine.evals import sweeps
+
+    print(f"sweep {sweep_id} (cookbook sweep --resume {sweep_id} continues it if stopped)", file=sys.stderr)
+    try:
+        while runner.is_alive(sweep_id):
+            _drain(runner.notes, None)
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        print("cancelling the sweep (members in flight save a checkpoint)...", file=sys.stderr)
+        runner.cancel(sweep_id)
+    sweep = runner.wait(sweep_id)
+    _drain(runner.notes, None)
+    print(sweeps.table(runner.store, sweep_id).to_string(index=False))
+    print(f"sweep {sweep_id}: {sweep['status']}" + (f" ({sweep['error']})" if sweep.get("error") else ""),
+          file=sys.stderr)
+    return 0 if sweep["status"] in ("completed", "cancelled") else 1

@@ -81,7 +81,8 @@ def _facts_probes() -> EvalSet:
     examples = [GenerationExample(probe, key, "contains") for probe, key in builtin_data.FACT_PROBES]
     return EvalSet("builtin:facts-probes", "generation",
                    f"{len(examples)} paraphrased questions about Quorvania never used in builtin:facts training; "
-                   "correct when the reply contains the fact's key word (grader: contains).", examples)
+                   "correct when the reply contains the fact's key word (grader: contains).", examples,
+                   max_tokens=40)
 
 
 def _facts_nll() -> EvalSet:
