@@ -1,11 +1,12 @@
 """Evaluate: pick models and eval sets, press Evaluate, and read the leaderboard (95% intervals, best marked), a bar
-chart with error bars, every model's answer to every example beside the reference, and the examples where two
-models disagree. Evaluations run in the background and also show up here when started with `cookbook eval`."""
+chart with error bars, every model's answer to every example beside the reference, the examples where two
+models disagree, and each checkpoint's lineage with buttons that start the next stage (DPO or RL) from it. Evaluations run in the background and also show up here when started with `cookbook eval`."""
 
 import plotly.graph_objects as go
 import streamlit as st
 
-from app import state, widgets
+from app import nav, state, widgets
+from cookbook_engine import lineage
 from cookbook_engine.evals import jobs, report, sets, targets
 from cookbook_engine.evals.evaluators import EvalSettings
 from storage.evals import EvalStore
@@ -31,7 +32,9 @@ for dataset in state.store().list_datasets():
     set_choices.setdefault(dataset["path"], f"{dataset['name']} · uploaded {dataset['kind']} file")
 
 with st.form("evaluate-form"):
-    chosen_models = st.multiselect("Models", list(model_choices), default=["base"], format_func=model_choices.get,
+    asked = [m for m in st.query_params.get_all("models") if m in model_choices]  # e.g. a run page's Evaluate link
+    chosen_models = st.multiselect("Models", list(model_choices), default=asked or ["base"],
+                                   format_func=model_choices.get,
                                    help="The base model, a run's newest saved weights, any saved step, or the live "
                                         "weights of a run training now.")
     chosen_sets = st.multiselect("Eval sets", list(set_choices), default=["builtin:facts-probes"],
@@ -131,3 +134,25 @@ if compare:
 else:
     table = report.answers_side_by_side(examples)
 st.dataframe(table, hide_index=True, width="stretch")
+
+# ---------------------------------------------------------------------------------------------- lineage
+results = [row for row in store.results([eval_id]) if row.get("run_id")]
+if results:
+    st.subheader("Lineage")
+    st.caption("Where each checkpoint's weights came from, and the next stage started from it.")
+    states = {c["sampler_path"]: c.get("state_path") for c in state.store().list_checkpoints() if c.get("sampler_path")}
+for row in results:
+    run = state.store().get_run(row["run_id"])
+    if run is None:
+        continue
+    c1, c2, c3 = st.columns([6, 1, 1], vertical_alignment="center")
+    c1.markdown(f"**{widgets.safe_markdown(row['model'])}**: "
+                f"{widgets.safe_markdown(lineage.describe(lineage.chain(run['run_id'], state.store()), run['base_model']))}")
+    state_path = states.get(row["model_path"])
+    for column, kind in ((c2, "dpo"), (c3, "rl")):
+        if column.button(f"{kind.upper()} from this checkpoint", key=f"next-{kind}-{row['model']}",
+                         disabled=not state_path, help=None if state_path else "no saved state at this step"):
+            st.session_state["new_run_base"] = {"kind": kind, "name": run["name"],
+                                                "config": lineage.next_stage(kind, run, state_path)}
+            st.session_state["form_generation"] = st.session_state.get("form_generation", 0) + 1
+            nav.go("new_run")

@@ -1,6 +1,7 @@
 """The studio's Evaluate page under AppTest: stored results read as a leaderboard with intervals and the best
 model marked, every model's answers beside the reference, the disagreements between two models, and an evaluation
-started from the form on the real default model that runs to its leaderboard."""
+started from the form on the real default model that runs to its leaderboard; a checkpoint's lineage, and its
+"DPO from this checkpoint" button opening the New run form started from it."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from app.widgets import safe_markdown as literal  # how the page writes text into markdown: escaped
 from cookbook_engine.evals import evaluators, jobs, stats, targets
 from storage.evals import EvalStore
 
@@ -25,20 +27,33 @@ def open_evaluate(**query) -> AppTest:
     return at
 
 
-def stored_result(store: EvalStore, eval_id: str, model: str, correct: list[bool]) -> None:
+def stored_result(store: EvalStore, eval_id: str, target: targets.ModelTarget, correct: list[bool]) -> None:
     rows = [evaluators.ExampleRow(i, f"question {i}", "Lunthaven", "Lunthaven" if ok else "Paris", float(ok), ok)
             for i, ok in enumerate(correct)]
     result = evaluators.EvalResult("builtin:facts-probes", "generation", [stats.proportion("accuracy", correct)],
                                    rows, 1.0)
-    jobs.save(store, eval_id, targets.ModelTarget(model, model, "m"), f"key-{model}", result)
+    jobs.save(store, eval_id, target, f"key-{target.label}", result)
+
+
+def sft_run() -> targets.ModelTarget:
+    """A finished SL run with a final checkpoint, as storage records one."""
+    from cookbook_engine import models
+    from storage import Store
+
+    runs = Store.default()
+    runs.create_run("sl-1", name="facts-sft", kind="sl", backend="local", base_model=models.DEFAULT_MODEL,
+                    config={"renderer": "auto"}, log_dir="/tmp/sl-1", status="completed")
+    runs.add_checkpoint("sl-1", step=20, name="final", kind="both", state_path="/ckpt/state",
+                        sampler_path="/ckpt/sampler", loop_state={"final": True})
+    return targets.ModelTarget("sl-1", "sft", models.DEFAULT_MODEL, "/ckpt/sampler", "sl-1", 20)
 
 
 def test_evaluate_page_shows_leaderboard_answers_and_disagreements(home, default_model_ready):
     store = EvalStore()
     store.create_job("eval-demo", name="demo", models=["base", "sft"], eval_sets=["builtin:facts-probes"],
                      settings={}, total=8)
-    stored_result(store, "eval-demo", "base", [False, False, True, False])
-    stored_result(store, "eval-demo", "sft", [True, True, True, False])
+    stored_result(store, "eval-demo", targets.ModelTarget("base", "base", "m"), [False, False, True, False])
+    stored_result(store, "eval-demo", sft_run(), [True, True, True, False])
     store.update_job("eval-demo", status="completed", done=8)
 
     at = open_evaluate(eval="eval-demo")
@@ -54,6 +69,14 @@ def test_evaluate_page_shows_leaderboard_answers_and_disagreements(home, default
     differing = at.dataframe[1].value
     assert differing["idx"].tolist() == [0, 1] and differing["sft"].tolist() == ["Lunthaven", "Lunthaven"]
     assert any("2 of 4 examples differ between base and sft" in c.value for c in at.caption)
+
+    assert any(literal("SmolLM2-135M-Instruct → SFT facts-sft (from base)") in m.value for m in at.markdown)
+    [dpo] = [b for b in at.button if b.label == "DPO from this checkpoint"]
+    dpo.click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.session_state["new_run_base"]["config"]["start_checkpoint"] == "/ckpt/state"
+    [start] = [s for s in at.selectbox if s.label == "Start from checkpoint"]
+    assert start.value == "/ckpt/state"  # the New run form opened as DPO from the checkpoint
 
 
 def test_an_evaluation_started_from_the_form_reaches_the_leaderboard(home, default_model_ready):

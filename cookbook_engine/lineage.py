@@ -1,0 +1,62 @@
+"""Lineage: where a run's weights came from (base -> SFT -> DPO -> RL) and the settings that start the next stage
+from one of its checkpoints.
+
+Every run records the checkpoint it started from (`parent_checkpoint`, a saved state) and that checkpoint's run
+(`parent_run_id`); `chain()` walks those links back to the base model. `next_stage()` gives the settings of a DPO or
+RL run that starts from a checkpoint (DPO's and RL's `start_checkpoint`; the new run's parent is then recorded by
+the RunManager). Reads storage only; starts nothing and renders nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+KIND_NAMES = {"sl": "SFT", "dpo": "DPO", "rl": "RL"}
+NEXT_KINDS = ("dpo", "rl")
+MAX_DEPTH = 50  # a chain longer than this is a loop in corrupted records
+
+
+@dataclass
+class Stage:
+    run_id: str
+    name: str
+    kind: str
+    status: str
+    parent_checkpoint: str | None  # the saved state this run started from (None: the base model)
+    parent_step: int | None  # that checkpoint's step in its run
+
+
+def chain(run_id: str, store) -> list[Stage]:
+    """The run and its ancestors, oldest first (the first stage started from the base model). KeyError if the run
+    is unknown; an ancestor that was deleted ends the chain where it is."""
+    run = store.get_run(run_id)
+    if run is None:
+        raise KeyError(f"run {run_id}: not found")
+    steps = {row["state_path"]: row["step"] for row in store.list_checkpoints() if row.get("state_path")}
+    stages: list[Stage] = []
+    while run is not None and len(stages) < MAX_DEPTH:
+        parent = run.get("parent_checkpoint")
+        stages.append(Stage(run["run_id"], run["name"], run["kind"], run["status"], parent, steps.get(parent)))
+        run = store.get_run(run["parent_run_id"]) if run.get("parent_run_id") else None
+    return stages[::-1]
+
+
+def describe(stages: list[Stage], base_model: str) -> str:
+    """e.g. "SmolLM2-135M-Instruct → SFT facts-sft (from base) → DPO prefs (from step 20)"."""
+    parts = [base_model.rsplit("/", 1)[-1]]
+    for stage in stages:
+        origin = "base" if stage.parent_checkpoint is None else (
+            f"step {stage.parent_step}" if stage.parent_step is not None else "a deleted checkpoint")
+        parts.append(f"{KIND_NAMES.get(stage.kind, stage.kind)} {stage.name} (from {origin})")
+    return " → ".join(parts)
+
+
+def next_stage(kind: str, run: dict, state_path: str) -> dict:
+    """Settings for a `kind` run (dpo or rl) that starts from `state_path`, a saved state of `run`."""
+    if kind not in NEXT_KINDS:
+        raise ValueError(f"next stage {kind!r}: choose one of {', '.join(NEXT_KINDS)}")
+    if not state_path:
+        raise ValueError(f"run {run['run_id']}: this checkpoint has no saved state to start from")
+    config = run.get("config") or {}
+    return {"model": run["base_model"], "backend": run["backend"], "renderer": config.get("renderer", "auto"),
+            "lora_rank": config.get("lora_rank", 32), "start_checkpoint": state_path, "name": ""}
