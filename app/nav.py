@@ -32,6 +32,7 @@ PAGES: dict[str, PageSpec] = {
     "transcripts": PageSpec("transcripts.py", "Transcripts", ":material/forum:", "Inspect"),
     "chat": PageSpec("chat.py", "Chat", ":material/chat:", "Inspect"),
     "evaluate": PageSpec("evaluate.py", "Evaluate", ":material/leaderboard:", "Inspect"),
+    "sweeps": PageSpec("sweeps.py", "Sweeps", ":material/grid_view:", "Train"),
     "datasets": PageSpec("datasets.py", "Datasets", ":material/dataset:", "Data & weights"),
     "checkpoints": PageSpec("checkpoints.py", "Checkpoints", ":material/download:", "Data & weights"),
 }

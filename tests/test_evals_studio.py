@@ -94,3 +94,41 @@ def test_an_evaluation_started_from_the_form_reaches_the_leaderboard(home, defau
     board = at.dataframe[0].value
     assert board["model"].tolist() == ["base"]
     assert board["facts-probes · accuracy"].iloc[0].startswith("0.000 [0.000, ")  # the base model knows no facts
+
+
+def open_sweeps(**query) -> AppTest:
+    at = AppTest.from_file(str(MAIN), default_timeout=120)
+    at.run()
+    at.query_params.update(query)
+    at.switch_page("../pages/sweeps.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_sweeps_page_refuses_a_bad_member_and_shows_a_sweeps_table(home, default_model_ready):
+    at = open_sweeps()
+    at.text_area[0].set_value("grid: {lora_rank: [8, 0]}\nevals: [builtin:facts-nll]")
+    [start] = [b for b in at.button if b.label == "Start sweep"]
+    start.click().run()
+    shown = [str(e.value) for kind in ("markdown", "error", "caption") for e in getattr(at, kind)]
+    assert literal("sweep, member 1: lora_rank=0: must be at least 1") in shown
+    from storage.evals import EvalStore as Sweeps
+
+    store = Sweeps()
+    members = [{"kind": "sl", "settings": {"kind": "sl", "learning_rate": lr}, "config": {}} for lr in (1e-4, 1e-3)]
+    store.create_sweep("sweep-demo", name="rates", spec={"evals": ["builtin:facts-probes"]}, members=members)
+    target = sft_run()
+    store.create_job("eval-member", name="rates · 1", models=["sl-1"], eval_sets=["builtin:facts-probes"],
+                     settings={}, total=4, sweep_id="sweep-demo")
+    stored_result(store, "eval-member", target, [True, True, True, False])
+    store.update_job("eval-member", status="completed")
+    store.update_member("sweep-demo", 0, status="failed", error="DatasetError: missing.jsonl: no such file")
+    store.update_member("sweep-demo", 1, status="completed", run_id="sl-1", eval_id="eval-member")
+    store.update_sweep("sweep-demo", status="completed")
+
+    at = open_sweeps(sweep="sweep-demo")
+    table = at.dataframe[0].value
+    assert table["learning_rate"].tolist() == [1e-4, 1e-3]
+    assert table["status"].tolist() == ["failed", "completed"]
+    assert table["facts-probes · accuracy"].tolist() == ["", "0.750 [0.301, 0.954]"]
+    assert "missing.jsonl" in table["error"].iloc[0]

@@ -70,20 +70,21 @@ def load_file(path: str | Path) -> dict:
     path = Path(path)
     if not path.exists():
         raise SweepError(f"{path}: no such sweep file")
-    text = path.read_text(encoding="utf-8")
-    try:
-        if path.suffix.lower() == ".json":
-            data = json.loads(text)
-        else:
-            import yaml
+    return parse_text(path.read_text(encoding="utf-8"), str(path), as_json=path.suffix.lower() == ".json")
 
-            data = yaml.safe_load(text)
-    except (ValueError, Exception) as exc:  # yaml.YAMLError and json.JSONDecodeError alike
-        raise SweepError(f"{path}: not valid {'JSON' if path.suffix.lower() == '.json' else 'YAML'}: {exc}") from None
+
+def parse_text(text: str, where: str = "sweep", as_json: bool = False) -> dict:
+    """A sweep spec from YAML (or JSON) text: a mapping, or a bare list of configurations."""
+    import yaml
+
+    try:
+        data = json.loads(text) if as_json else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise SweepError(f"{where}: not valid {'JSON' if as_json else 'YAML'}: {exc}") from None
     if isinstance(data, list):
         data = {"configs": data}
     if not isinstance(data, dict):
-        raise SweepError(f"{path}: expected a mapping (base/grid/configs/evals) or a list of configurations")
+        raise SweepError(f"{where}: expected a mapping (base/grid/configs/evals) or a list of configurations")
     return data
 
 
@@ -283,6 +284,29 @@ class SweepRunner:
         eval_id = self.evals.start(prepared, echo=self._note, sweep_id=sweep["sweep_id"])
         self.evals.wait(eval_id)
         return eval_id
+
+
+_runner: SweepRunner | None = None
+_runner_lock = threading.Lock()
+
+
+def get_sweep_runner() -> SweepRunner:
+    """The process-wide SweepRunner (the studio's; the CLI makes its own), for the home folder of the moment."""
+    global _runner
+    with _runner_lock:
+        evals = jobs.get_eval_manager()
+        if _runner is None or _runner.evals is not evals:
+            _runner = SweepRunner(eval_manager=evals)
+        return _runner
+
+
+EXAMPLE = """name: learning-rates
+kind: sl
+base: {dataset: "builtin:facts", max_steps: 20, save_every: 0, eval_every: 0}
+grid: {learning_rate: [3.0e-4, 1.0e-3, 3.0e-3]}
+evals: ["builtin:facts-probes", "builtin:facts-nll"]
+max_examples: 0
+"""
 
 
 def _settings_text(settings: dict) -> str:

@@ -1,0 +1,64 @@
+"""Sweeps: write a grid or a list of configurations, start it, and read one table per sweep: the settings that
+differ, each member's training metric and its eval metrics with intervals. Members train one after another in the
+background (also when started with `cookbook sweep`); a sweep can be cancelled and resumed."""
+
+import streamlit as st
+
+from app import state, widgets
+from cookbook_engine.evals import sweeps
+
+ACTIVE = ("queued", "running", "cancelling")
+
+st.title("Sweeps")
+st.caption("Train several configurations in turn and evaluate each on the same eval sets. Settings are the "
+           "`cookbook sl|dpo|rl` keys; `grid` combines every listed value, `configs` lists members one by one.")
+runner = sweeps.get_sweep_runner()
+
+with st.form("sweep-form"):
+    text = st.text_area("Sweep (YAML)", sweeps.EXAMPLE, height=220)
+    start = st.form_submit_button("Start sweep", type="primary", icon=":material/play_arrow:")
+if start:
+    try:
+        plan = sweeps.plan(sweeps.parse_text(text))
+    except ValueError as exc:
+        widgets.error_text(str(exc))
+    else:
+        st.query_params["sweep"] = runner.start(plan)
+
+all_sweeps = runner.store.list_sweeps()
+if not all_sweeps:
+    st.info("No sweeps yet: edit the example above and press Start sweep.", icon=":material/info:")
+    st.stop()
+by_id = {sweep["sweep_id"]: sweep for sweep in all_sweeps}
+wanted = st.query_params.get("sweep")
+sweep_id = st.selectbox("Sweep", list(by_id), index=list(by_id).index(wanted) if wanted in by_id else 0,
+                        format_func=lambda i: f"{by_id[i]['name']} · {by_id[i]['status']}")
+
+
+@st.fragment(run_every=3 if by_id[sweep_id]["status"] in ACTIVE else None)
+def sweep_table() -> None:
+    sweep = runner.store.get_sweep(sweep_id)
+    c1, c2 = st.columns([4, 1], vertical_alignment="center")
+    with c1:
+        widgets.status_badge(sweep["status"])
+    if sweep["status"] in ("queued", "running") and runner.is_alive(sweep_id):
+        if c2.button("Cancel sweep", icon=":material/stop:", width="stretch"):
+            runner.cancel(sweep_id)
+            st.rerun()
+    elif sweep["status"] in ("cancelled", "failed", "interrupted") or (
+            sweep["status"] in ACTIVE and not runner.is_alive(sweep_id)):
+        if c2.button("Resume sweep", icon=":material/play_arrow:", width="stretch"):
+            runner.resume(sweep_id)
+            st.rerun()
+    if sweep.get("error"):
+        widgets.error_text(sweep["error"])
+    done = sum(m["status"] in ("completed", "failed", "cancelled") for m in sweep["members"])
+    st.caption(f"{done} of {len(sweep['members'])} members finished · evaluated on "
+               f"{', '.join(sweep['spec'].get('evals') or ['nothing'])}")
+    table = sweeps.table(runner.store, sweep_id)
+    st.dataframe(table, hide_index=True, width="stretch")
+    st.download_button("Download the table (CSV)", table.to_csv(index=False), file_name=f"{sweep_id}.csv",
+                       mime="text/csv", icon=":material/download:")
+
+
+sweep_table()
