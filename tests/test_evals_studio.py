@@ -18,11 +18,11 @@ MAIN = Path(__file__).resolve().parent.parent / "app" / "main.py"
 pytestmark = pytest.mark.slow
 
 
-def open_evaluate(**query) -> AppTest:
+def open_page(page: str, **query) -> AppTest:
     at = AppTest.from_file(str(MAIN), default_timeout=120)
     at.run()
     at.query_params.update(query)
-    at.switch_page("../pages/evaluate.py").run()
+    at.switch_page(f"../pages/{page}.py").run()
     assert not at.exception, [e.value for e in at.exception]
     return at
 
@@ -56,7 +56,7 @@ def test_evaluate_page_shows_leaderboard_answers_and_disagreements(home, default
     stored_result(store, "eval-demo", sft_run(), [True, True, True, False])
     store.update_job("eval-demo", status="completed", done=8)
 
-    at = open_evaluate(eval="eval-demo")
+    at = open_page("evaluate", eval="eval-demo")
     board = at.dataframe[0].value.set_index("model")
     assert board.loc["sft", "facts-probes · accuracy"] == "★ 0.750 [0.301, 0.954]"
     assert board.loc["base", "facts-probes · accuracy"] == "0.250 [0.046, 0.699]"
@@ -80,7 +80,7 @@ def test_evaluate_page_shows_leaderboard_answers_and_disagreements(home, default
 
 
 def test_an_evaluation_started_from_the_form_reaches_the_leaderboard(home, default_model_ready):
-    at = open_evaluate()
+    at = open_page("evaluate")
     [examples] = [n for n in at.number_input if n.label == "Examples per set (0 = all)"]
     examples.set_value(2)
     [button] = [b for b in at.button if b.label == "Evaluate"]
@@ -96,17 +96,8 @@ def test_an_evaluation_started_from_the_form_reaches_the_leaderboard(home, defau
     assert board["facts-probes · accuracy"].iloc[0].startswith("0.000 [0.000, ")  # the base model knows no facts
 
 
-def open_sweeps(**query) -> AppTest:
-    at = AppTest.from_file(str(MAIN), default_timeout=120)
-    at.run()
-    at.query_params.update(query)
-    at.switch_page("../pages/sweeps.py").run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
-
-
 def test_sweeps_page_refuses_a_bad_member_and_shows_a_sweeps_table(home, default_model_ready):
-    at = open_sweeps()
+    at = open_page("sweeps")
     at.text_area[0].set_value("grid: {lora_rank: [8, 0]}\nevals: [builtin:facts-nll]")
     [start] = [b for b in at.button if b.label == "Start sweep"]
     start.click().run()
@@ -126,7 +117,7 @@ def test_sweeps_page_refuses_a_bad_member_and_shows_a_sweeps_table(home, default
     store.update_member("sweep-demo", 1, status="completed", run_id="sl-1", eval_id="eval-member")
     store.update_sweep("sweep-demo", status="completed")
 
-    at = open_sweeps(sweep="sweep-demo")
+    at = open_page("sweeps", sweep="sweep-demo")
     table = at.dataframe[0].value
     assert table["learning_rate"].tolist() == [1e-4, 1e-3]
     assert table["status"].tolist() == ["failed", "completed"]
