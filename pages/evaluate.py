@@ -6,7 +6,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from app import nav, state, widgets
-from cookbook_engine import lineage
+from cookbook_engine import datasets, lineage
 from cookbook_engine.evals import jobs, report, sets, targets
 from cookbook_engine.evals.evaluators import EvalSettings
 from storage.evals import EvalStore
@@ -17,6 +17,7 @@ st.title("Evaluate")
 st.caption("Score the base model and any checkpoint on the same eval sets. Every number comes with its 95% interval "
            "and the count it rests on, so noise can be told from improvement.")
 store = EvalStore()  # short DuckDB transactions, like the runs list (storage/evals.py)
+store.mark_orphans_interrupted()  # an evaluation whose process died (a killed `cookbook eval`) is not left running
 manager = jobs.get_eval_manager()
 
 
@@ -39,6 +40,9 @@ with st.form("evaluate-form"):
                                         "weights of a run training now.")
     chosen_sets = st.multiselect("Eval sets", list(set_choices), default=["builtin:facts-probes"],
                                  format_func=set_choices.get)
+    upload = st.file_uploader("Or add an eval set file", type=["jsonl", "json", "csv", "parquet"],
+                              help="prompt/answer[/grader]: graded generation · prompt/label: classification · "
+                                   "prompt/chosen/rejected: preference · messages: NLL")
     with st.expander("Descriptions of the built-in eval sets"):
         for row in builtin_sets():
             st.markdown(f"**{row['name']}** ({row['kind']}): {widgets.safe_markdown(row['description'])}")
@@ -54,6 +58,8 @@ if start:
     settings = EvalSettings(max_tokens=int(max_tokens), samples=int(samples), seed=int(seed),
                             max_examples=int(max_examples))
     try:
+        if upload is not None:  # stored in the uploads folder; prepare() below checks every row
+            chosen_sets = chosen_sets + [str(datasets.save_upload(upload.name, upload.getvalue()))]
         prepared = jobs.prepare(jobs.EvalRequest(chosen_models, chosen_sets, settings), state.store())
     except (ValueError, FileNotFoundError) as exc:
         widgets.error_text(str(exc))
