@@ -8,6 +8,7 @@
     cookbook evals                  (list evaluations; see cookbook_engine/evals/commands.py)
     cookbook sweep FILE [--dry-run] (train each configuration, evaluate each)   cookbook sweep --resume SWEEP_ID
     cookbook studio [--port 8501] [--address 127.0.0.1]
+    cookbook serve [--port 8600]    (a Tinker API server here: TINKER_BASE_URL=http://127.0.0.1:8600)
 
 `--dry-run` validates everything (settings, model, renderer, data) and prints the resolved config without
 training. learning_rate=auto (the default) uses the model's suggested rate. Bad input exits with code 2 and a
@@ -196,6 +197,23 @@ def studio(argv: list[str]) -> int:
     return 0
 
 
+def serve(argv: list[str]) -> int:
+    """The tinker SDK's API on 127.0.0.1 (cookbook_engine/serve): the SDK trains and samples here."""
+    from cookbook_engine.serve import DEFAULT_PORT, run_server
+
+    parser = argparse.ArgumentParser(prog="cookbook serve")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT)
+    parser.add_argument("--no-record", action="store_true", help="do not record sessions as studio runs")
+    try:
+        options = parser.parse_args(argv)
+    except SystemExit as exc:
+        return EXIT_BAD_INPUT if exc.code else 0
+    if not 0 < options.port < 65536:
+        return _bad_input(f"--port must be between 1 and 65535, got {options.port}")
+    run_server(options.port, record=not options.no_record)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     from cookbook_engine.paths import HomeError, make_files_private
 
@@ -221,13 +239,15 @@ def _dispatch(argv: list[str]) -> int:
         return resume_run(rest[0]) if command == "resume" else cancel_run(rest[0])
     if command == "studio":
         return studio(rest)
+    if command == "serve":
+        return serve(rest)
     if command in ("eval", "evals", "sweep"):
         from cookbook_engine.evals import commands
 
         handler = {"eval": commands.eval_command, "sweep": commands.sweep_command}.get(command)
         return handler(rest) if handler else commands.list_evals()
     return _bad_input(f"unknown command {command!r}; commands: sl, dpo, rl, runs, resume, cancel, studio, eval, "
-                      "evals, sweep")
+                      "evals, sweep, serve")
 
 
 if __name__ == "__main__":

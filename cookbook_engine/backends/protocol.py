@@ -51,6 +51,20 @@ class LocalFuture(Generic[T]):
         return await self
 
 
+def map_future(future: concurrent.futures.Future, fn: Callable[[Any], Any]) -> concurrent.futures.Future:
+    """A future of fn(result): fn runs when `future` finishes (on whichever thread finishes it); errors pass on."""
+    out: concurrent.futures.Future = concurrent.futures.Future()
+
+    def settle(done: concurrent.futures.Future) -> None:
+        try:
+            out.set_result(fn(done.result()))
+        except BaseException as exc:
+            out.set_exception(exc)
+
+    future.add_done_callback(settle)
+    return out
+
+
 _warned_client_futures: set[str] = set()
 
 

@@ -31,7 +31,7 @@ from tinker import types
 from tinker.lib.base_url import DEFAULT_BASE_URL, resolve_base_url
 
 from cookbook_engine import models, secrets
-from cookbook_engine.backends.protocol import ClientFuture
+from cookbook_engine.backends.protocol import ClientFuture, map_future
 
 CAPABILITIES_PATH = "/api/v1/get_server_capabilities"  # the SDK's RestClient.get_server_capabilities endpoint
 AUTH_HEADER = "X-API-Key"  # the SDK's ApiKeyAuthProvider sends the key in this header
@@ -264,18 +264,7 @@ def hosted_service_client(client_factory: Callable[..., Any] | None = None) -> "
 
 def _wrapped(sdk_future: Any, wrap: Callable[[Any], Any]) -> ClientFuture:
     """A future of our client around the client inside one of the SDK's futures of clients."""
-    import concurrent.futures
-
-    ours: concurrent.futures.Future = concurrent.futures.Future()
-
-    def settle(done: concurrent.futures.Future) -> None:
-        try:
-            ours.set_result(wrap(done.result()))
-        except BaseException as exc:
-            ours.set_exception(exc)
-
-    sdk_future.future().add_done_callback(settle)
-    return ClientFuture(ours)
+    return ClientFuture(map_future(sdk_future.future(), wrap))
 
 
 def _quietly(call: Callable[[], Any]) -> Any:

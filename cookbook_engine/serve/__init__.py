@@ -1,0 +1,83 @@
+"""`cookbook serve`: a Tinker API server on this machine, so the unmodified tinker SDK trains and samples here.
+
+    cookbook serve                      # http://127.0.0.1:8600
+    export TINKER_BASE_URL=http://127.0.0.1:8600 TINKER_API_KEY=tml-local
+    python -c "import tinker; print(tinker.ServiceClient().get_server_capabilities())"
+
+FastAPI routes (app.py) answer the endpoints the SDK 0.38 calls with its own types; the work runs on the local
+backend's model worker (one FIFO per base model, shared with the studio's runs in this process); each SDK session
+is recorded as a studio run in the same DuckDB (state.py). The server binds 127.0.0.1 only and accepts any API key:
+it is for this machine's user, not a network service. While it runs, `<home>/serve.json` names its address and pid;
+`status()` reads it and probes /api/v1/healthz, which is how the studio's Home shows whether it is up.
+
+Not here: authentication, multiple machines, the hosted service's projects, billing or console.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+from cookbook_engine import paths
+
+DEFAULT_PORT = 8600
+HOST = "127.0.0.1"
+STATUS_FILE = "serve.json"
+LOCAL_API_KEY = "tml-local"  # the SDK refuses keys that do not start with tml-; the server accepts any
+
+
+@dataclass(frozen=True)
+class ServeStatus:
+    running: bool
+    url: str | None = None
+    pid: int | None = None
+
+    @property
+    def env_line(self) -> str | None:
+        """The line to paste into a shell before using the tinker SDK against this server."""
+        return f"export TINKER_BASE_URL={self.url} TINKER_API_KEY={LOCAL_API_KEY}" if self.url else None
+
+
+def _status_path():
+    return paths.home() / STATUS_FILE
+
+
+def status(timeout_s: float = 0.5) -> ServeStatus:
+    """Is a `cookbook serve` of this studio home running? Answers within about `timeout_s`."""
+    import httpx
+
+    try:
+        info = json.loads(_status_path().read_text())
+    except (OSError, ValueError):
+        return ServeStatus(False)
+    url = info.get("url")
+    try:
+        healthy = httpx.get(f"{url}/api/v1/healthz", timeout=timeout_s).status_code == 200
+    except Exception:  # not listening (a stale file from a killed server), or too slow to count as up
+        healthy = False
+    return ServeStatus(healthy, url if healthy else None, info.get("pid") if healthy else None)
+
+
+def run_server(port: int = DEFAULT_PORT, *, record: bool = True, log_level: str = "warning") -> None:
+    """Serve until interrupted (Ctrl-C); then the open sessions' runs are marked interrupted."""
+    import uvicorn
+
+    from cookbook_engine.serve.app import create_app
+    from cookbook_engine.serve.state import ServerState
+
+    state = ServerState(record=record)
+    app = create_app(state)
+    url = f"http://{HOST}:{port}"
+    _status_path().write_text(json.dumps({"url": url, "pid": os.getpid()}))
+    print(f"cookbook serve: the tinker API on {url} (Ctrl-C stops it). In another shell:\n"
+          f"  export TINKER_BASE_URL={url} TINKER_API_KEY={LOCAL_API_KEY}", flush=True)
+    try:
+        uvicorn.run(app, host=HOST, port=port, log_level=log_level)
+    finally:
+        state.finish_all()
+        try:
+            if json.loads(_status_path().read_text()).get("pid") == os.getpid():
+                _status_path().unlink()
+        except (OSError, ValueError):
+            pass
