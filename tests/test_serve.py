@@ -1,0 +1,179 @@
+"""`cookbook serve` with the real tinker SDK over HTTP. Fast: the protobuf wire format round-trips through the SDK's
+own encoder and decoders; the unmodified SDK connects with any tml- key (no JWT exchange), sees the default model,
+and `serve.status()` reports the server; unknown endpoints and ids answer 404 with a reason. Slow: tinker-cookbook's
+recipes/sl_loop.py and rl_loop.py run unmodified through `tinker.ServiceClient` with TINKER_BASE_URL pointing at the
+server (hub downloads replaced as in test_tinker_recipes.py): the SL loss falls, checkpoints come back as tinker://
+paths, and each session is a studio run in DuckDB with its metrics, checkpoints and sampled transcripts."""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+import threading
+import time
+
+import httpx
+import numpy as np
+import pytest
+import tinker
+from tinker import types
+from tinker.proto import request_conv, response_conv
+
+from cookbook_engine import models, serve
+from cookbook_engine.serve import wire
+from cookbook_engine.serve.app import create_app
+from cookbook_engine.serve.state import ServerState
+
+try:  # the recipes' fixture and helpers (hub downloads replaced by local data), shared with the in-process tests
+    from test_tinker_recipes import metrics_by_step, recipe_fixture, sl_config  # noqa: F401 (recipe_fixture)
+except pytest.skip.Exception:  # tinker-cookbook is not installed: the fast tests here still run
+    @pytest.fixture
+    def recipe_fixture():
+        pytest.skip("tinker-cookbook is not installed (scripts/setup.sh installs it)")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def server(monkeypatch, tmp_path):
+    """The server on a free port in this process, the SDK pointed at it through the environment."""
+    import uvicorn
+
+    monkeypatch.setenv("COOKBOOK_HOME", str(tmp_path / "home"))
+    port = free_port()
+    state = ServerState(record=True)
+    uv = uvicorn.Server(uvicorn.Config(create_app(state), host=serve.HOST, port=port, log_level="warning"))
+    thread = threading.Thread(target=uv.run, name="test-serve", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not uv.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert uv.started, "the server did not start within 30 s"
+    url = f"http://{serve.HOST}:{port}"
+    (tmp_path / "home").mkdir(exist_ok=True)
+    (tmp_path / "home" / serve.STATUS_FILE).write_text(json.dumps({"url": url, "pid": 1}))
+    monkeypatch.setenv("TINKER_BASE_URL", url)
+    monkeypatch.setenv("TINKER_API_KEY", serve.LOCAL_API_KEY)
+    yield url, state
+    uv.should_exit = True
+    thread.join(15)
+    if state._store is not None:
+        state._store.close()
+
+
+# --- the wire format, against the SDK's own codecs ----------------------------------------------------------
+def test_forward_backward_requests_decode_what_the_sdk_encodes():
+    datum = types.Datum(model_input=types.ModelInput.from_ints([5, 6, 7]),
+                        loss_fn_inputs={"target_tokens": [6, 7, 8], "weights": [0.0, 1.0, 0.5]})
+    request = types.ForwardBackwardRequest(
+        model_id="s:train:0", seq_id=3,
+        forward_backward_input=types.ForwardBackwardInput(data=[datum], loss_fn="ppo",
+                                                          loss_fn_config={"clip_low_threshold": 0.7}))
+    proto = request_conv.forward_backward_request_to_proto(request)
+    proto.forward_only = True
+    model_id, loss_fn, config, data, forward_only = wire.parse_forward_backward(proto.SerializeToString())
+    assert (model_id, loss_fn, config, forward_only) == ("s:train:0", "ppo", {"clip_low_threshold": 0.7}, True)
+    assert data[0].model_input.to_ints() == [5, 6, 7]
+    assert data[0].loss_fn_inputs["target_tokens"].tolist() == [6, 7, 8]
+    assert data[0].loss_fn_inputs["weights"].tolist() == [0.0, 1.0, 0.5]
+
+
+def test_results_encode_to_what_the_sdk_decodes():
+    output = types.ForwardBackwardOutput(loss_fn_output_type="TorchLossReturn", metrics={"loss:sum": 2.5},
+                                         loss_fn_outputs=[{"logprobs": types.TensorData(data=[-1.0, -2.0],
+                                                                                        dtype="float32")},
+                                                          {"logprobs": types.TensorData(data=[-0.5],
+                                                                                        dtype="float32")}])
+    decoded = response_conv.deserialize_forward_backward_output(wire.forward_backward_output(output))
+    assert decoded.metrics == {"loss:sum": 2.5}
+    assert [o["logprobs"].tolist() for o in decoded.loss_fn_outputs] == [[-1.0, -2.0], [-0.5]]
+    response = types.SampleResponse(sequences=[types.SampledSequence(stop_reason="stop", sequence_id="a",
+                                                                     _tokens_list=[4, 2], _logprobs_list=[-0.1, -0.2])],
+                                    _prompt_logprobs_list=[None, -3.0])
+    sampled = response_conv.deserialize_sample_response(wire.sample_response(response))
+    assert sampled.sequences[0].tokens == [4, 2] and sampled.sequences[0].stop_reason == "stop"
+    assert np.allclose(sampled.sequences[0].logprobs, [-0.1, -0.2])
+    assert math.isnan(sampled.prompt_logprobs_np[0]) and sampled.prompt_logprobs_np[1] == -3.0
+
+
+# --- the unmodified SDK against the server (no model needed) -----------------------------------------------
+def test_the_sdk_connects_with_any_local_key_and_sees_the_default_model(server):
+    url, state = server
+    service = tinker.ServiceClient(display_name="probe")
+    with pytest.warns(FutureWarning):  # deprecated in the SDK, but it opens the session
+        capabilities = service.get_server_capabilities()
+    assert [m.model_name for m in capabilities.supported_models] == [models.DEFAULT_MODEL]
+    assert tinker.RestClient().get_server_capabilities().result() == capabilities
+    session_id = service.holder.get_session_id()  # the SDK opens its session when its holder is first used
+    assert state.session(session_id).display_name == "probe"
+    config = httpx.post(f"{url}/api/v1/client/config", json={"sdk_version": tinker.__version__}).json()
+    assert config["pjwt_auth_enabled"] is False
+    status = serve.status()
+    assert status.running and status.url == url and status.env_line == (
+        f"export TINKER_BASE_URL={url} TINKER_API_KEY={serve.LOCAL_API_KEY}")
+
+
+def test_unknown_endpoints_and_ids_answer_404_with_a_reason(server):
+    url, _ = server
+    missing = httpx.post(f"{url}/api/v1/save_weights_external", json={})
+    assert missing.status_code == 404 and "does not implement" in missing.json()["detail"]
+    unknown = httpx.post(f"{url}/api/v1/get_info", json={"model_id": "nope:train:0"})
+    assert unknown.status_code == 404 and "unknown to this server" in unknown.json()["detail"]
+    future = httpx.post(f"{url}/api/v1/retrieve_future", json={"request_id": "req-x"}).json()
+    assert future["category"] == "user" and "unknown" in future["error"]
+
+
+def test_status_says_not_running_without_a_server(home):
+    assert serve.status() == serve.ServeStatus(False)
+
+
+# --- tinker-cookbook's recipes through the real SDK over HTTP ----------------------------------------------
+@pytest.fixture
+def over_http(server, recipe_fixture):
+    return recipe_fixture, server[1]
+
+
+def studio_run(state: ServerState) -> tuple[dict, object]:
+    store = state._storage()
+    runs = [r for r in store.list_runs() if (r.get("config") or {}).get("source") == "cookbook serve"]
+    assert len(runs) == 1, runs
+    return runs[0], store
+
+
+@pytest.mark.slow
+def test_sl_loop_runs_unmodified_through_the_sdk_over_http_and_is_a_studio_run(over_http, tmp_path):
+    from tinker_cookbook.recipes import sl_loop
+
+    model, state = over_http
+    log_path = tmp_path / "sl-http"
+    sl_loop.main(sl_config(model, log_path, max_steps=3, session_name="sl over http"))
+    nll = [metrics_by_step(log_path)[step]["train_mean_nll"] for step in range(3)]
+    assert nll[-1] < nll[0], nll
+    checkpoints = [json.loads(line) for line in (log_path / "checkpoints.jsonl").read_text().splitlines()]
+    assert all(c[k].startswith("tinker://") for c in checkpoints for k in ("state_path", "sampler_path") if k in c)
+    run, store = studio_run(state)
+    assert run["name"] == "sl over http" and run["kind"] == "sl" and run["status"] == "completed"
+    logged = store.get_metrics(run["run_id"], ["train_mean_nll"]).sort_values("step")["value"].tolist()
+    assert logged == pytest.approx(nll, rel=1e-4)  # the server's own per-step NLL matches the recipe's
+    assert {c["kind"] for c in store.list_checkpoints(run["run_id"])} == {"state", "sampler"}
+
+
+@pytest.mark.slow
+def test_rl_loop_runs_unmodified_through_the_sdk_over_http_with_its_samples_recorded(over_http, tmp_path):
+    import torch
+    from tinker_cookbook.recipes import rl_loop
+
+    model, state = over_http
+    torch.manual_seed(0)
+    rl_loop.main(rl_loop.Config(log_path=str(tmp_path / "rl-http"), model_name=model, batch_size=2, group_size=4,
+                                learning_rate=1e-4, lora_rank=4, save_every=0, max_tokens=24, loss_fn="cispo",
+                                max_steps=1, session_name="rl over http"))
+    assert sorted(metrics_by_step(tmp_path / "rl-http")) == [0]
+    run, store = studio_run(state)
+    transcripts = store.get_transcripts(run["run_id"])
+    assert len(transcripts) == 2 * 4 and transcripts["completion"].str.len().gt(0).any()
