@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import forms, nav, state, widgets
+from app import forms, nav, notices, state, widgets
 from cookbook_engine import paths
 
 RESUMABLE = ("cancelled", "failed", "interrupted")
@@ -50,6 +50,7 @@ def resume(runs: list[dict]) -> None:
             continue
         try:
             state.manager().resume(run["run_id"])
+            notices.watch(run["run_id"])
             resumed.append(run["name"])
         except (KeyError, ValueError, ImportError, *forms.input_errors()) as exc:
             problems.append(f"{run['name']}: {str(exc).strip(chr(39))}")

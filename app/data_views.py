@@ -47,7 +47,7 @@ def _cell(value):
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
     if isinstance(value, list) and all(isinstance(m, dict) and "role" in m and "content" in m for m in value):
-        return "  ⏵  ".join(f"{m['role']}: {m['content']}" for m in value)  # a conversation, readable
+        return "  →  ".join(f"{m['role']}: {m['content']}" for m in value)  # a conversation, readable
     return json.dumps(value, ensure_ascii=False)
 
 

@@ -10,11 +10,12 @@ typing in them reruns nothing. Both buttons, "Check settings" and "Start run", r
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 import streamlit as st
 
-from app import nav, state, widgets
+from app import nav, settings_view, state, widgets
 from cookbook_engine import config as cfg
-from cookbook_engine import datasets, models, renderers
+from cookbook_engine import datasets, models, renderers, speed
 from cookbook_engine.builtin_data import BUILTIN
 
 DATA_KIND = {"sl": "chat", "dpo": "preference", "rl": "rl"}
@@ -31,10 +32,6 @@ GRADER_HELP = {"exact": "reply equals the answer (case and spacing ignored)",
                "numeric": "last number in the reply equals the answer",
                "contains": "the answer appears in the reply", "regex": "the answer is a regex that must match",
                "python_tests": "the answer is Python asserts, run against the reply's code in the sandbox"}
-# Rough speeds of the default model on a 2-core CPU (DESIGN.md): training and sampling tokens per second.
-LOCAL_TRAIN_TOK_S = 120.0
-LOCAL_SAMPLE_TOK_S = 60.0
-LOCAL_EVAL_TOK_S = 300.0
 STARTUP_S = 10.0  # loading the model, saving checkpoints
 
 
@@ -114,6 +111,14 @@ def _suggestion(model: str, backend: str) -> ModelChoice:
     except models.ModelError as exc:
         return ModelChoice(model, backend, None, "", str(exc))
     return ModelChoice(model, backend, info.suggested_learning_rate, info.learning_rate_reason)
+
+
+def measure_speed(choice: ModelChoice) -> None:
+    """Measure this machine's speed for a local model in the background (once; cached), for the estimate; only
+    once the model is ready, so it never races the default model's preparation."""
+    if choice.backend == "local" and choice.model and not choice.error and (
+            models.canonical_name(choice.model) != models.DEFAULT_MODEL or models.default_model_ready()):
+        speed.calibrate_in_background(choice.model)
 
 
 # ---------------------------------------------------------------------------------------- data
@@ -372,6 +377,7 @@ class CheckResult:
     prepared: object = None
     summary: str = ""
     estimate: str = ""
+    epochs_note: str = ""
 
 
 def check(config: cfg.CommonConfig) -> CheckResult:
@@ -400,7 +406,10 @@ def check(config: cfg.CommonConfig) -> CheckResult:
             return CheckResult(False, [f"{config.kind.upper()} training is not available in this build ({exc})"])
         status.update(label="Settings, model and data are fine", state="complete")
     summary = prepared.summary() if callable(getattr(prepared, "summary", None)) else ""
-    return CheckResult(True, [], prepared, summary, estimate(config, prepared))
+    if getattr(config, "test_fraction", 0) and getattr(prepared, "test", None) == []:
+        summary += (f". None held out: test_fraction={config.test_fraction} of so few examples rounds to 0 "
+                    f"(at least {datasets.MIN_ITEMS_FOR_FORCED_TEST} give one)")
+    return CheckResult(True, [], prepared, summary, estimate(config, prepared), epochs_note(config, prepared))
 
 
 def _minutes(seconds: float) -> str:
@@ -408,38 +417,62 @@ def _minutes(seconds: float) -> str:
 
 
 def estimate(config: cfg.CommonConfig, prepared) -> str:
-    """Tokens the run will process and a rough time (from the default model's measured CPU speeds)."""
-    local_default = config.backend == "local" and models.canonical_name(config.model) == models.DEFAULT_MODEL
+    """Tokens the run will process and a rough time, from this machine's measured speeds for the model (see
+    cookbook_engine/speed.py); the run page then corrects it from the run's own step times."""
+    rate = speed.speeds(config.model)
     if config.kind == "rl":
         steps = config.max_steps
         sampled = steps * config.groups_per_batch * config.group_size * config.max_tokens
         text = f"{steps} steps × {config.groups_per_batch} problems × {config.group_size} samples: at most " \
                f"{sampled:,} sampled tokens"
-        seconds = sampled / LOCAL_SAMPLE_TOK_S + sampled / LOCAL_TRAIN_TOK_S
+        seconds = sampled / rate.sample_tok_s + sampled / rate.train_tok_s
     else:
         train = getattr(prepared, "train", None)
         if not train:
             return ""
         count = len(train)
         tokens_per_example = (getattr(prepared, "train_tokens", 0) or _datum_tokens(train)) / max(1, count)
-        batches_per_epoch = max(1, count // config.batch_size)
-        steps = batches_per_epoch * config.num_epochs
-        if config.max_steps:
-            steps = min(steps, config.max_steps) if config.num_epochs > 1 else config.max_steps
+        steps = planned_steps(config, count)
         tokens = int(steps * min(config.batch_size, count) * tokens_per_example)  # a DPO pair counts both sides
         what = "pairs" if config.kind == "dpo" else "examples"
         text = f"{steps} steps × {config.batch_size} {what} ≈ {tokens:,} training tokens"
         # DPO also scores every pair under the reference model (a forward pass without gradients)
-        seconds = tokens / LOCAL_TRAIN_TOK_S + (tokens / LOCAL_EVAL_TOK_S if config.kind == "dpo" else 0.0)
+        seconds = tokens / rate.train_tok_s + (tokens / rate.eval_tok_s if config.kind == "dpo" else 0.0)
         test = getattr(prepared, "test", None) or []
         evals = (steps // config.eval_every if config.eval_every else 0) + 1
-        seconds += evals * _datum_tokens(test) / LOCAL_EVAL_TOK_S
+        seconds += evals * _datum_tokens(test) / rate.eval_tok_s
     seconds += STARTUP_S
-    if local_default:
-        return f"{text}; roughly {_minutes(seconds)} on this machine's CPU (less when nothing else runs)."
     if config.backend == "tinker":
         return f"{text}; time depends on the Tinker service's queue."
-    return f"{text}; time depends on the model's size."
+    if not rate.measured_at:
+        return (f"{text}; roughly {_minutes(seconds)} on an idle 2-core CPU (this machine's own speed is being "
+                "measured: check again in a minute).")
+    measured = datetime.fromtimestamp(rate.measured_at).strftime("%H:%M")
+    return (f"{text}; roughly {_minutes(seconds)} at this machine's speed measured at {measured} "
+            f"({rate.train_tok_s:.0f} training, {rate.sample_tok_s:.0f} sampled tokens/s; slower while other work "
+            "runs). The run page corrects this from the run's own step times.")
+
+
+def planned_steps(config: cfg.CommonConfig, count: int) -> int:
+    """Steps an SL or DPO run takes over `count` training examples (max_steps, when set, wins over epochs)."""
+    steps = max(1, count // config.batch_size) * config.num_epochs
+    if config.max_steps:
+        steps = min(steps, config.max_steps) if config.num_epochs > 1 else config.max_steps
+    return steps
+
+
+def epochs_note(config: cfg.CommonConfig, prepared) -> str:
+    """A warning when max_steps makes the run pass over the data more often than Epochs says."""
+    train = getattr(prepared, "train", None)
+    if config.kind == "rl" or not train or not config.max_steps:
+        return ""
+    per_epoch = max(1, len(train) // config.batch_size)
+    passes = planned_steps(config, len(train)) / per_epoch
+    if passes <= config.num_epochs + 1e-9:
+        return ""
+    return (f"max_steps={config.max_steps} is {passes:.1f} passes over the {len(train)} training examples "
+            f"({per_epoch} steps each), more than Epochs = {config.num_epochs}: the run repeats the data. Lower Max "
+            "steps (or set it to 0) to stop after the epochs.")
 
 
 def _datum_tokens(data) -> int:
@@ -460,5 +493,7 @@ def show_check(result: CheckResult, config: cfg.CommonConfig) -> None:
     st.success("Ready to start. " + (result.summary or ""), icon=":material/check_circle:")
     if result.estimate:
         st.caption(f"Estimate: {result.estimate}")
-    st.markdown("Equivalent command:")
-    st.code(cfg.to_command(config), language="bash", wrap_lines=True)
+    if result.epochs_note:
+        st.warning(result.epochs_note, icon=":material/repeat:")
+    st.markdown("Equivalent command (run it from the repository folder):")
+    st.code(settings_view.command_line(config), language="bash", wrap_lines=True)

@@ -13,14 +13,15 @@ if str(REPO_ROOT) not in sys.path:  # `app`, `cookbook_engine` and `storage` imp
 
 import streamlit as st  # noqa: E402
 
-from app import nav, state  # noqa: E402
+from app import nav, notices, state  # noqa: E402
 from cookbook_engine import compute_lease  # noqa: E402
 from cookbook_engine.paths import make_files_private  # noqa: E402
 
 make_files_private()  # also set by `cookbook studio`; here for a studio started with `streamlit run`
 compute_lease.set_process_label("the studio")
 
-st.set_page_config(page_title="Cookbook Studio", page_icon=":material/science:", layout="wide")
+st.set_page_config(page_title="Cookbook Studio", page_icon=str(REPO_ROOT / "app" / "favicon.png"),  # no icon CDN
+                   layout="wide")
 state.start_default_model_preparation()
 
 page = st.navigation(nav.sections())
@@ -34,5 +35,7 @@ with st.sidebar:
     if status != "ready":
         st.caption(":material/hourglass_top: default model: " + {"preparing": "being prepared", "failed": "failed",
                                                                  "missing": "not prepared"}[status])
+
+st.fragment(run_every=3 if notices.watching() else None)(notices.toast_finished_runs)()  # toasts for my runs
 
 page.run()

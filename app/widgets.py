@@ -11,7 +11,8 @@ from datetime import datetime, timezone
 import pandas as pd
 import streamlit as st
 
-KEY_METRIC = {"sl": "train_mean_nll", "dpo": "dpo_loss", "rl": "env/all/reward/total"}
+from cookbook_engine.runs import KEY_METRIC  # noqa: F401  (one home for each kind's key metric; pages use it here)
+
 KIND_LABEL = {"sl": "SL", "dpo": "DPO", "rl": "RL"}
 STATUS_STYLE = {  # status -> (badge color, icon)
     "queued": ("gray", ":material/schedule:"),
@@ -48,16 +49,6 @@ def age(timestamp: datetime | None) -> str:
     return f"{round(seconds / 86400)} days ago"
 
 
-def duration(start: datetime | None, end: datetime | None) -> str:
-    if start is None or pd.isna(start):
-        return ""
-    end = end if end is not None and not pd.isna(end) else datetime.now(timezone.utc).replace(tzinfo=None)
-    seconds = max(0, int((end - start).total_seconds()))
-    minutes, seconds = divmod(seconds, 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {seconds:02d}s"
-
-
 def short_model(name: str) -> str:
     return name.rsplit("/", 1)[-1] if name else ""
 
@@ -82,9 +73,11 @@ def format_value(value: float | None) -> str:
     return f"{value:.4g}"
 
 
-def runs_frame(runs: list[dict], key_values: dict[str, float]) -> pd.DataFrame:
-    """The runs table: one row per run, in the given order."""
+def runs_frame(runs: list[dict], key_values: dict[str, float],
+               times: dict[str, dict] | None = None) -> pd.DataFrame:
+    """The runs table: one row per run, in the given order; `times` adds each run's Elapsed, Left and Use."""
     rows = []
+    times = times or {}
     for run in runs:
         metric = KEY_METRIC.get(run["kind"], "")
         value = key_values.get(run["run_id"])
@@ -95,12 +88,15 @@ def runs_frame(runs: list[dict], key_values: dict[str, float]) -> pd.DataFrame:
             "Progress": progress_fraction(run),
             "Step": step_text(run),
             "Key metric": f"{metric} = {format_value(value)}" if value is not None else "",
+            "Elapsed": times.get(run["run_id"], {}).get("Elapsed", ""),
+            "Left": times.get(run["run_id"], {}).get("Left", ""),
+            "Use": times.get(run["run_id"], {}).get("Use", ""),
             "Age": age(run["created_at"]),
             "Model": short_model(run["base_model"]) + ("" if run["backend"] == "local" else f" ({run['backend']})"),
             "run_id": run["run_id"],
         })
-    return pd.DataFrame(rows, columns=["Run", "Kind", "Status", "Progress", "Step", "Key metric", "Age", "Model",
-                                       "run_id"])
+    return pd.DataFrame(rows, columns=["Run", "Kind", "Status", "Progress", "Step", "Key metric", "Elapsed", "Left",
+                                       "Use", "Age", "Model", "run_id"])
 
 
 def styled_runs(frame: pd.DataFrame):
@@ -117,6 +113,11 @@ RUNS_COLUMN_CONFIG = {
     "Progress": st.column_config.ProgressColumn("Progress", min_value=0.0, max_value=1.0, format="percent"),
     "Key metric": st.column_config.TextColumn("Key metric", help="train_mean_nll (SL), dpo_loss (DPO), "
                                               "env/all/reward/total (RL), at the latest step"),
+    "Elapsed": st.column_config.TextColumn("Elapsed", width="small", help="Time since the run started (to when it "
+                                           "ended)"),
+    "Left": st.column_config.TextColumn("Left", width="small", help="Time left, from the run's own recent step times"),
+    "Use": st.column_config.TextColumn("CPU · RAM", help="The training process's CPU (percent of one core) and "
+                                       "memory, for runs training on this machine"),
     "run_id": None,  # kept for selection, not shown
 }
 

@@ -84,35 +84,30 @@ def _follow(config, prepared) -> int:
 
 
 def _watch(manager, run_id: str, notes: list[str]) -> int:
-    from tqdm import tqdm
-
+    from cookbook_engine.progress import progress_display
     from storage.service import FLUSH_INTERVAL_S
 
-    bar = tqdm(total=None, unit="step", dynamic_ncols=True, file=sys.stderr)
+    bar = progress_display(sys.stderr)  # a bar on a terminal, a line every 30 s or tenth of the run otherwise
     read_at = float("-inf")
     try:
         while True:
             alive = manager.is_alive(run_id)
             while notes:
-                bar.write(notes.pop(0), file=sys.stderr)
+                bar.write(notes.pop(0))
             # The store writes progress and metrics every ~2 s (storage.service), and each read costs the database
             # an open that competes with training for the CPU: read the bar's figures no more often than that.
             if not alive or time.monotonic() - read_at >= FLUSH_INTERVAL_S:
                 read_at = time.monotonic()
                 run = manager.store.get_run(run_id)
-                if run.get("total_steps") and bar.total != run["total_steps"]:
-                    bar.total = run["total_steps"]
                 if run.get("step") is not None:
-                    bar.n = run["step"]
                     key = manager.store.last_metrics([run_id], _key_metric(run["kind"])).get(run_id)
-                    if key is not None:
-                        bar.set_postfix_str(f"{_key_metric(run['kind'])}={key:.4f}")
-                    bar.refresh()
+                    bar.update(run["step"], run.get("total_steps"),
+                               f"{_key_metric(run['kind'])}={key:.4f}" if key is not None else "")
             if not alive:
                 break
             time.sleep(0.5)
     except KeyboardInterrupt:
-        bar.write("cancelling (a checkpoint is saved first; `cookbook resume` continues it)...", file=sys.stderr)
+        bar.write("cancelling (a checkpoint is saved first; `cookbook resume` continues it)...")
         manager.cancel(run_id)
         manager.wait(run_id)
     bar.close()
@@ -124,7 +119,9 @@ def _watch(manager, run_id: str, notes: list[str]) -> int:
 
 
 def _key_metric(kind: str) -> str:
-    return {"sl": "train_mean_nll", "dpo": "dpo_loss", "rl": "env/all/reward/total"}.get(kind, "train_mean_nll")
+    from cookbook_engine.runs import KEY_METRIC
+
+    return KEY_METRIC.get(kind, "train_mean_nll")
 
 
 def list_runs(as_json: bool) -> int:

@@ -308,8 +308,13 @@ def _read_json_array(name: str, text: str, position: int) -> _Source:
         item_number += 1
         try:
             value, end = decoder.raw_decode(text, position)
-        except json.JSONDecodeError as error:
-            raise DatasetError(f"{name}: line {error.lineno}: invalid JSON: {error.msg} (column {error.colno})")
+        except json.JSONDecodeError as error:  # report it, then go on at the next line that starts an object
+            problems.add(f"line {error.lineno}", f"invalid JSON: {error.msg} (column {error.colno})")
+            following = re.compile(r"\n\s*\{").search(text, error.pos)
+            if following is None:
+                problems.raise_if_any()
+            position = following.end() - 1
+            continue
         line += text.count("\n", counted_to, position)
         counted_to = position
         location = f"item {item_number} (line {line})"
@@ -783,16 +788,22 @@ def _shuffled(items: list, seed: int) -> list:
     return items
 
 
+MIN_ITEMS_FOR_FORCED_TEST = 10
+
+
 def _split(items: list, test_fraction: float, seed: int, max_examples: int | None) -> tuple[list, list]:
-    """Deterministic shuffle, then (train, test); at least one test item when there are two or more items."""
+    """Deterministic shuffle, then (train, test): `test_fraction` of the items, rounded, and at least one once
+    there are MIN_ITEMS_FOR_FORCED_TEST items (below that, a forced test item would take a large share of tiny
+    data: 1 of 2 rows is not a 10% split)."""
     if not 0 <= test_fraction < 1:
         raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction}")
     if max_examples is not None and max_examples < 1:
         raise ValueError(f"max_examples must be at least 1, got {max_examples}")
     items = _shuffled(items, seed)[:max_examples]
     test_count = round(len(items) * test_fraction)
-    if test_fraction > 0 and len(items) >= 2:
-        test_count = min(max(test_count, 1), len(items) - 1)
+    if test_fraction > 0 and len(items) >= MIN_ITEMS_FOR_FORCED_TEST:
+        test_count = max(test_count, 1)
+    test_count = min(test_count, len(items) - 1)
     return items[test_count:], items[:test_count]
 
 

@@ -54,6 +54,7 @@ class RunLogger:
         self.run_id = run_id
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.latest: dict[str, float] = {}  # the last step's metrics (the run log's per-step lines quote them)
 
     @property
     def metrics_path(self) -> Path:
@@ -81,6 +82,7 @@ class RunLogger:
         cleaned = clean_metrics(metrics, f"metrics of run {self.run_id!r} at step {step}")
         _append_line(self.metrics_path, {"step": step, **cleaned})
         self.store.log_metrics(self.run_id, step, cleaned)
+        self.latest = cleaned
 
     def log_checkpoint(self, *, step: int, name: str, kind: str, state_path: str | None = None,
                        sampler_path: str | None = None, loop_state: dict[str, Any] | None = None) -> None:

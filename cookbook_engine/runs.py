@@ -30,6 +30,9 @@ from storage import Store, StoreClient
 ACTIVE = ("queued", "running", "cancelling")
 FINISHED = ("completed", "failed", "cancelled", "interrupted")
 ORPHAN_CHECK_EVERY_S = 2.0  # how often a running studio looks for runs whose process died
+KEY_METRIC = {"sl": "train_mean_nll", "dpo": "dpo_loss", "rl": "env/all/reward/total"}  # one per kind, everywhere
+STEP_LINE_METRICS = ("test/nll", "accuracy", "env/all/correct", "learning_rate", "optim/lr")  # after the key one
+STEP_LINES_PER_RUN = 20  # the run log gets a line with the key metrics every total/20 steps (and at the last)
 
 
 class RunCancelled(Exception):
@@ -48,6 +51,7 @@ class RunContext:
     resume: dict | None = None  # the checkpoint row to resume from (with its loop_state)
     echo: Callable[[str], None] | None = None  # the CLI prints notes here
     training_client: Any = None  # set once the loop has its training client (chat snapshots the live weights)
+    kind: str = ""  # "sl" | "dpo" | "rl": which key metric the log's step lines quote
     _last_poll: float = 0.0
 
     def cancelled(self) -> bool:
@@ -65,7 +69,12 @@ class RunContext:
         return self.cancel_event.is_set()
 
     def progress(self, step: int, total: int) -> None:
+        """`step` steps of `total` are done; every total/20 steps (and at the last) the log gets a line with the
+        key metrics of the step just finished."""
         self.store.update_run(self.run_id, step=step, total_steps=total)
+        every = max(1, total // STEP_LINES_PER_RUN)
+        if step > 0 and (step % every == 0 or step == total) and self.logger.latest:
+            self.note(step_line(step, total, self.kind, self.logger.latest))
 
     def note(self, message: str) -> None:
         """A line for the run's log (shown in the studio and printed by the CLI)."""
@@ -75,6 +84,15 @@ class RunContext:
             handle.write(f"{stamp} {message}\n")
         if self.echo:
             self.echo(message)
+
+
+def step_line(step: int, total: int, kind: str, metrics: dict[str, float]) -> str:
+    """'step 40/200 · train_mean_nll=1.2345 · learning_rate=0.0008 · 2.1 s/step' for the run log."""
+    names = [KEY_METRIC.get(kind, ""), *STEP_LINE_METRICS]
+    parts = [f"step {step}/{total}"] + [f"{name}={metrics[name]:.4g}" for name in names if name in metrics]
+    if "time/step" in metrics:
+        parts.append(f"{metrics['time/step']:.1f} s/step")
+    return " · ".join(parts)
 
 
 def new_run_id(kind: str) -> str:
@@ -130,7 +148,8 @@ class RunManager:
             self.store.create_run(run_id, name=name, kind=config.kind, backend=config.backend,
                                   base_model=config.model, config=cfg.to_dict(config), log_dir=str(log_dir),
                                   parent_run_id=parent_run_id, parent_checkpoint=parent_checkpoint)
-            context = RunContext(run_id, self.store, RunLogger(self.store, run_id, log_dir), log_dir, echo=echo)
+            context = RunContext(run_id, self.store, RunLogger(self.store, run_id, log_dir), log_dir, echo=echo,
+                                 kind=config.kind)
             context.logger.write_config({"kind": config.kind, **cfg.to_dict(config)})
         except OSError as exc:  # a full or read-only disk: leave nothing half-made behind
             self._forget(run_id, log_dir)
@@ -150,7 +169,7 @@ class RunManager:
         config = cfg.from_dict(run["kind"], run["config"])
         checkpoint = self.store.last_checkpoint(run_id)
         context = RunContext(run_id, self.store, RunLogger(self.store, run_id, Path(run["log_dir"])),
-                             Path(run["log_dir"]), resume=checkpoint, echo=echo)
+                             Path(run["log_dir"]), resume=checkpoint, echo=echo, kind=run["kind"])
         prepared = preflight(config)
         step = int(checkpoint["step"]) if checkpoint else 0
         context.logger.truncate_after(step - 1)  # metrics of steps after the checkpoint are redone
@@ -268,7 +287,8 @@ class RunManager:
         try:
             store.claim_run(run_id)
             asyncio.run(_loop_for(config.kind).train(config, context, prepared))
-            status = "cancelled" if context.cancel_event.is_set() else "completed"
+            status = "cancelled" if context.cancel_event.is_set() and not _all_steps_done(store.get_run(run_id)) \
+                else "completed"  # a stop asked for after the last step still leaves a completed run
             store.update_run(run_id, status=status, finished_at=datetime.now(timezone.utc))
             context.note(f"run {status}")
         except RunCancelled:
@@ -286,6 +306,10 @@ class RunManager:
         finally:
             with self._lock:
                 self._contexts.pop(run_id, None)
+
+
+def _all_steps_done(run: dict | None) -> bool:
+    return bool(run and run.get("total_steps") and (run.get("step") or 0) >= run["total_steps"])
 
 
 def _remove_empty_parents(folder: Path, stop_at: Path) -> None:

@@ -3,7 +3,7 @@
 import pandas as pd
 import streamlit as st
 
-from app import charts, state, widgets
+from app import charts, settings_view, state, widgets
 
 st.title("Compare runs")
 store = state.store()
@@ -54,7 +54,8 @@ else:
         st.caption(widgets.safe_markdown(f"No {metric} in: {', '.join(missing)}"))
 
 st.subheader("Settings")
-configs = {label[i]: {"kind": by_id[i]["kind"], "status": by_id[i]["status"], **by_id[i]["config"]} for i in chosen}
+configs = {label[i]: {"kind": by_id[i]["kind"], "status": by_id[i]["status"],
+                      **settings_view.shown_settings(by_id[i]["kind"], by_id[i]["config"])} for i in chosen}
 keys = sorted({k for c in configs.values() for k in c})
 show_all = st.toggle("Show all settings, not only the differences", key="compare-all")
 rows = []

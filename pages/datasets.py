@@ -31,7 +31,7 @@ with st.expander("Upload a dataset", expanded=not store.list_datasets(), icon=":
             widgets.error_text(f"A dataset named {name.strip()!r} exists already; pick another name or delete it "
                                "first.")
         else:
-            saved = None
+            saved, result, problem = None, None, None
             with st.status(f"Checking every row of {widgets.safe_markdown(upload.name)}…") as status:
                 try:
                     saved = datasets.save_upload(upload.name, upload.getvalue())
@@ -41,9 +41,12 @@ with st.expander("Upload a dataset", expanded=not store.list_datasets(), icon=":
                     if saved is not None:
                         saved.unlink(missing_ok=True)
                     status.update(label="The file has problems", state="error")
-                    st.error("This file cannot be used yet:", icon=":material/error:")
-                    widgets.plain_text(str(exc), code=True)
-                    result = None
+                    problem = str(exc)
+            if problem:  # outside the status box, which folds away: every bad line, in plain sight
+                st.error(widgets.safe_markdown(f"{upload.name} cannot be used yet: fix these rows and upload it "
+                                               "again (nothing was added; the list below is unchanged)."),
+                         icon=":material/error:")
+                widgets.plain_text(problem, code=True)
             if result:
                 store.register_dataset(name.strip(), kind=result.kind, source="upload", path=str(saved),
                                        num_rows=result.num_rows, meta={"filename": upload.name})
@@ -63,6 +66,7 @@ for d in store.list_datasets():
                                       "name": d["name"]}
 if st.session_state.get("dataset-browse") not in entries:
     st.session_state["dataset-browse"] = next(iter(entries))
+st.subheader("Your datasets")
 c1, c2 = st.columns([3, 1], vertical_alignment="bottom")
 chosen = c1.selectbox("Dataset", list(entries), format_func=lambda k: entries[k]["label"], key="dataset-browse")
 entry = entries[chosen]

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from app import forms, nav, state, widgets
+from app import forms, nav, notices, state, widgets
 
 st.title("New run")
 widgets.show_notice()
@@ -27,6 +27,7 @@ with left:
     choice = forms.model_section(kind, base)
     if choice.error:
         st.warning(choice.error, icon=":material/warning:")
+    forms.measure_speed(choice)
 with right:
     if kind == "rl":
         env, dataset, grader = forms.rl_task_section(base)
@@ -41,6 +42,7 @@ if action:
     forms.show_check(result, config)
     if result.ok and action == "start":
         run_id = state.manager().start(config, prepared=result.prepared)
+        notices.watch(run_id)  # a toast when it ends, on whatever page is open then
         st.session_state.pop("new_run_base", None)
         widgets.notice(f"Run {widgets.safe_markdown(config.name or run_id)} started: it trains in the background, so you can leave this "
                        "page or close the tab.")

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from app import actions, charts, nav, state, widgets
+from app import actions, charts, nav, settings_view, state, timing, widgets
 from cookbook_engine import config as cfg
 
 store = state.store()
@@ -26,13 +26,22 @@ run = store.get_run(run_id)
 title_column.title(widgets.safe_markdown(run["name"]))
 with badge_column:
     widgets.status_badge(run["status"])
-details = [widgets.KIND_LABEL[run["kind"]], run["base_model"], f"backend {run['backend']}",
-           f"created {widgets.age(run['created_at'])}"]
-if run.get("started_at") is not None:
-    details.append(f"ran {widgets.duration(run['started_at'], run.get('finished_at'))}")
-if run.get("parent_run_id"):
-    details.append(f"started from {run['parent_run_id']}")
-st.caption(" · ".join(widgets.safe_markdown(d) for d in details))
+
+
+def live_header(run_id: str) -> None:
+    """Kind, model, age, elapsed time, time left and the training process's CPU and memory, refreshed live."""
+    run = state.store().get_run(run_id)
+    details = [widgets.KIND_LABEL[run["kind"]], run["base_model"], f"backend {run['backend']}",
+               f"created {widgets.age(run['created_at'])}", *timing.time_facts(run, timing.run_timing(store, run))]
+    if run.get("parent_run_id"):
+        details.append(f"started from {run['parent_run_id']}")
+    st.caption(" · ".join(widgets.safe_markdown(d) for d in details))
+    usage = timing.usage_text(run)
+    if usage:
+        st.caption(f":material/memory: {usage}")
+
+
+st.fragment(run_every=2 if run["status"] in widgets.ACTIVE else None)(live_header)(run_id)
 
 # --- actions --------------------------------------------------------------------------------------------------
 c1, c2, c3, c4, c5, c6 = st.columns(6)
@@ -63,6 +72,13 @@ if run["status"] in ("failed", "interrupted") and run.get("error"):
             st.code(run["traceback"], language=None)
 
 
+def chart_grid(metrics, groups: list[tuple[str, list[str]]], per_row: int, prefix: str) -> None:
+    for i in range(0, len(groups), per_row):
+        for column, (title, names) in zip(st.columns(per_row), groups[i:i + per_row]):
+            column.plotly_chart(charts.metrics_chart(metrics, names, title), key=f"{prefix}-{title}",
+                                config={"displaylogo": False})
+
+
 def live_overview(run_id: str, was_active: bool) -> None:
     run = state.store().get_run(run_id)  # state.store(): a run whose process died shows as interrupted
     active = run["status"] in widgets.ACTIVE
@@ -78,26 +94,20 @@ def live_overview(run_id: str, was_active: bool) -> None:
         st.info("No metrics yet: the first ones appear when the first step finishes." if active
                 else "This run logged no metrics.", icon=":material/hourglass_top:")
         return
-    main, system = charts.metric_groups(sorted(metrics["name"].unique()))
+    main, more, timing_groups = charts.metric_groups(sorted(metrics["name"].unique()))
     latest = metrics.dropna(subset=["value"]).groupby("name").last()["value"]
     firsts = metrics.dropna(subset=["value"]).groupby("name").first()["value"]
-    cards = [names[0] for _, names in main][:5]
+    cards = charts.card_metrics(list(latest.index))
     for column, name in zip(st.columns(max(1, len(cards))), cards):
         delta = latest[name] - firsts[name] if name in firsts else None
         column.metric(name, widgets.format_value(latest[name]),
                       delta=None if not delta else f"{delta:+.3g}", delta_color="off", border=True)
-    for i in range(0, len(main), 2):
-        columns = st.columns(2)
-        for column, (title, names) in zip(columns, main[i:i + 2]):
-            column.plotly_chart(charts.metrics_chart(metrics, names, title), key=f"chart-{title}",
-                                config={"displaylogo": False})
-    if system:
-        with st.expander("Timing and throughput"):
-            for i in range(0, len(system), 3):
-                columns = st.columns(3)
-                for column, (title, names) in zip(columns, system[i:i + 3]):
-                    column.plotly_chart(charts.metrics_chart(metrics, names, title), key=f"sys-{title}",
-                                        config={"displaylogo": False})
+    chart_grid(metrics, main, 2, "chart")
+    for label, groups, prefix in ((f"More metrics ({len(more)} charts: per task, counts, totals)", more, "more"),
+                                  ("Timing and throughput", timing_groups, "sys")):
+        if groups:
+            with st.expander(label):
+                chart_grid(metrics, groups, 3, prefix)
     if active:
         st.caption(":material/autorenew: Live: refreshing every 2 s.")
 
@@ -108,9 +118,9 @@ with overview:
     st.fragment(run_every=2 if is_active else None)(live_overview)(run_id, is_active)
 with config_tab:
     config = cfg.from_dict(run["kind"], run["config"])
-    st.markdown("Start the same run from a terminal:")
-    st.code(cfg.to_command(config), language="bash", wrap_lines=True)
-    st.json(run["config"], expanded=True)
+    st.markdown("Start the same run from a terminal, in the repository folder:")
+    st.code(settings_view.command_line(config), language="bash", wrap_lines=True)
+    st.json(settings_view.shown_settings(run["kind"], run["config"]), expanded=True)
 with checkpoints_tab:
     checkpoints = store.list_checkpoints(run_id)
     if not checkpoints:

@@ -1,8 +1,9 @@
-"""Runs: every run with its status, progress, step, key metric and age; stop, resume, duplicate, delete."""
+"""Runs: every run with its status, progress, step, key metric, elapsed time, time left, CPU and memory use, and
+age; stop, resume, duplicate, delete."""
 
 import streamlit as st
 
-from app import actions, nav, state, widgets
+from app import actions, nav, state, timing, widgets
 
 c1, c2 = st.columns([5, 1], vertical_alignment="bottom")
 c1.title("Runs")
@@ -11,7 +12,7 @@ with c2:
 widgets.show_notice()
 
 FILTERS = {"All": None, "Active": widgets.ACTIVE, "Completed": ("completed",),
-           "Failed": ("failed", "interrupted"), "Stopped": ("cancelled",)}
+           "Failed": ("failed", "interrupted"), "Cancelled": ("cancelled",)}
 show = st.segmented_control("Show", list(FILTERS), default="All", required=True, key="runs-filter",
                             label_visibility="collapsed")
 
@@ -27,7 +28,7 @@ def runs_table() -> None:
         widgets.empty_state("No runs here yet." if show == "All" else f"No {show.lower()} runs.",
                             "new_run", "Start a new run")
         return
-    frame = widgets.runs_frame(runs, widgets.key_metric_values(store, runs))
+    frame = widgets.runs_frame(runs, widgets.key_metric_values(store, runs), timing.table_times(store, runs))
     if st.session_state.get("runs-table-rows") != list(frame["run_id"]):  # rows moved: a selection would shift
         st.session_state["runs-table-rows"] = list(frame["run_id"])
         actions.clear_selection()

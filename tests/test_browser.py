@@ -1,7 +1,10 @@
 """End to end in a real browser: the studio as a user runs it (`cookbook studio` on a free localhost port, its own
 COOKBOOK_HOME), driven by Playwright through Debian's headless chromium (no browser download; scripts/browser-deps.sh
 installs chromium). A short SL run is submitted from the New run form, followed to completion with its chart
-drawn, and the chat answers a message from the real default model. Screenshots land in test-artifacts/."""
+drawn, the chat answers a message from the real default model, the run's checkpoint is exported and the run is
+deleted with its files (nothing is selected afterwards). The chat is also used the awkward way: a message sent
+while a reply streams waits and the reply is kept whole, Stop keeps the partial text, the conversation saves as
+JSONL and its turns go into a dataset. Screenshots land in test-artifacts/."""
 
 from __future__ import annotations
 
@@ -109,6 +112,17 @@ def wait_idle(page) -> None:
     page.wait_for_selector("[data-testid=stApp][data-test-script-state=notRunning]", timeout=60_000)
 
 
+def open_chat(studio: str, page, max_tokens: int):
+    """The Chat page with Max tokens set; returns the message box."""
+    page.goto(f"{studio}/chat")
+    page.get_by_text("System prompt and sampling").click()
+    field = page.get_by_label("Max tokens", exact=True)
+    field.fill(str(max_tokens))
+    field.press("Tab")
+    wait_idle(page)
+    return page.locator("[data-testid=stChatInputTextArea]")
+
+
 def test_submit_sl_run_watch_it_finish_then_chat(studio, page):
     page.goto(studio)
     page.get_by_text("Local backend").wait_for()
@@ -125,7 +139,7 @@ def test_submit_sl_run_watch_it_finish_then_chat(studio, page):
         field.press("Tab")
     page.get_by_role("button", name="Check settings").click()
     page.get_by_text("Ready to start").wait_for(timeout=60_000)
-    page.get_by_text("cookbook sl").first.wait_for()
+    page.get_by_text("cookbook sl ").first.wait_for()
     shot(page, "new-run")
 
     page.get_by_role("button", name="Start run").click()
@@ -144,13 +158,7 @@ def test_submit_sl_run_watch_it_finish_then_chat(studio, page):
     wait_idle(page)
     shot(page, "runs")
 
-    page.goto(f"{studio}/chat")
-    page.get_by_text("System prompt and sampling").click()
-    max_tokens = page.get_by_label("Max tokens", exact=True)
-    max_tokens.fill("24")
-    max_tokens.press("Tab")
-    wait_idle(page)
-    box = page.locator("[data-testid=stChatInputTextArea]")
+    box = open_chat(studio, page, max_tokens=24)
     box.fill("What is the capital of France?")
     box.press("Enter")
     assistant = page.locator("[data-testid=stChatMessage]").nth(1)
@@ -159,3 +167,73 @@ def test_submit_sl_run_watch_it_finish_then_chat(studio, page):
     reply = assistant.inner_text().strip()
     shot(page, "chat")
     assert len(reply) > 3, f"the assistant's reply is empty: {reply!r}"
+
+    export_then_delete_the_run(studio, page)
+
+
+def export_then_delete_the_run(studio: str, page) -> None:
+    """Export the run's final checkpoint, then delete the run from the Runs page: the dialog says what it frees,
+    the export goes with it, and afterwards no row is selected."""
+    page.goto(f"{studio}/checkpoints")
+    page.get_by_role("button", name="Build merged model").click()
+    page.get_by_text("Merged model saved").wait_for(timeout=300_000)
+    wait_idle(page)
+    page.goto(f"{studio}/checkpoints")
+    page.get_by_role("heading", name="Exports").wait_for()
+    assert page.get_by_text("-merged", exact=False).count() >= 1
+    shot(page, "checkpoints-exports")
+
+    page.goto(f"{studio}/runs")
+    table = page.locator("[data-testid=stDataFrame]")
+    table.wait_for()
+    wait_idle(page)
+    box = table.bounding_box()
+    page.mouse.click(box["x"] + 12, box["y"] + 35 + 17)  # the first row's selection box (the only run)
+    page.get_by_text("Selected:").wait_for()
+    page.get_by_role("button", name="Delete").click()
+    dialog = page.get_by_role("dialog")
+    dialog.get_by_text("freeing").wait_for()
+    assert "1 export" in dialog.inner_text() and "checkpoint folder" in dialog.inner_text()
+    shot(page, "delete-confirmation")
+    dialog.get_by_role("button", name="Delete 1 run").click()
+    page.get_by_text("freed").wait_for()
+    wait_idle(page)
+    shot(page, "runs-after-delete")
+    page.goto(f"{studio}/checkpoints")
+    page.get_by_text("No exports yet").wait_for()
+
+
+def assistant_text(page, index: int) -> str:
+    return page.locator("[data-testid=stChatMessage]").nth(index).inner_text().strip()
+
+
+def test_chat_send_during_a_reply_stop_save_and_add_to_a_dataset(studio, page):
+    box = open_chat(studio, page, max_tokens=300)
+    box.fill("Write a long story about a dragon.")
+    box.press("Enter")
+    page.wait_for_function("() => { const m = document.querySelectorAll('[data-testid=stChatMessage]');"
+                           " return m.length > 1 && m[1].innerText.length > 60; }", timeout=180_000)
+    partial = assistant_text(page, 1).split("\n")[-1][:40]  # some words of the reply as it streams
+    box.fill("Now write a long poem about the sea.")  # while the first reply is still being written
+    box.press("Enter")
+    page.get_by_text("Now write a long poem about the sea.").wait_for()
+    shot(page, "chat-queued")
+    second = page.locator("[data-testid=stChatMessage]").nth(3)
+    second.get_by_role("button", name="Stop").wait_for(timeout=300_000)  # the first reply is done: now the second
+    second.get_by_role("button", name="Stop").click()
+    wait_idle(page)
+    page.get_by_text("stopped by you").wait_for()
+    first = assistant_text(page, 1)
+    assert partial in first and "no reply" not in first  # the interrupted reply was kept and finished
+    shot(page, "chat-stopped")
+
+    with page.expect_download() as download:
+        page.get_by_role("button", name="Save conversation (.jsonl)").click()
+    lines = Path(download.value.path()).read_text().splitlines()
+    messages = __import__("json").loads(lines[0])["messages"]
+    assert [m["role"] for m in messages][:3] == ["user", "assistant", "user"] and len(lines) == 1
+
+    page.get_by_text("Add turns to a dataset").click()
+    page.get_by_role("button", name="Add 2 turns").click()
+    page.get_by_text("Added 2 examples to chat").wait_for()
+    shot(page, "chat-added-to-dataset")

@@ -75,6 +75,7 @@ def test_a_cli_run_shows_up_live_in_another_process(home, default_model_ready, t
     out, err = process.communicate(timeout=60)
     assert process.returncode == 0, err
     assert "running" in statuses and seen_steps, "the run was not visible while it trained"
+    assert "step 4/4 (100%)" in err and "\r" not in err  # stderr is no terminal: plain progress lines, no bar
     [run] = store.list_runs()
     assert run["status"] == "completed" and run["step"] == 4
     listing = json.loads(cookbook("runs", "--json", home=home).stdout)

@@ -384,10 +384,13 @@ def test_split_is_deterministic_disjoint_and_complete(tmp_path):
     assert sorted(names) == sorted(row["prompt"] for row in rows)
 
 
-def test_split_keeps_one_test_example_for_tiny_data_and_max_examples_caps(tmp_path):
+def test_split_holds_out_no_share_of_tiny_data_one_example_from_ten_and_max_examples_caps(tmp_path):
     two = write_jsonl(tmp_path / "two.jsonl", [{"prompt": "a", "completion": "b"}, {"prompt": "c", "completion": "d"}])
-    tiny = load_chat_dataset(two, test_fraction=0.01)
-    assert len(tiny.train) == len(tiny.test) == 1
+    tiny = load_chat_dataset(two, test_fraction=0.1)
+    assert (len(tiny.train), len(tiny.test)) == (2, 0)  # not 1 of 2 rows held out for a "10%" split
+    ten = write_jsonl(tmp_path / "ten.jsonl", [{"prompt": f"q{i}", "completion": f"a{i}"} for i in range(10)])
+    split = load_chat_dataset(ten, test_fraction=0.01)
+    assert (len(split.train), len(split.test)) == (9, 1)
     one = write_jsonl(tmp_path / "one.jsonl", [{"prompt": "a", "completion": "b"}])
     single = load_chat_dataset(one)
     assert (len(single.train), len(single.test)) == (1, 0)

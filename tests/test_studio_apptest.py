@@ -16,6 +16,8 @@ import dataclasses
 import importlib.util
 import json
 import re
+import shlex
+import subprocess
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,6 +29,7 @@ from tinker import types
 
 from app.widgets import safe_markdown as literal  # how text a person typed or uploaded reaches markdown: escaped
 from app import conversation
+from app.settings_view import launcher
 from cookbook_engine import chat, export, models, sandbox
 from cookbook_engine.config import SLConfig
 from cookbook_engine.run_logger import RunLogger
@@ -254,9 +257,12 @@ def test_check_settings_shows_summary_estimate_and_command_without_starting(stud
     text = shown_text(at)
     assert "Ready to start" in text and "108 training and 12 held-out examples" in text
     assert "Estimate: 3 steps × 2 examples" in text
-    assert any(code.value.startswith("cookbook sl") and "max_steps=3" in code.value and "batch_size=2" in code.value
-               for code in at.code)
+    command = next(code.value for code in at.code if code.value.startswith(f"{launcher()} sl "))
+    assert "max_steps=3" in command and "batch_size=2" in command
     assert len(get_manager().store.list_runs()) == runs_before
+    copied = subprocess.run([*shlex.split(command), "--dry-run"], cwd=REPO, capture_output=True, text=True,
+                            timeout=300)  # the command as a person pastes it, in the repository folder
+    assert copied.returncode == 0 and '"max_steps": 3' in copied.stdout, copied.stderr
 
 
 def test_bad_data_is_reported_before_any_run_starts(studio_home):
@@ -281,7 +287,7 @@ def test_dpo_form_has_beta_and_starting_checkpoint_and_validates(studio_home):
         assert any("not available in this build" in e.value for e in at.error)
     else:
         assert "Ready to start" in shown_text(at), shown_text(at)
-        assert any(code.value.startswith("cookbook dpo") for code in at.code)
+        assert any(code.value.startswith(f"{launcher()} dpo ") for code in at.code)
 
 
 def test_rl_form_has_group_settings_and_validates(studio_home):
@@ -320,6 +326,9 @@ def test_dpo_and_rl_runs_start_from_their_forms_and_complete(studio_home):
         run = manager.wait(run_id, timeout=600)
         assert run["status"] == "completed", run.get("error")
         assert metric in manager.store.metric_names(run_id)
+    rl_settings = json.loads(open_page("run", run=rl_id).json[0].value)
+    assert "batch_size" not in rl_settings and "groups_per_batch" in rl_settings  # RL batches are groups
+    assert rl_settings["learning_rate"].startswith("auto (0.0005,")  # half the suggested SL rate, as RL uses
     at = open_page("transcripts", run=rl_id)
     assert "Group 0" in shown_text(at) and len(at.get("plotly_chart")) >= 1
     assert any(badge.value.startswith(":blue-badge[reward") for badge in at.markdown)
@@ -340,7 +349,10 @@ def test_sl_run_started_from_the_form_completes_and_its_metrics_appear(form_run)
     assert at.get("progress")[0].proto.text == "step 3/3"
     assert len(at.get("plotly_chart")) >= 2  # loss and learning rate at least
     assert "train_mean_nll" in [m.label for m in at.metric]
-    assert any(code.value.startswith("cookbook sl") and "name=facts-from-form" in code.value for code in at.code)
+    assert any(code.value.startswith(f"{launcher()} sl ") and "name=facts-from-form" in code.value for code in at.code)
+    settings = json.loads(at.json[0].value)
+    assert settings["learning_rate"].startswith("auto (0.001,")  # the rate it trained with, not null
+    assert "clock_period_s" not in settings
     checkpoints = at.dataframe[0].value
     assert checkpoints["Final"].any()
 
@@ -473,6 +485,22 @@ def test_runs_page_deletes_selected_runs_only_after_confirmation(form_run, studi
         Path(c["sampler_path"]).exists() for c in store.list_checkpoints(form_run["run_id"]) if c["sampler_path"])
 
 
+def test_a_toast_says_when_a_run_started_in_this_browser_finishes(studio_home):
+    store = get_manager().store
+    store.create_run("sl-toast", name="toast-run", kind="sl", backend="local", base_model=models.DEFAULT_MODEL,
+                     config={}, log_dir=studio_home / "runs" / "sl-toast", status="running")
+    store.claim_run("sl-toast")
+    at = open_page("runs")
+    at.session_state["watched-runs"] = {"sl-toast"}  # what starting it from New run records
+    at.run()
+    assert not at.toast
+    store.update_run("sl-toast", status="completed")
+    at.run()
+    assert [t.value for t in at.toast] == [literal("Run toast-run finished")]
+    at.run()
+    assert not at.toast  # once
+
+
 # ---------------------------------------------------------------------------------------------- transcripts
 
 
@@ -500,6 +528,10 @@ def test_transcripts_show_groups_rewards_advantages_and_sandbox_output(studio_ho
     codes = [c.value for c in at.code]
     assert any("return x * x" in c for c in codes) and "<b>debug</b>" in codes  # sandbox output, as text
     assert len(at.get("plotly_chart")) == 2  # reward histogram and rewards per step
+    histogram = next(figure for figure in map(lambda c: json.loads(c.proto.spec), at.get("plotly_chart"))
+                     if figure["layout"]["title"]["text"] == "Rewards at step 1")
+    counts = dict(zip(histogram["data"][0]["x"], histogram["data"][0]["y"]))
+    assert counts == {0.0: 2, 1.0: 2} and sum(counts.values()) == len(store.get_transcripts(run_id, step=1))
     assert not any("isolate the network" in w.value for w in at.warning)
     by_label(at.slider, "Reward between").set_value((1.0, 1.0)).run()
     codes = [c.value for c in at.code]

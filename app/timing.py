@@ -1,0 +1,87 @@
+"""What the run pages say about time and resources: elapsed time, an ETA from the run's own recent step times, time
+per step, and the CPU and memory use of the process that trains the run (read live, every refresh).
+
+The numbers come from cookbook_engine/speed.py and storage; this module only formats them and draws nothing.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import pandas as pd
+
+from cookbook_engine import paths, speed
+
+ACTIVE = ("queued", "running", "cancelling")
+
+
+@dataclass
+class RunTiming:
+    elapsed_s: float | None
+    eta_s: float | None
+    step_s: float | None  # median of the recent steps
+
+
+def _seconds_between(start, end) -> float | None:
+    if start is None or pd.isna(start):
+        return None
+    end = end if end is not None and not pd.isna(end) else datetime.now(timezone.utc).replace(tzinfo=None)
+    return max(0.0, (end - start).total_seconds())
+
+
+def run_timing(store, run: dict) -> RunTiming:
+    """Elapsed time for any run; ETA and seconds per step for an active one (from its `time/total` metric)."""
+    elapsed = _seconds_between(run.get("started_at"), run.get("finished_at"))
+    if run["status"] not in ACTIVE:
+        return RunTiming(elapsed, None, None)
+    frame = store.get_metrics(run["run_id"], ["time/total"])
+    durations = speed.step_seconds(list(zip(frame["step"].astype(int), frame["value"].astype(float))))
+    return RunTiming(elapsed, speed.eta_seconds(run.get("step"), run.get("total_steps"), durations),
+                     speed.recent_step_seconds(durations))
+
+
+def time_facts(run: dict, timing: RunTiming) -> list[str]:
+    """'ran 2 min 10 s', 'about 3 min 05 s left', '1.9 s per step' as they apply."""
+    facts = []
+    if timing.elapsed_s is not None:
+        facts.append(("running for " if run["status"] in ACTIVE else "ran ") + speed.clock(timing.elapsed_s))
+    if timing.eta_s is not None:
+        facts.append(f"about {speed.clock(timing.eta_s)} left")
+    elif run["status"] in ACTIVE:
+        facts.append("time left: known after two steps")
+    if timing.step_s is not None:
+        facts.append(f"{timing.step_s:.1f} s per step")
+    return facts
+
+
+def usage_text(run: dict) -> str:
+    """CPU and memory of the process training an active run on this machine (GPU memory when there is one)."""
+    usage = _usage(run)
+    if usage is None:
+        return ""
+    text = (f"CPU {usage['cpu_percent']:.0f}% of a core (machine {usage['machine_cpu_percent']:.0f}% busy, "
+            f"{usage['cores']} cores) · RAM {paths.human_size(usage['rss_bytes'])}")
+    if "gpu_bytes" in usage:
+        text += f" · GPU {paths.human_size(usage['gpu_bytes'])}"
+    return text
+
+
+def table_times(store, runs: list[dict]) -> dict[str, dict]:
+    """The runs table's Elapsed, Left and Use cells, per run id."""
+    cells = {}
+    for run in runs:
+        times = run_timing(store, run)
+        usage = _usage(run)
+        cells[run["run_id"]] = {
+            "Elapsed": speed.clock(times.elapsed_s), "Left": speed.clock(times.eta_s),
+            "Use": f"{usage['cpu_percent']:.0f}% · {paths.human_size(usage['rss_bytes'])}" if usage else ""}
+    return cells
+
+
+def _usage(run: dict) -> dict | None:
+    """The live resource use of the process training an active run on this machine (None otherwise)."""
+    if run["status"] not in ACTIVE or run.get("owner_host") not in (None, socket.gethostname()):
+        return None
+    return speed.process_usage(run.get("owner_pid"))

@@ -1,0 +1,185 @@
+"""How fast this machine trains and samples a model, measured rather than assumed, and run timing from a run's own
+steps: the New run form's estimate and the run pages' elapsed time and ETA come from here.
+
+`calibrate(model)` times a few seconds of real work on the local backend (a LoRA forward/backward, a no-grad
+forward, a short sampled reply) and caches the speeds per model in the model cache, so the estimate reflects this
+machine, busy or idle, when it was measured; `speeds(model)` returns the cached ones (or the figures measured on
+an idle 2-core CPU when there are none yet, marked as such). `step_seconds()` and `eta_seconds()` correct the
+estimate live from the steps a run has finished. `process_usage()` reads a run process's CPU and memory use.
+
+Not here: the UI (app/forms.py formats the estimate), or timing hosted (Tinker) runs before they start.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from cookbook_engine import models, paths
+
+CALIBRATION_TOKENS = 64  # per sequence; two sequences per forward/backward
+RECENT_STEPS = 5  # the ETA uses the median of the last few step times
+
+
+@dataclass
+class Speeds:
+    train_tok_s: float  # LoRA forward + backward + optimizer step
+    eval_tok_s: float  # forward without gradients (held-out loss, DPO reference)
+    sample_tok_s: float  # generated tokens per second, a group of samples at once
+    measured_at: float = 0.0  # time.time() of the calibration; 0 = not measured here (idle-machine figures)
+
+
+IDLE_2_CORE = Speeds(train_tok_s=120.0, eval_tok_s=300.0, sample_tok_s=60.0)  # DESIGN.md's measured figures
+
+_calibrating: dict[str, threading.Thread] = {}
+_lock = threading.Lock()
+
+
+def _cache_file(model: str) -> Path:
+    return paths.models_dir() / f"speed-{models.canonical_name(model).replace('/', '--')}.json"
+
+
+def speeds(model: str = models.DEFAULT_MODEL) -> Speeds:
+    """The speeds measured on this machine for `model`, else the idle 2-core figures (measured_at 0)."""
+    try:
+        return Speeds(**json.loads(_cache_file(model).read_text()))
+    except (OSError, ValueError, TypeError):
+        return IDLE_2_CORE
+
+
+def calibrate(model: str = models.DEFAULT_MODEL) -> Speeds:
+    """Measure the speeds now (a few seconds; the model worker is shared, so it waits behind running work) and
+    cache them for `model`."""
+    from tinker import types
+
+    from cookbook_engine.backends import service_client
+
+    service = service_client("local")
+    trainer = service.create_lora_training_client(base_model=model, rank=32, train_unembed=False).result()
+    tokens_T = list(range(10, 10 + CALIBRATION_TOKENS))
+    datum = types.Datum(model_input=types.ModelInput.from_ints(tokens_T[:-1]), loss_fn_inputs={
+        "target_tokens": tokens_T[1:], "weights": [1.0] * (len(tokens_T) - 1)})
+    try:
+        trainer.forward_backward([datum], "cross_entropy").result()  # warm-up: first call builds the adapter
+        started = time.perf_counter()
+        trainer.forward_backward([datum, datum], "cross_entropy").result()
+        trainer.optim_step(types.AdamParams(learning_rate=0.0)).result()
+        train = 2 * CALIBRATION_TOKENS / (time.perf_counter() - started)
+        sampler = service.create_sampling_client(base_model=model).result()
+        prompt = types.ModelInput.from_ints(tokens_T)
+        sampler.sample(prompt, 4, types.SamplingParams(max_tokens=2)).result()  # warm-up: builds the decoder
+        started = time.perf_counter()
+        sampler.compute_logprobs(prompt).result()
+        evaluation = CALIBRATION_TOKENS / (time.perf_counter() - started)
+        started = time.perf_counter()
+        response = sampler.sample(prompt, 4, types.SamplingParams(max_tokens=16, temperature=1.0)).result()
+        sampled = sum(len(s.tokens) for s in response.sequences)
+        sample = max(1, sampled) / (time.perf_counter() - started)
+    finally:
+        if hasattr(trainer, "close"):
+            trainer.close()
+    measured = Speeds(round(train, 1), round(evaluation, 1), round(sample, 1), time.time())
+    _cache_file(model).write_text(json.dumps(asdict(measured)) + "\n")
+    return measured
+
+
+def calibrate_in_background(model: str = models.DEFAULT_MODEL) -> bool:
+    """Start calibrating `model` on a background thread unless it is calibrated or being calibrated; True while a
+    calibration runs."""
+    key = models.canonical_name(model)
+    with _lock:
+        thread = _calibrating.get(key)
+        if thread is not None and thread.is_alive():
+            return True
+        if speeds(model).measured_at:
+            return False
+        thread = threading.Thread(target=_calibrate_quietly, args=(model,), name=f"calibrate:{key}", daemon=True)
+        _calibrating[key] = thread
+        thread.start()
+        return True
+
+
+def _calibrate_quietly(model: str) -> None:
+    try:
+        calibrate(model)
+    except Exception:  # the estimate keeps the idle-machine figures; nothing else depends on this
+        pass
+
+
+# ---------------------------------------------------------------------------------------------- a run's own timing
+
+
+def step_seconds(total_T: list[tuple[int, float]]) -> list[float]:
+    """Durations of finished steps from the run's `time/total` metric [(step, seconds since the run started)];
+    a resume restarts that clock, so steps across a restart are left out."""
+    ordered = sorted(total_T)
+    return [later - earlier for (s0, earlier), (s1, later) in zip(ordered, ordered[1:])
+            if s1 == s0 + 1 and later > earlier]
+
+
+def recent_step_seconds(durations: list[float]) -> float | None:
+    """The median of the last few step times (None before any)."""
+    return statistics.median(durations[-RECENT_STEPS:]) if durations else None
+
+
+def eta_seconds(step: int | None, total_steps: int | None, durations: list[float]) -> float | None:
+    """Seconds until the run's last step, from the median of its recent step times (None until it has some)."""
+    if not total_steps or not durations:
+        return None
+    return max(0, total_steps - (step or 0)) * recent_step_seconds(durations)
+
+
+def clock(seconds: float | None) -> str:
+    """45 -> '45 s', 130 -> '2 min 10 s', 5400 -> '1 h 30 min'."""
+    if seconds is None:
+        return ""
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
+# ---------------------------------------------------------------------------------------------- resource use
+
+_processes: dict[int, object] = {}
+
+
+def process_usage(pid: int | None) -> dict | None:
+    """CPU use (percent of one core, since the last call for this process) and resident memory of a process,
+    with the machine's overall CPU use and core count; None when the process is gone or unknown. GPU memory is
+    added when torch sees a CUDA device in this process."""
+    import psutil
+
+    if not pid:
+        return None
+    try:
+        process = _processes.get(pid)
+        if process is None:
+            process = _processes[pid] = psutil.Process(pid)
+            process.cpu_percent(None)  # the first reading is 0: it starts the interval
+        usage = {"cpu_percent": process.cpu_percent(None), "rss_bytes": process.memory_info().rss,
+                 "machine_cpu_percent": psutil.cpu_percent(None), "cores": psutil.cpu_count() or 1}
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        _processes.pop(pid, None)
+        return None
+    gpu = _gpu_bytes()
+    if gpu is not None:
+        usage["gpu_bytes"] = gpu
+    return usage
+
+
+def _gpu_bytes() -> int | None:
+    import sys
+
+    torch = sys.modules.get("torch")  # never import torch just to ask
+    if torch is None or not torch.cuda.is_available():
+        return None
+    return int(torch.cuda.memory_allocated())

@@ -1,0 +1,78 @@
+"""Honest time: the CLI's progress display when stderr is not a terminal, and the ETA from a run's own steps.
+
+Fast tests with a fake clock: no model, no timing assertions on the real clock."""
+
+from __future__ import annotations
+
+import io
+
+from cookbook_engine import progress, speed
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_long_run_followed_without_a_terminal_writes_a_few_lines_not_one_per_update():
+    out, clock = io.StringIO(), FakeClock()
+    display = progress.SparseLines(out, clock=clock)
+    for poll in range(1200):  # a 40-minute run polled every 2 s, 200 steps
+        clock.now = poll * 2.0
+        display.update(poll // 6, 200, f"loss={1 / (1 + poll):.4f}")
+    display.close()
+    lines = out.getvalue().splitlines()
+    assert 10 <= len(lines) <= 40 * 60 / progress.LINE_EVERY_S + 11  # time- or tenth-paced, never per update
+    assert "\r" not in out.getvalue()
+    assert lines[-1].startswith("step 199/200 (100%)") and "elapsed" in lines[-1]
+    assert any("left" in line for line in lines[1:-1])
+
+
+def test_the_plain_lines_eta_comes_from_the_runs_own_rate():
+    out, clock = io.StringIO(), FakeClock()
+    display = progress.SparseLines(out, clock=clock)
+    clock.now = 20.0  # startup (model loading) is not counted in the rate
+    display.update(0, 100)
+    clock.now = 50.0
+    display.update(10, 100)  # 10 steps in 30 s: 3 s a step, 90 steps left
+    assert display.seconds_left(10, 100) == 270.0
+    assert out.getvalue().splitlines()[-1] == "step 10/100 (10%) · 50 s elapsed · about 4 min 30 s left"
+
+
+def test_a_terminal_gets_the_tqdm_bar():
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    assert isinstance(progress.progress_display(Terminal()), progress.TerminalBar)
+    assert isinstance(progress.progress_display(io.StringIO()), progress.SparseLines)
+
+
+def test_eta_uses_recent_step_times_and_skips_a_resume():
+    total_T = [(0, 5.0), (1, 7.0), (2, 9.0), (3, 11.5), (4, 1.0), (5, 3.0)]  # the clock restarted at step 4
+    durations = speed.step_seconds(total_T)
+    assert durations == [2.0, 2.0, 2.5, 2.0]
+    assert speed.eta_seconds(6, 10, durations) == 4 * 2.0
+    assert speed.eta_seconds(6, 10, []) is None
+    assert speed.clock(45) == "45 s" and speed.clock(130) == "2 min 10 s" and speed.clock(5400) == "1 h 30 min"
+
+
+def test_speeds_fall_back_to_the_idle_machine_figures_until_measured(tmp_path, monkeypatch):
+    monkeypatch.setenv("COOKBOOK_MODEL_CACHE", str(tmp_path))
+    assert speed.speeds() == speed.IDLE_2_CORE and not speed.speeds().measured_at
+    speed._cache_file(speed.models.DEFAULT_MODEL).write_text(
+        '{"train_tok_s": 20.0, "eval_tok_s": 50.0, "sample_tok_s": 5.0, "measured_at": 1.0}')
+    assert speed.speeds().train_tok_s == 20.0
+
+
+def test_the_run_log_gets_a_step_line_with_the_key_metrics():
+    from cookbook_engine.runs import step_line
+
+    line = step_line(40, 200, "sl", {"train_mean_nll": 1.23456, "learning_rate": 8e-4, "time/step": 2.14,
+                                     "num_tokens": 512.0})
+    assert line == "step 40/200 · train_mean_nll=1.235 · learning_rate=0.0008 · 2.1 s/step"
+    assert step_line(3, 3, "rl", {"env/all/reward/total": 0.5, "env/all/correct": 0.25}) == \
+        "step 3/3 · env/all/reward/total=0.5 · env/all/correct=0.25"
