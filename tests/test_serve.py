@@ -157,10 +157,13 @@ def test_sl_loop_runs_unmodified_through_the_sdk_over_http_and_is_a_studio_run(o
     checkpoints = [json.loads(line) for line in (log_path / "checkpoints.jsonl").read_text().splitlines()]
     assert all(c[k].startswith("tinker://") for c in checkpoints for k in ("state_path", "sampler_path") if k in c)
     run, store = studio_run(state)
-    assert run["name"] == "sl over http" and run["kind"] == "sl" and run["status"] == "completed"
+    assert run["name"] == "sl over http" and run["kind"] == "sl"
+    assert run["status"] == "running"  # the recipe never closes its ServiceClient: its session is still open
     logged = store.get_metrics(run["run_id"], ["train_mean_nll"]).sort_values("step")["value"].tolist()
     assert logged == pytest.approx(nll, rel=1e-4)  # the server's own per-step NLL matches the recipe's
     assert {c["kind"] for c in store.list_checkpoints(run["run_id"])} == {"state", "sampler"}
+    state.finish_all()  # what stopping the server does
+    assert store.get_run(run["run_id"])["status"] == "interrupted"
 
 
 @pytest.mark.slow
