@@ -1,10 +1,12 @@
 """Sweeps: a grid or list of configurations expands into checked members (bad settings named by member before
-anything runs), and on the real default model a three-member sweep trains each member in turn, evaluates each on
+anything runs), the orchestration (a failing member marked, cancel, resume continuing the stopped run) with
+stand-in run and eval managers, and on the real default model a three-member sweep trains each member in turn, evaluates each on
 the same eval set, marks a failing member while the others go on, and ends in one table; the CLI prints it."""
 
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -77,3 +79,100 @@ def test_a_sweep_trains_and_evaluates_each_member_and_ends_in_one_table(home, de
     nll = table["facts-nll · nll"]
     assert all("[" in text for text in nll.iloc[:3]) and nll.iloc[3] == ""
     assert "facts-nll · nll" in printed and "missing.jsonl" in printed
+
+
+class FakeRuns:
+    """A RunManager stand-in that 'trains' at once: it records the run and a final checkpoint in storage, or fails
+    runs whose dataset is named 'broken'. `hold` keeps runs alive until released (to cancel a sweep mid-way)."""
+
+    def __init__(self, store):
+        import threading
+
+        self.store, self.started, self.resumed, self.cancelled = store, [], [], []
+        self.hold = threading.Event()
+        self.hold.set()
+
+    def start(self, config):
+        from cookbook_engine.datasets import DatasetError
+
+        if config.dataset == "broken":
+            raise DatasetError("broken: no such file")
+        run_id = f"run-{len(self.started)}"
+        self.started.append(run_id)
+        self.store.create_run(run_id, name=config.name, kind=config.kind, backend="local", base_model=config.model,
+                              config={"learning_rate": config.learning_rate}, log_dir="/tmp/x", status="running")
+        self.store.log_metrics(run_id, 1, {"train_mean_nll": config.learning_rate * 100})
+        return run_id
+
+    def resume(self, run_id):
+        self.resumed.append(run_id)
+        self.store.update_run(run_id, status="running")
+
+    def is_alive(self, run_id):
+        if not self.hold.is_set():
+            return True
+        if self.store.get_run(run_id)["status"] == "running":
+            self.store.update_run(run_id, status="completed")
+            self.store.add_checkpoint(run_id, step=1, name="final", kind="both", state_path=f"/s/{run_id}",
+                                      sampler_path=f"/w/{run_id}", loop_state={"final": True})
+        return False
+
+    def cancel(self, run_id):
+        self.cancelled.append(run_id)
+        self.store.update_run(run_id, status="cancelled")
+
+    def wait(self, run_id, timeout=None):
+        return self.store.get_run(run_id)
+
+
+class FakeEvals:
+    """An EvalManager stand-in: accuracy = the run's learning rate * 1000, stored like a real result."""
+
+    def __init__(self, store):
+        self.store, self.count = store, 0
+
+    def start(self, prepared, echo=None, sweep_id=None):
+        from cookbook_engine.evals import evaluators, jobs, stats
+
+        self.count += 1
+        eval_id = f"eval-{self.count}"
+        target = prepared.targets[0]
+        self.store.create_job(eval_id, name=eval_id, models=[target.spec], eval_sets=["builtin:facts-nll"],
+                              settings={}, total=1, sweep_id=sweep_id)
+        value = 0.1 if target.run_id is None else float(target.run_id[-1]) / 10 + 0.2
+        result = evaluators.EvalResult("builtin:facts-nll", "nll", [stats.Metric("nll", value, 4, value, value)], [])
+        jobs.save(self.store, eval_id, target, f"k{eval_id}", result)
+        self.store.update_job(eval_id, status="completed")
+        return eval_id
+
+    def wait(self, eval_id, timeout=None):
+        return self.store.get_job(eval_id)
+
+
+def test_a_sweep_orchestrates_members_marks_a_failure_and_resumes_after_a_cancel(home):
+    from storage import Store
+
+    runs = FakeRuns(Store.default())
+    runner = sweeps.SweepRunner(runs, FakeEvals(sweeps.EvalStore()), sweeps.EvalStore())
+    plan = sweeps.plan({"name": "s", "configs": [{"learning_rate": 1e-3}, {"dataset": "broken"},
+                                                 {"learning_rate": 2e-3}], "evals": ["builtin:facts-nll"]})
+    runs.hold.clear()  # the first member keeps training until released
+    sweep_id = runner.start(plan)
+    deadline = time.monotonic() + 30
+    while not runs.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    runner.cancel(sweep_id)
+    assert runner.wait(sweep_id, timeout=30)["status"] == "cancelled"
+    assert runs.cancelled == ["run-0"]
+    runs.hold.set()
+    runner.resume(sweep_id)
+    sweep = runner.wait(sweep_id, timeout=30)
+    assert sweep["status"] == "completed"
+    assert runs.resumed == ["run-0"] and runs.started == ["run-0", "run-1"]  # run-0 resumed, not started again
+    assert [m["status"] for m in sweep["members"]] == ["completed", "failed", "completed"]
+    assert "broken: no such file" in sweep["members"][1]["error"]
+    table = sweeps.table(runner.store, sweep_id)
+    assert table["member"].tolist() == ["base", 0, 1, 2]
+    assert table["facts-nll · nll"].tolist() == ["0.100 [0.100, 0.100]", "0.200 [0.200, 0.200]", "",
+                                                 "0.300 [0.300, 0.300]"]
+    assert table["training metric"].tolist() == ["", "train_mean_nll=0.1000", "", "train_mean_nll=0.2000"]
