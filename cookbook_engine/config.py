@@ -45,6 +45,7 @@ class CommonConfig:
     max_length: int = 1024
     save_every: int = 20  # 0 = only at the end
     eval_every: int = 10  # 0 = only at the end
+    evals: str = ""  # eval sets run every eval_every steps and at the end, logged as test/<set>/<metric>
     seed: int = 0
     beta1: float = 0.9
     beta2: float = 0.95
@@ -233,6 +234,10 @@ def validate(config: CommonConfig) -> list[str]:
     need(config.max_length >= 16, f"max_length={config.max_length}: must be at least 16 tokens")
     need(config.save_every >= 0, f"save_every={config.save_every}: must be 0 (only at the end) or more")
     need(config.eval_every >= 0, f"eval_every={config.eval_every}: must be 0 (only at the end) or more")
+    if config.evals:
+        from cookbook_engine.evals.in_training import problems as eval_set_problems
+
+        problems.extend(eval_set_problems(config.evals))
     need(0 <= config.beta1 < 1 and 0 <= config.beta2 < 1, "beta1 and beta2 must be in [0, 1)")
     need(config.eps > 0, f"eps={config.eps}: must be positive")
     need(config.weight_decay >= 0, f"weight_decay={config.weight_decay}: must be 0 or more")

@@ -31,6 +31,7 @@ from tinker import types
 
 from cookbook_engine import datasets, renderers
 from cookbook_engine.config import DPOConfig
+from cookbook_engine.evals.in_training import NamedEvals
 from cookbook_engine.supervised import batch_at, plan_steps
 from cookbook_engine.train_common import (adam_params, datum_from_tokens, fit_length, learning_rate_for,
                                           lr_multiplier, save_checkpoint, start_training_client, tokenizer_for)
@@ -221,6 +222,7 @@ async def train(config: DPOConfig, ctx, prepared: PreparedDPO | None = None) -> 
     prepared = prepared or prepare(config)
     service, client, start_step = start_training_client(config, ctx.resume, ctx)
     reference = ReferenceLogprobs(reference_sampling_client(service, config, getattr(ctx, "store", None)))
+    named_evals = NamedEvals.for_config(config)  # evals=...: test/<set>/<metric> at the same points as test/accuracy
     base_lr = dpo_learning_rate(config)
     batches_per_epoch, total_steps = plan_steps(config, len(prepared.train))
     ctx.note(f"DPO on {config.model}: {prepared.summary()}; {total_steps} steps of {config.batch_size} pairs, "
@@ -236,6 +238,8 @@ async def train(config: DPOConfig, ctx, prepared: PreparedDPO | None = None) -> 
         metrics: dict[str, float] = {}
         if config.eval_every and step % config.eval_every == 0 and prepared.test:
             metrics.update(await evaluate(client, reference, prepared.test, config.dpo_beta))
+        if config.eval_every and step % config.eval_every == 0:
+            metrics.update(await named_evals(client))
         step_started = time.perf_counter()
         pairs = batch_at(prepared.train, config, step, batches_per_epoch)
         reference_P = await reference.for_pairs(pairs)
@@ -264,6 +268,8 @@ async def train(config: DPOConfig, ctx, prepared: PreparedDPO | None = None) -> 
     completed = step if ctx.cancelled() else total_steps
     if not ctx.cancelled() and prepared.test:
         ctx.logger.log_metrics(total_steps, await evaluate(client, reference, prepared.test, config.dpo_beta))
+    if not ctx.cancelled() and named_evals:
+        ctx.logger.log_metrics(total_steps, await named_evals(client))
     await save_checkpoint(client, ctx, step=completed, name="final" if completed == total_steps else f"{completed:06d}",
                           loop_state={"batch": completed, "epoch": completed // batches_per_epoch}, final=True)
     ctx.note(f"saved step {completed} of {total_steps}")

@@ -18,6 +18,7 @@ from tinker import types
 
 from cookbook_engine import datasets, renderers
 from cookbook_engine.config import SLConfig
+from cookbook_engine.evals.in_training import NamedEvals
 from cookbook_engine.train_common import (adam_params, datum_from_tokens, fit_length, learning_rate_for,
                                           lr_multiplier, save_checkpoint, start_training_client, tokenizer_for)
 
@@ -111,6 +112,7 @@ async def evaluate(client, test: list[types.Datum], batch_size: int = 16) -> dic
 async def train(config: SLConfig, ctx, prepared: PreparedSL | None = None) -> None:
     prepared = prepared or prepare(config)
     _, client, start_step = start_training_client(config, ctx.resume, ctx)
+    named_evals = NamedEvals.for_config(config)  # evals=...: test/<set>/<metric> at the same points as test NLL
     base_lr = learning_rate_for(config)
     batches_per_epoch, total_steps = plan_steps(config, len(prepared.train))
     ctx.note(f"SL on {config.model}: {prepared.summary()}; {total_steps} steps of {config.batch_size}, "
@@ -148,8 +150,9 @@ async def train(config: SLConfig, ctx, prepared: PreparedSL | None = None) -> No
         if ctx.cancelled():
             break
         extra = {}
-        if config.eval_every and step % config.eval_every == 0 and prepared.test:
-            extra = await evaluate(client, prepared.test)  # weights after `step` steps, before this batch
+        if config.eval_every and step % config.eval_every == 0 and (prepared.test or named_evals):
+            # weights after `step` steps, before this batch
+            extra = (await evaluate(client, prepared.test) if prepared.test else {}) | await named_evals(client)
         batch = batch_at(prepared.train, config, step, batches_per_epoch)
         lr = base_lr * lr_multiplier(config.lr_schedule, step, total_steps)
         submitted = time.perf_counter()
@@ -170,8 +173,9 @@ async def train(config: SLConfig, ctx, prepared: PreparedSL | None = None) -> No
         await finish(pending)
         step = pending[0] + 1
     completed = step if ctx.cancelled() else total_steps
-    if not ctx.cancelled() and prepared.test:
-        ctx.logger.log_metrics(total_steps, await evaluate(client, prepared.test))
+    if not ctx.cancelled() and (prepared.test or named_evals):
+        ctx.logger.log_metrics(total_steps, (await evaluate(client, prepared.test) if prepared.test else {})
+                               | await named_evals(client))
     await save_checkpoint(client, ctx, step=completed, name="final" if completed == total_steps else f"{completed:06d}",
                           loop_state={"batch": completed, "epoch": completed // batches_per_epoch}, final=True)
     ctx.note(f"saved step {completed} of {total_steps}")

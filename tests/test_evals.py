@@ -354,3 +354,14 @@ def test_cookbook_eval_rejects_bad_input_with_exit_code_2(home, capsys):
     assert "samples=0: must be at least 1" in capsys.readouterr().err
     assert main(["eval", "models=base", "evals=builtin:sentiment", "colour=red"]) == 2
     assert "colour: unknown setting" in capsys.readouterr().err
+
+
+def test_a_run_naming_an_unknown_eval_set_is_refused_before_it_starts(home, capsys):
+    from cookbook_engine.cli import main
+    from cookbook_engine.config import SLConfig, validate
+    from cookbook_engine.evals.in_training import short_name
+
+    assert any("builtin:nope: no such built-in eval set" in p for p in validate(SLConfig(evals="builtin:nope")))
+    assert main(["sl", "evals=builtin:facts-probes,builtin:nope", "--dry-run"]) == 2
+    assert "evals: builtin:nope" in capsys.readouterr().err
+    assert short_name("builtin:facts-probes") == "facts-probes" and short_name("/data/my-set.jsonl") == "my-set"

@@ -37,6 +37,7 @@ from tinker import types
 
 from cookbook_engine import datasets, renderers, sandbox
 from cookbook_engine.config import RLConfig
+from cookbook_engine.evals.in_training import NamedEvals
 from cookbook_engine.rl import envs
 from cookbook_engine.rl.advantages import centered_advantages, is_constant
 from cookbook_engine.rl.data import datum_from_rollout, for_training, sample_train_metrics
@@ -460,6 +461,7 @@ async def train(config: RLConfig, ctx, prepared: PreparedRL | None = None) -> No
         ctx.note(note)
     ctx.progress(start_step, total_steps)
     sampling_client = await client.save_weights_and_get_sampling_client_async()
+    named_evals = NamedEvals.for_config(config)  # evals=...: test/<set>/<metric> at the same points as held-out correct
     sampler = (BackgroundSampler(setup, config, sampling_client, start_step, start_step, total_steps)
                if config.max_steps_off_policy else None)
     step = start_step
@@ -471,6 +473,7 @@ async def train(config: RLConfig, ctx, prepared: PreparedRL | None = None) -> No
             metrics: dict[str, float] = {}
             if config.eval_every and step % config.eval_every == 0:
                 metrics.update(await evaluate(sampling_client, setup.test, config))
+                metrics.update(await named_evals(sampling_client))
             lr = base_lr * lr_multiplier(config.lr_schedule, step, total_steps)
             builders = setup.train.get_batch(step)
             if sampler is not None:
@@ -493,8 +496,9 @@ async def train(config: RLConfig, ctx, prepared: PreparedRL | None = None) -> No
         if sampler is not None:
             await sampler.stop()
     completed = step if ctx.cancelled() else total_steps
-    if not ctx.cancelled() and setup.test:
-        ctx.logger.log_metrics(total_steps, await evaluate(sampling_client, setup.test, config))
+    if not ctx.cancelled() and (setup.test or named_evals):
+        ctx.logger.log_metrics(total_steps, (await evaluate(sampling_client, setup.test, config))
+                               | await named_evals(sampling_client))
     await save_checkpoint(client, ctx, step=completed, name="final" if completed == total_steps else f"{completed:06d}",
                           loop_state={"batch": completed}, final=True)
     ctx.note(f"saved step {completed} of {total_steps}")

@@ -1,0 +1,68 @@
+"""Eval sets during training: a run that names `evals=builtin:facts-probes,...` runs them every `eval_every` steps
+and at the end, with the same evaluators as `cookbook eval`, logged as `test/<set>/<metric>` (e.g.
+test/facts-probes/accuracy; file sets by their file name without extension).
+
+`NamedEvals.for_config(config)` loads the sets once (bad names fail the run at its start, and `problems()` lets
+config validation name them earlier); calling it with a training client evaluates a fresh sampler snapshot of the
+current weights (`save_weights_and_get_sampling_client`), with a sampling client (RL) that client. Greedy and seeded
+with the run's seed. The loops' own held-out metrics (test NLL, DPO test accuracy, RL held-out correct) stay as
+they are. Not here: the loops (supervised.py, preference.py, rl/loop.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cookbook_engine.evals import evaluators, sets
+
+
+def split_names(evals: str) -> list[str]:
+    return [name.strip() for name in (evals or "").split(",") if name.strip()]
+
+
+def problems(evals: str) -> list[str]:
+    """What is wrong with each named eval set (config validation shows these before a run exists)."""
+    found = []
+    for name in split_names(evals):
+        try:
+            sets.load_eval_set(name)
+        except (ValueError, FileNotFoundError) as exc:
+            found.append(f"evals: {str(exc).splitlines()[0]}")
+    return found
+
+
+def short_name(spec: str) -> str:
+    return spec[len(sets.BUILTIN_PREFIX):] if spec.startswith(sets.BUILTIN_PREFIX) else Path(spec).stem
+
+
+class NamedEvals:
+    def __init__(self, eval_sets: list[sets.EvalSet], renderer, seed: int):
+        self.eval_sets, self.renderer, self.seed = eval_sets, renderer, seed
+
+    @classmethod
+    def for_config(cls, config) -> NamedEvals:
+        from cookbook_engine import renderers
+        from cookbook_engine.train_common import tokenizer_for
+
+        names = split_names(getattr(config, "evals", ""))
+        if not names:
+            return cls([], None, config.seed)
+        renderer = renderers.get_renderer(config.renderer, tokenizer_for(config))
+        return cls([sets.load_eval_set(name) for name in names], renderer, config.seed)
+
+    def __bool__(self) -> bool:
+        return bool(self.eval_sets)
+
+    async def __call__(self, client) -> dict[str, float]:
+        """test/<set>/<metric> for every named set, on the client's current weights."""
+        if not self.eval_sets:
+            return {}
+        if hasattr(client, "save_weights_and_get_sampling_client_async"):  # a training client: snapshot it
+            client = await client.save_weights_and_get_sampling_client_async()
+        metrics = {}
+        settings = evaluators.EvalSettings(seed=self.seed)
+        for eval_set in self.eval_sets:
+            result = await evaluators.evaluate(client, self.renderer, eval_set, settings)
+            for metric in result.metrics:
+                metrics[f"test/{short_name(eval_set.name)}/{metric.name}"] = metric.value
+        return metrics

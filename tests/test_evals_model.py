@@ -1,0 +1,42 @@
+"""Evaluation on the real default model: a 20-step SL run on builtin:facts beats the base model on the held-out
+facts probes (`cookbook eval`, per-example answers stored), the run's own `evals=` logged test/facts-probes/... at its
+end, and running the identical evaluation again reuses the stored results instead of generating again."""
+
+from __future__ import annotations
+
+import pytest
+
+from cookbook_engine.cli import main
+from cookbook_engine.config import SLConfig
+from cookbook_engine.runs import RunManager
+from storage import Store
+from storage.evals import EvalStore
+
+pytestmark = pytest.mark.slow
+
+
+def test_sft_on_facts_beats_the_base_model_on_the_held_out_probes(home, default_model_ready, capsys):
+    manager = RunManager()
+    run_id = manager.start(SLConfig(dataset="builtin:facts", max_steps=20, learning_rate=1e-3, eval_every=0,
+                                    save_every=0, evals="builtin:facts-nll"))
+    run = manager.wait(run_id, timeout=900)
+    assert run["status"] == "completed", run.get("traceback")
+    logged = Store.default().get_metrics(run_id, ["test/facts-nll/nll"])
+    assert logged["step"].tolist() == [20] and logged["value"].iloc[0] < 1.0  # the facts are learned
+
+    assert main(["eval", f"models=base,{run_id}", "evals=builtin:facts-probes", "max_examples=8"]) == 0
+    printed = capsys.readouterr().out
+    store = EvalStore()
+    [job] = store.list_jobs()
+    metrics = store.metrics([job["eval_id"]]).set_index("model")
+    base, trained = metrics.loc["base", "value"], metrics.loc[f"{run_id}@20", "value"]
+    print(f"facts-probes accuracy: base {base:.3f}, SFT {trained:.3f}")
+    assert base <= 0.25 and trained >= 0.5 and metrics.loc[f"{run_id}@20", "low"] > base
+    examples = store.examples(job["eval_id"])
+    assert len(examples) == 16 and examples["output"].str.len().gt(0).all()
+    assert "★" in printed and "facts-probes · accuracy" in printed
+
+    assert main(["eval", f"models=base,{run_id}", "evals=builtin:facts-probes", "max_examples=8"]) == 0
+    again = store.list_jobs()[0]
+    assert {row["reused_from"] for row in store.results([again["eval_id"]])} == {job["eval_id"]}
+    assert store.metrics([again["eval_id"]])["value"].tolist() == store.metrics([job["eval_id"]])["value"].tolist()
