@@ -3,7 +3,7 @@
 import streamlit as st
 
 from app import nav, state, widgets
-from cookbook_engine import paths, sandbox
+from cookbook_engine import paths, sandbox, serve
 
 st.title("Cookbook Studio")
 st.caption("Post-train language models with supervised fine-tuning, DPO and RL: on this machine's CPU with the "
@@ -48,6 +48,11 @@ def backend_status() -> None:
                 if c_clear.button("Forget the key", key="tinker-clear"):
                     state.set_tinker_key(None)
                     st.rerun()
+        serving = serve.status(timeout_s=0.3)  # `cookbook serve`: the Tinker API on this machine
+        st.caption("**Local Tinker API** (`cookbook serve`): " + ("running; in a shell:" if serving.running
+                                                                  else "not running."))
+        if serving.running:
+            st.code(serving.env_line, language="bash")
     with c3:
         sandbox_status()
     if model_state == "preparing" or tinker.state == "checking":

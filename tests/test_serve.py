@@ -12,6 +12,7 @@ import math
 import socket
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -180,3 +181,16 @@ def test_rl_loop_runs_unmodified_through_the_sdk_over_http_with_its_samples_reco
     run, store = studio_run(state)
     transcripts = store.get_transcripts(run["run_id"])
     assert len(transcripts) == 2 * 4 and transcripts["completion"].str.len().gt(0).any()
+
+
+@pytest.mark.slow
+def test_home_shows_whether_the_server_is_running_and_the_line_to_copy(server, default_model_ready):
+    from streamlit.testing.v1 import AppTest
+
+    main = str(Path(__file__).resolve().parent.parent / "app" / "main.py")
+    at = AppTest.from_file(main, default_timeout=120).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert serve.status().env_line in [code.value for code in at.code]
+    (serve.paths.home() / serve.STATUS_FILE).unlink()  # as when the server stops
+    at = AppTest.from_file(main, default_timeout=120).run()
+    assert any("not running" in caption.value for caption in at.caption)
