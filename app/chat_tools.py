@@ -11,7 +11,7 @@ from app import conversation, state, widgets
 from app.conversation import PaneReply, Turn
 from cookbook_engine import chat, chat_data
 
-NEW_DATASET = "➕ a new dataset"
+NEW_DATASET = "New dataset…"
 DEFAULT_DPO_DATASET = "chat-preferences"
 
 
@@ -115,10 +115,11 @@ def add_to_dataset(turns: list[Turn], panes: dict[str, chat.ChatTarget], side_by
     if side_by_side:
         pane = st.radio("Replies of", list(panes), format_func=lambda p: panes[p].label, horizontal=True,
                         key="chat-data-pane")
-    st.caption("Tick the turns to add and edit any reply: each ticked turn becomes one training example (the "
-               "conversation before it, your message, and the reply as edited here).")
-    frame = pd.DataFrame({"Add": [True] * len(turns), "You": [t.user for t in turns],
-                          "Reply": [conversation.reply_text(t, pane) for t in turns]})
+    st.caption("Tick the turns to add and edit any reply: each ticked turn with a reply becomes one training example "
+               "(the conversation before it, your message, and the reply as edited here).")
+    replies = [conversation.reply_text(t, pane) for t in turns]
+    frame = pd.DataFrame({"Add": [bool(reply.strip()) for reply in replies], "You": [t.user for t in turns],
+                          "Reply": replies})
     edited = st.data_editor(frame, key=f"chat-data-editor-{pane}-{len(turns)}", hide_index=True, width="stretch",
                             disabled=["You"], column_config={
                                 "Add": st.column_config.CheckboxColumn("Add", width="small"),
@@ -129,8 +130,8 @@ def add_to_dataset(turns: list[Turn], panes: dict[str, chat.ChatTarget], side_by
                                                                            "new one.")
     name = c2.text_input("New dataset name", "chat-examples", key="chat-data-name",
                          disabled=choice != NEW_DATASET)
-    picked = [i for i, add in enumerate(edited["Add"]) if add]
     edits = {i: str(edited["Reply"][i] or "") for i in range(len(turns))}
+    picked = [i for i, add in enumerate(edited["Add"]) if add and edits[i].strip()]  # an empty reply teaches nothing
     if c3.button(f"Add {len(picked)} turn{'s' if len(picked) != 1 else ''}", type="primary", disabled=not picked,
                  icon=":material/playlist_add:", width="stretch"):
         target = name if choice == NEW_DATASET else choice

@@ -54,7 +54,7 @@ def export_name(checkpoint_path: str | Path) -> str:
     return "-".join(p for p in parts if p) or "checkpoint"
 
 
-def _safe(name: str) -> str:
+def safe_name(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name).strip("._") or "checkpoint"
 
 
@@ -65,14 +65,14 @@ def adapter_config(checkpoint_path: str | Path) -> dict:
 def adapter_zip(checkpoint_path: str | Path, out_dir: str | Path | None = None, name: str | None = None) -> Path:
     """Zip the checkpoint's PEFT adapter files (flat, at the zip's top level). Returns the zip's path."""
     folder = checkpoint_folder(checkpoint_path)
-    target = Path(out_dir or exports_dir()) / f"{_safe(name) if name else export_name(folder)}-lora-adapter.zip"
+    target = Path(out_dir or exports_dir()) / f"{safe_name(name) if name else export_name(folder)}-lora-adapter.zip"
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(target.name + ".partial")
     with zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for name in ADAPTER_FILES:
             archive.write(folder / name, arcname=name)
     os.replace(partial, target)
-    _record_source(target, folder)
+    record_source(target, folder)
     return target
 
 
@@ -86,7 +86,7 @@ def merged_model(checkpoint_path: str | Path, out_dir: str | Path | None = None,
     base_name = adapter_config(folder).get("base_model_name_or_path")
     if not base_name:
         raise ExportError(f"checkpoint {folder}: adapter_config.json does not name its base model")
-    target = Path(out_dir or exports_dir()) / f"{_safe(name) if name else export_name(folder)}-merged"
+    target = Path(out_dir or exports_dir()) / f"{safe_name(name) if name else export_name(folder)}-merged"
     note(f"loading the base model {base_name}")
     try:
         base = models.load_model(base_name)
@@ -102,7 +102,7 @@ def merged_model(checkpoint_path: str | Path, out_dir: str | Path | None = None,
     tokenizer.save_pretrained(partial)
     shutil.rmtree(target, ignore_errors=True)
     os.replace(partial, target)
-    _record_source(target, folder)
+    record_source(target, folder)
     return target
 
 
@@ -122,14 +122,14 @@ def zip_folder(folder: str | Path, zip_path: str | Path | None = None) -> Path:
     os.replace(partial, target)
     source = source_of(folder)
     if source:
-        _record_source(target, source)
+        record_source(target, source)
     return target
 
 
 # ---------------------------------------------------------------------------------------------- the exports folder
 
 
-def _record_source(export: Path, checkpoint: str | Path) -> None:
+def record_source(export: Path, checkpoint: str | Path) -> None:
     export.with_name(export.name + SOURCE_SUFFIX).write_text(json.dumps({"checkpoint": str(checkpoint)}) + "\n")
 
 

@@ -23,6 +23,7 @@ from cookbook_engine import models, paths
 
 CALIBRATION_TOKENS = 64  # per sequence; two sequences per forward/backward
 RECENT_STEPS = 5  # the ETA uses the median of the last few step times
+MEASUREMENT_MAX_AGE_S = 6 * 3600.0  # a machine's load changes: measure again after this long
 
 
 @dataclass
@@ -88,14 +89,14 @@ def calibrate(model: str = models.DEFAULT_MODEL) -> Speeds:
 
 
 def calibrate_in_background(model: str = models.DEFAULT_MODEL) -> bool:
-    """Start calibrating `model` on a background thread unless it is calibrated or being calibrated; True while a
-    calibration runs."""
+    """Start calibrating `model` on a background thread unless it was measured in the last few hours or is being
+    measured; True while a calibration runs (the estimate keeps the previous figures meanwhile)."""
     key = models.canonical_name(model)
     with _lock:
         thread = _calibrating.get(key)
         if thread is not None and thread.is_alive():
             return True
-        if speeds(model).measured_at:
+        if time.time() - speeds(model).measured_at < MEASUREMENT_MAX_AGE_S:
             return False
         thread = threading.Thread(target=_calibrate_quietly, args=(model,), name=f"calibrate:{key}", daemon=True)
         _calibrating[key] = thread

@@ -1,4 +1,5 @@
-"""Checkpoints: every run's saved weights; export a LoRA adapter (PEFT) or a merged Hugging Face model, download;
+"""Checkpoints: every run's saved weights; export a LoRA adapter (PEFT), a merged Hugging Face model or a GGUF file
+(f16, q8_0), download;
 the exports made so far with their sizes, each removable."""
 
 from pathlib import Path
@@ -6,7 +7,7 @@ from pathlib import Path
 import streamlit as st
 
 from app import state, widgets
-from cookbook_engine import export, paths
+from cookbook_engine import export, export_gguf, paths
 
 st.title("Checkpoints")
 st.caption("Each checkpoint is a LoRA adapter in PEFT format. Download it as is, or merge it into the base model "
@@ -38,6 +39,21 @@ def exports_list() -> None:
             st.rerun()
 
 
+def built_export(label: str, key: str, build, spinner: str, done: str) -> str | None:
+    """A button that builds an export (in a status box that shows its progress) and the path it built, kept for
+    this browser session while it exists."""
+    built = st.session_state.setdefault("built-exports", {})
+    if st.button(label, icon=":material/build:", key=f"build-{key}"):
+        with st.status(spinner, expanded=True) as status:
+            try:
+                built[key] = str(build(status.write))
+                status.update(label=done, state="complete", expanded=False)
+            except (export.ExportError, OSError) as exc:
+                status.update(label="Export failed", state="error")
+                widgets.error_text(str(exc))
+    return built[key] if key in built and Path(built[key]).exists() else None
+
+
 if not runs:
     widgets.empty_state("No checkpoints yet: runs save one every save_every steps and at the end.",
                         "new_run", "Start a new run")
@@ -59,7 +75,7 @@ checkpoint = mine[index]
 path = checkpoint.get("sampler_path") or checkpoint.get("state_path")
 stem = f"{run['name']}-{checkpoint['name']}"
 
-c1, c2 = st.columns(2, gap="large")
+c1, c2, c3 = st.columns(3, gap="medium")
 with c1.container(border=True):
     st.markdown("**LoRA adapter** (PEFT format)")
     st.caption("adapter_model.safetensors + adapter_config.json; load it with "
@@ -75,23 +91,27 @@ with c2.container(border=True):
     st.markdown("**Merged model** (Hugging Face folder)")
     st.caption("The base model with the adapter folded into its weights, plus the tokenizer; load it with "
                "`AutoModelForCausalLM.from_pretrained(folder)`. About 0.5 GB for the default model.")
-    merged = st.session_state.setdefault("merged-exports", {})
-    if st.button("Build merged model", icon=":material/merge:", key=f"merge-{path}"):
-        with st.status("Merging the adapter into the base model…", expanded=True) as status:
-            try:
-                folder = export.merged_model(path, name=stem, progress=status.write)
-                merged[path] = str(folder)
-                status.update(label="Merged model saved", state="complete", expanded=False)
-            except (export.ExportError, OSError) as exc:
-                status.update(label="Export failed", state="error")
-                widgets.error_text(str(exc))
-    if path in merged and Path(merged[path]).is_dir():
-        folder = merged[path]
+    folder = built_export("Build merged model", f"merged-{path}", lambda note: export.merged_model(
+        path, name=stem, progress=note), "Merging the adapter into the base model…", "Merged model saved")
+    if folder:
         st.success("Saved:", icon=":material/check_circle:")
         st.code(folder, language=None)
-        st.download_button("Download merged model (.zip)",
-                           data=lambda: export.zip_folder(folder).read_bytes(),
+        st.download_button("Download merged model (.zip)", data=lambda: export.zip_folder(folder).read_bytes(),
                            file_name=f"{Path(folder).name}.zip", mime="application/zip", icon=":material/download:",
                            key=f"merged-{path}", on_click="ignore")
+with c3.container(border=True):
+    st.markdown("**GGUF** (llama.cpp, Ollama, LM Studio)")
+    st.caption("The merged model in one file: f16 (about 270 MB, same answers) or q8_0 (about 145 MB, close). "
+               "Run it with `llama-cli -m FILE`.")
+    quantization = st.segmented_control("Precision", export_gguf.QUANTIZATIONS, default="q8_0", required=True,
+                                        key=f"gguf-precision-{path}")
+    file = built_export(f"Build {quantization} GGUF", f"gguf-{quantization}-{path}",
+                        lambda note: export_gguf.gguf_export(path, quantization, name=stem, progress=note),
+                        "Merging the adapter and writing the GGUF file…", "GGUF file saved")
+    if file:
+        st.code(file, language=None)
+        st.download_button("Download the GGUF file", data=lambda: Path(file).read_bytes(), file_name=Path(file).name,
+                           mime="application/octet-stream", icon=":material/download:", key=f"gguf-{file}",
+                           on_click="ignore")
 
 exports_list()

@@ -1,8 +1,10 @@
-"""Retake the README's screenshots of chat and home from the real studio, in headless Debian chromium via Playwright.
+"""Retake the README's screenshots of chat, home, runs and a training run from the real studio, in headless Debian
+chromium via Playwright.
 
 It starts `cookbook studio` on a free localhost port with a fresh studio home, starts an SL run on builtin:facts from
 the New run form (it trains in the studio's process), and once the run has trained a while asks the base model and
-the run's latest (live) weights the same question side by side; then it shoots the home page with that run active.
+the run's latest (live) weights the same question side by side; then it shoots the home page, the runs table and the
+run's page (live header with time left and CPU/RAM) with that run active.
 Screenshots go to docs/screenshots/ (or the folder given with --out). Needs chromium (scripts/browser-deps.sh) and
 about five minutes on a 2-core CPU.
 
@@ -52,6 +54,14 @@ def ask_side_by_side(page) -> tuple[str, str]:
     return messages.nth(1).inner_text().strip(), messages.nth(3).inner_text().strip()
 
 
+def shoot_live(page, url: str, selector: str, path: Path) -> None:
+    """A page that refreshes itself every few seconds never goes idle: wait for its content, then a refresh."""
+    page.goto(url)
+    page.locator(selector).first.wait_for(timeout=120_000)
+    time.sleep(6)
+    page.screenshot(path=str(path))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "screenshots")
@@ -79,6 +89,7 @@ def main() -> int:
         wait_idle(page)
         page.get_by_role("button", name="Start run").click()
         page.wait_for_url("**/run?run=sl-*", timeout=60_000)
+        run_url = page.url
 
         while run_step(home, run_name) < options.steps:
             time.sleep(5)
@@ -98,6 +109,9 @@ def main() -> int:
         page.locator("[data-testid=stMetric]").first.wait_for()
         wait_idle(page)
         page.screenshot(path=str(options.out / "home.png"))
+        shoot_live(page, f"{url}/runs", "[data-testid=stDataFrame]", options.out / "runs.png")
+        page.set_viewport_size({"width": 1440, "height": 1300})
+        shoot_live(page, run_url, "[data-testid=stPlotlyChart]", options.out / "run-training.png")
         browser.close()
     if EXPECTED not in live_reply:
         print(f"note: the live weights did not answer {EXPECTED!r} yet; try --steps {options.steps * 2}")
