@@ -103,7 +103,7 @@ def live_overview(run_id: str, was_active: bool) -> None:
         column.metric(name, widgets.format_value(latest[name]),
                       delta=None if not delta else f"{delta:+.3g}", delta_color="off", border=True)
     chart_grid(metrics, main, 2, "chart")
-    for label, groups, prefix in ((f"More metrics ({len(more)} charts: per task, counts, totals)", more, "more"),
+    for label, groups, prefix in ((f"More metrics ({len(more)} charts)", more, "more"),
                                   ("Timing and throughput", timing_groups, "sys")):
         if groups:
             with st.expander(label):
