@@ -31,6 +31,7 @@ from tinker import types
 
 from cookbook_engine import datasets, renderers
 from cookbook_engine.config import DPOConfig
+from cookbook_engine.evals.evaluators import resolved_client
 from cookbook_engine.evals.in_training import NamedEvals
 from cookbook_engine.supervised import batch_at, plan_steps
 from cookbook_engine.train_common import (adam_params, datum_from_tokens, fit_length, learning_rate_for,
@@ -170,13 +171,13 @@ def reference_sampling_client(service, config: DPOConfig, store=None):
     """The fixed reference: the checkpoint the run started from, else the base model. A full state path is swapped
     for the sampler weights saved with it when the store knows them (the hosted service samples only from those)."""
     if not config.start_checkpoint:
-        return service.create_sampling_client(base_model=config.model)
+        return resolved_client(service.create_sampling_client(base_model=config.model))
     path = config.start_checkpoint
     for row in store.list_checkpoints() if store is not None else []:
         if row.get("state_path") == path and row.get("sampler_path"):
             path = row["sampler_path"]
             break
-    return service.create_sampling_client(model_path=path)
+    return resolved_client(service.create_sampling_client(model_path=path))
 
 
 class ReferenceLogprobs:

@@ -115,6 +115,11 @@ class Progress:
     cancelled: Callable[[], bool] = lambda: False
 
 
+def resolved_client(client):
+    """A client from a client-creation method, which returns a future of it (as in the tinker SDK 0.38)."""
+    return client.result() if hasattr(client, "result") else client
+
+
 async def evaluate(client, renderer, eval_set: EvalSet, settings: EvalSettings | None = None,
                    progress: Progress | None = None, reference_client=None) -> EvalResult:
     """Run the evaluator of the set's kind; EvalCancelled when progress.cancelled() turns true."""

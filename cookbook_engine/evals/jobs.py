@@ -174,24 +174,19 @@ async def evaluate_all(prepared: PreparedEval, job: _Job) -> None:
 async def _evaluate_target(target, pending, settings, progress, job: _Job) -> None:
     from cookbook_engine.chat import open_weights
 
-    client = _client(open_weights(target.chat_target()))
+    client = evaluators.resolved_client(open_weights(target.chat_target()).client)
     renderer = renderers.get_renderer(target.renderer, models.load_tokenizer(target.base_model))
     reference = None
     for eval_set, key in pending:
         if eval_set.kind == "preference" and reference is None and target.sampler_path is not None:
-            reference = _client(open_weights(targets.parse_target(f"base:{target.base_model}").chat_target()))
+            reference = evaluators.resolved_client(
+                open_weights(targets.parse_target(f"base:{target.base_model}").chat_target()).client)
         result = await evaluators.evaluate(client, renderer, eval_set, settings, progress,
                                            reference if eval_set.kind == "preference" else None)
         save(job.store, job.eval_id, target, key, result)
         summary = ", ".join(m.as_text() for m in result.metrics[:2])
         job.note(f"{target.label} on {eval_set.name}: {summary} ({len(result.examples) / result.seconds:.2f} "
                  f"examples/s)")
-
-
-def _client(weights):
-    """The sampling client of chat's Weights: client-creation methods return a future of it, as in the tinker SDK."""
-    client = weights.client
-    return client.result() if hasattr(client, "result") else client
 
 
 def save(store: EvalStore, eval_id: str, target: targets.ModelTarget, key: str, result: EvalResult) -> None:
