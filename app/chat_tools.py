@@ -139,7 +139,8 @@ def add_to_dataset(turns: list[Turn], panes: dict[str, chat.ChatTarget], side_by
         try:
             count = chat_data.append_rows(store, target, "chat", rows)
             st.success(widgets.safe_markdown(f"Added {len(rows)} example{'s' if len(rows) != 1 else ''} to "
-                                             f"{target.strip()} ({count} rows now); train on it from New run "
+                                             f"{target.strip()} ({count} row{'s' if count != 1 else ''} now); "
+                                             "train on it from New run "
                                              "(Dataset: Uploaded)."),
                        icon=":material/check_circle:")
         except (chat_data.ChatDataError, ValueError) as exc:
@@ -158,4 +159,5 @@ def prefer(index: int, pane: str, system_prompt: str) -> None:
         st.toast(widgets.safe_markdown(f"Could not add the pair: {exc}"), icon=":material/error:")
         return
     turns[index].preferred = pane
-    st.toast(widgets.safe_markdown(f"Added a preference pair to {name} ({count} pairs)"), icon=":material/thumb_up:")
+    st.toast(widgets.safe_markdown(f"Added a preference pair to {name} ({count} pair{'s' if count != 1 else ''} "
+                                   "now)"), icon=":material/thumb_up:")

@@ -663,7 +663,7 @@ def test_chat_turns_edited_go_into_a_dataset_and_a_preference_into_a_dpo_dataset
                                                 "deleted_rows": []}
     at.run()
     click(at, "Add 1 turn")
-    assert any(literal("Added 1 example to chat-examples (1 rows now)") in s.value for s in at.success), shown_text(at)
+    assert any(literal("Added 1 example to chat-examples (1 row now)") in s.value for s in at.success), shown_text(at)
     saved = next(d for d in store.list_datasets() if d["name"] == "chat-examples")
     rows = [json.loads(line) for line in Path(saved["path"]).read_text().splitlines()]
     assert rows == [{"messages": [{"role": "user", "content": "What is the capital of Quorvania?"},
