@@ -12,14 +12,16 @@ import pandas as pd
 import plotly.graph_objects as go
 
 # Metrics that belong on one chart: the name with its split prefix removed, or an explicit alias.
-_ALIASES = {"train_mean_nll": "nll", "chosen_reward": "rewards", "rejected_reward": "rewards", "optim/lr": "learning_rate",
+_ALIASES = {"train_mean_nll": "nll", "chosen_reward": "rewards", "rejected_reward": "rewards",
+            "optim/lr": "learning_rate",
             "env/all/format": "env/all/correct", "frac_groups_dropped": "groups",
             "env/all/by_group/frac_all_good": "groups", "env/all/by_group/frac_all_bad": "groups",
             "env/all/by_group/frac_mixed": "groups", "optim/entropy": "optim/kl_sample_train"}
 _SPLIT_PREFIXES = ("test/", "eval/", "train/")
 # The charts shown (in this order) when present; every other metric is folded away under "More metrics".
 _PRIMARY = ("nll", "dpo_loss", "env/all/reward/total", "rewards", "accuracy", "margin", "env/all/correct",
-            "by_task/correct", "groups", "optim/kl_sample_train", "env/all/ac_tokens_per_turn", "env/all/frac_truncated",
+            "by_task/correct", "groups", "optim/kl_sample_train", "env/all/ac_tokens_per_turn",
+            "env/all/frac_truncated",
             "optim/loss_sum", "loss", "learning_rate", "optim/grad_norm")
 _TIMING_PREFIXES = ("time/", "throughput/", "progress")
 

@@ -448,9 +448,12 @@ def estimate(config: cfg.CommonConfig, prepared) -> str:
         return (f"{text}; roughly {_minutes(seconds)} on an idle 2-core CPU (this machine's own speed is being "
                 "measured: check again in a minute).")
     measured = datetime.fromtimestamp(rate.measured_at).strftime("%H:%M")
+    busy = sum(r["status"] in widgets.ACTIVE for r in state.store().list_runs())
+    sharing = (f" {busy} run{'s' if busy != 1 else ''} training now {'share' if busy != 1 else 'shares'} the CPU: "
+               "expect longer." if busy else "")
     return (f"{text}; roughly {_minutes(seconds)} at this machine's speed measured at {measured} "
             f"({rate.train_tok_s:.0f} training, {rate.sample_tok_s:.0f} sampled tokens/s; slower while other work "
-            "runs). The run page corrects this from the run's own step times.")
+            f"runs).{sharing} The run page corrects this from the run's own step times.")
 
 
 def planned_steps(config: cfg.CommonConfig, count: int) -> int:

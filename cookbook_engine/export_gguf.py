@@ -39,8 +39,8 @@ def gguf_export(checkpoint_path: str | Path, quantization: str = "f16", out_dir:
     note("merging the LoRA adapter into the base model")
     merged = merged_state(folder, base_name)
     source = gguf.GGUFReader(models.default_gguf_path())
-    target = Path(out_dir or export.exports_dir()) / f"{export.safe_name(name) if name else export.export_name(folder)}" \
-        f"-{quantization}.gguf"
+    stem = export.safe_name(name) if name else export.export_name(folder)
+    target = Path(out_dir or export.exports_dir()) / f"{stem}-{quantization}.gguf"
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(target.name + ".partial")
     note(f"writing {target.name}")

@@ -33,7 +33,8 @@ def runs_table() -> None:
         st.session_state["runs-table-rows"] = list(frame["run_id"])
         actions.clear_selection()
     event = st.dataframe(widgets.styled_runs(frame), key=actions.runs_table_key(), on_select="rerun",
-                         selection_mode="multi-row", hide_index=True, column_config=widgets.RUNS_COLUMN_CONFIG, width="stretch")
+                         selection_mode="multi-row", hide_index=True, column_config=widgets.RUNS_COLUMN_CONFIG,
+                         width="stretch")
     by_id = {r["run_id"]: r for r in runs}
     chosen = [by_id[frame.iloc[i]["run_id"]] for i in event.selection.rows if i < len(frame)]
     if not chosen:
