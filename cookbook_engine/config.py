@@ -15,6 +15,7 @@ import types as pytypes
 import typing
 from dataclasses import dataclass, field
 
+from cookbook_engine import device
 from cookbook_engine.models import DEFAULT_MODEL
 
 BACKENDS = ("local", "tinker", "clocked")
@@ -34,6 +35,7 @@ class ConfigError(ValueError):
 class CommonConfig:
     model: str = DEFAULT_MODEL
     backend: str = "local"
+    device: str = "auto"  # backend=local: auto (CUDA, then MPS, then CPU), cpu, cuda or mps (device.py)
     renderer: str = "auto"
     name: str = ""
     lora_rank: int = 32
@@ -221,6 +223,11 @@ def validate(config: CommonConfig) -> list[str]:
             problems.append(message)
 
     need(config.backend in BACKENDS, f"backend={config.backend}: choose one of {', '.join(BACKENDS)}")
+    if config.backend == "local":
+        try:
+            device.choose(config.device)
+        except device.DeviceError as exc:
+            problems.append(str(exc))
     if config.learning_rate is not None:  # None = the model's suggested rate
         need(config.learning_rate > 0, f"learning_rate={config.learning_rate}: must be positive (leave it unset or "
                                        "write learning_rate=auto for the model's suggested rate)")

@@ -156,8 +156,9 @@ def load_tokenizer(name: str):
     return AutoTokenizer.from_pretrained(info.location)
 
 
-def load_model(name: str):
-    """The base model in fp32 (train in fp32 on CPU: bf16 is ~30x slower there), in eval mode, on the CPU."""
+def load_model(name: str, dtype=None, device: str = "cpu"):
+    """The base model in eval mode on `device`, in `dtype` (default fp32: train in fp32 on a CPU, where bf16 is ~30x
+    slower; device.py chooses bf16 only for GPUs that run it fast)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -166,8 +167,8 @@ def load_model(name: str):
     if info.source == "default":
         prepare_default_model()
     try:
-        model = AutoModelForCausalLM.from_pretrained(info.location, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(info.location, dtype=dtype or torch.float32)
     except OSError as exc:
         raise ModelError(f"model {name}: could not load from {info.location}: {exc}") from exc
     model.eval()
-    return model
+    return model if device == "cpu" else model.to(device)

@@ -5,11 +5,13 @@ nothing else in the engine needs to know which it got."""
 from __future__ import annotations
 
 
-def service_client(backend: str = "local", *, clock_period_s: float = 0.05, clock_samples_per_tick: int = 0):
+def service_client(backend: str = "local", *, device: str = "auto", clock_period_s: float = 0.05,
+                   clock_samples_per_tick: int = 0):
+    """`device` (auto, cpu, cuda, mps) applies to the local backend only (cookbook_engine/device.py)."""
     if backend == "local":
         from cookbook_engine.backends.local import LocalServiceClient
 
-        return LocalServiceClient()
+        return LocalServiceClient(device=device)
     if backend == "tinker":
         from cookbook_engine.backends.tinker import hosted_service_client
 

@@ -97,7 +97,8 @@ class MergedLlama:
         config = causal_lm.config
         rope = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
         if (config.model_type != "llama" or config.attention_bias or config.mlp_bias or config.hidden_act != "silu"
-                or rope not in STATIC_ROPE_TYPES or causal_lm.dtype != torch.float32):
+                or rope not in STATIC_ROPE_TYPES or causal_lm.dtype != torch.float32
+                or next(causal_lm.parameters()).device.type != "cpu"):  # a CPU path; elsewhere the model's forward
             return None
         layers = []
         with torch.no_grad():

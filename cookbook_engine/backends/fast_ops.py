@@ -214,9 +214,10 @@ def _attention(config, implementation: str):
 
 def supports_packed(model) -> bool:
     """True when `model` (a transformers causal LM, maybe peft-wrapped) fits the packed path exactly: a known
-    architecture with a plain LM head, no attention dropout and no sliding window."""
+    architecture with a plain LM head, no attention dropout and no sliding window, on the CPU."""
     config = model.config
-    return (getattr(config, "model_type", None) in PACKED_MODEL_TYPES
+    return (next(model.parameters()).device.type == "cpu"  # a CPU path: elsewhere the model's own forward runs
+            and getattr(config, "model_type", None) in PACKED_MODEL_TYPES
             and not getattr(config, "attention_dropout", 0.0)
             and getattr(config, "sliding_window", None) is None
             and getattr(config, "final_logit_softcapping", None) is None)

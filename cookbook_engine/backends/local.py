@@ -34,7 +34,7 @@ from safetensors.torch import load_file, save_file
 from tinker import types
 from tinker.lib.public_interfaces.custom_loss import LossHandle
 
-from cookbook_engine import compute_lease, models
+from cookbook_engine import compute_lease, device, models
 from cookbook_engine.backends import compat, fast_ops, losses, sampler
 from cookbook_engine.backends.protocol import ClientFuture, LocalFuture
 
@@ -44,26 +44,31 @@ LORA_ALPHA = 32  # fixed, like the hosted service, so learning rates do not depe
 SAMPLER_SLOT = "_sampler"
 MAX_TOKENS_PER_MICROBATCH = 2048  # padded tokens per forward pass; bounds activation memory
 
-_workers: dict[str, "ModelWorker"] = {}
+_workers: dict[tuple[str, str], "ModelWorker"] = {}  # (base model, device) -> its worker
+device_choice = device.choose  # the constructor's `device` argument shadows the module inside __init__
 _workers_lock = threading.Lock()
 _ids = itertools.count(1)
 
 
-def get_worker(base_model: str) -> "ModelWorker":
-    """The one worker for a base model in this process, created (and the model loaded) on first use."""
+def get_worker(base_model: str, device_name: str = "auto") -> "ModelWorker":
+    """The one worker for a base model on a device in this process, created (and the model loaded) on first use.
+    `device_name` is auto, cpu, cuda or mps (device.py decides what auto means here)."""
     name = models.canonical_name(base_model)
+    choice = device.choose(device_name)  # a clear DeviceError now rather than on the worker thread
     with _workers_lock:
-        if name not in _workers:
+        if (name, choice.device) not in _workers:
             models.resolve(name)  # a clear error now rather than on the worker thread
-            _workers[name] = ModelWorker(name)
-        return _workers[name]
+            _workers[(name, choice.device)] = ModelWorker(name, choice)
+        return _workers[(name, choice.device)]
 
 
 class ModelWorker:
     """A base model, its LoRA adapters and the one thread that runs every request on them, FIFO."""
 
-    def __init__(self, base_model: str):
+    def __init__(self, base_model: str, choice: device.DeviceChoice | None = None):
         self.base_model = base_model
+        self.choice = choice or device.choose("cpu")
+        self.device = torch.device(self.choice.device)
         self._queue: queue.Queue = queue.Queue()
         self._loaded = threading.Event()
         self._load_error: BaseException | None = None
@@ -112,7 +117,7 @@ class ModelWorker:
         from peft import LoraConfig, get_peft_model
 
         torch.set_num_threads(max(1, torch.get_num_threads()))
-        base = models.load_model(self.base_model)
+        base = models.load_model(self.base_model, self.choice.dtype, self.choice.device)
         for param in base.parameters():
             param.requires_grad_(False)
         fast_ops.install_frozen_linears(base)  # before peft, so the LoRA matrices stay plain nn.Linear
@@ -196,7 +201,7 @@ def save_adapter_folder(folder: Path, state: dict[str, torch.Tensor], base_model
                         target_modules: list[str]) -> None:
     """An adapter folder in PEFT's format, loadable with PeftModel.from_pretrained."""
     folder.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.contiguous() for k, v in state.items()}, str(folder / "adapter_model.safetensors"))
+    save_file({k: v.detach().cpu().contiguous() for k, v in state.items()}, str(folder / "adapter_model.safetensors"))
     config = {
         "peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": base_model, "r": rank,
         "lora_alpha": LORA_ALPHA, "lora_dropout": 0.0, "target_modules": list(target_modules), "bias": "none",
@@ -331,9 +336,9 @@ class LocalSamplingClient:
                 if fast_ops.supports_packed(model):
                     lp = fast_ops.packed_logprobs(model, [tokens[:-1]], [torch.tensor(tokens[1:])], [None])[0]
                     return _last_n([None, *lp.tolist()], prompt_logprobs_last_n)
-                ids = torch.tensor([tokens], dtype=torch.long)
+                ids = torch.tensor([tokens], dtype=torch.long, device=self._worker.device)
                 logits = model(input_ids=ids).logits
-                lp = sampler.target_logprobs(logits[:, :-1].float(), ids[:, 1:])[0].tolist()
+                lp = sampler.target_logprobs(logits[:, :-1].float(), ids[:, 1:])[0].cpu().tolist()
             return _last_n([None, *lp], prompt_logprobs_last_n)
 
         return self._run(fn)
@@ -469,9 +474,10 @@ class LocalTrainingClient:
                 input_B_T[b, :n] = torch.tensor(data[i].model_input.to_ints())
                 target_B_T[b, :n] = data[i].loss_fn_inputs["target_tokens"].to_torch().long()
                 mask_B_T[b, :n] = 1
+            on = self._worker.device  # inputs go to the model; log-probs come back to the CPU for the loss math
             with torch.set_grad_enabled(with_grad):
-                logits = model(input_ids=input_B_T, attention_mask=mask_B_T).logits
-                lp_B_T = sampler.target_logprobs(logits.float(), target_B_T)
+                logits = model(input_ids=input_B_T.to(on), attention_mask=mask_B_T.to(on)).logits
+                lp_B_T = sampler.target_logprobs(logits.float(), target_B_T.to(on)).cpu()
                 pieces = [lp_B_T[b, :lengths[b]] for b in range(len(chunk))]
                 if on_microbatch is not None:
                     on_microbatch(chunk, pieces)
@@ -729,8 +735,10 @@ class LocalServiceClient:
 
     def __init__(self, user_metadata: dict[str, str] | None = None, project_id: str | None = None, *,
                  display_name: str | None = None, base_url: str | None = None, api_key: str | None = None,
-                 default_headers_overrides: Any = None, **kwargs: Any):
+                 default_headers_overrides: Any = None, device: str = "auto", **kwargs: Any):
         self.user_metadata, self.project_id, self.display_name = dict(user_metadata or {}), project_id, display_name
+        self.device_name = device  # where this session's models compute (device.py: auto, cpu, cuda, mps)
+        device_choice(device)  # refuse a missing device now, with the reason
         self.session_id = f"local-session-{uuid.uuid4().hex[:12]}"
         self.closed = False
         self._training_clients: list[LocalTrainingClient] = []
@@ -809,7 +817,7 @@ class LocalServiceClient:
         targets = (ATTN_MODULES if train_attn else []) + (MLP_MODULES if train_mlp else [])
         if not targets:
             raise ValueError("LoRA needs train_attn or train_mlp")
-        worker = get_worker(base_model)
+        worker = get_worker(base_model, self.device_name)
         adapter = f"run{next(_ids)}_{uuid.uuid4().hex[:8]}"
         worker.call(lambda: worker.add_adapter(adapter, rank, targets, seed))
         write_run_meta(adapter, {"base_model": worker.base_model, "lora_rank": rank, "train_mlp": train_mlp,
@@ -889,12 +897,13 @@ class LocalServiceClient:
         self._check_open()
         if model_path:
             state, config = read_adapter_folder(model_path)
-            worker = get_worker(config["base_model_name_or_path"])
+            worker = get_worker(config["base_model_name_or_path"], self.device_name)
             snapshot = WeightsSnapshot(state, int(config["r"]), config["target_modules"])
             return LocalSamplingClient(worker, snapshot, model_path, retry_config, record_stability_info)
         if not base_model:
             raise ValueError("create_sampling_client needs model_path or base_model")
-        return LocalSamplingClient(get_worker(base_model), None, None, retry_config, record_stability_info)
+        return LocalSamplingClient(get_worker(base_model, self.device_name), None, None, retry_config,
+                                   record_stability_info)
 
     def create_sampling_client(self, model_path: str | None = None, base_model: str | None = None,
                                retry_config: Any = None, record_stability_info: bool = False) -> ClientFuture:

@@ -246,25 +246,28 @@ class _ModelDecoder:
 
     def __init__(self, model):
         self.model = model
+        self.device = next(model.parameters()).device  # tokens go there; logits come back to the CPU, where the
+        # sampling decisions run with the call's seeded CPU generator
 
     def prefill(self, prompt_1_T, rows, capacity, want_prompt_logprobs):
+        prompt_1_T = prompt_1_T.to(self.device)
         out = self.model(input_ids=prompt_1_T, use_cache=True)
         prompt_logprobs = None
         if want_prompt_logprobs:
-            lp = target_logprobs(out.logits[:, :-1].float(), prompt_1_T[:, 1:])[0].tolist()
+            lp = target_logprobs(out.logits[:, :-1].float(), prompt_1_T[:, 1:])[0].cpu().tolist()
             prompt_logprobs = [None, *lp]
         self.cache = out.past_key_values
         if rows > 1:
             self.cache.batch_repeat_interleave(rows)
-        return out.logits[:, -1].float(), prompt_logprobs
+        return out.logits[:, -1].float().cpu(), prompt_logprobs
 
     def keep_rows(self, slots):
-        self.cache.batch_select_indices(torch.tensor(slots))
+        self.cache.batch_select_indices(torch.tensor(slots, device=self.device))
 
     def step(self, tokens_B):
-        out = self.model(input_ids=tokens_B[:, None], past_key_values=self.cache, use_cache=True)
+        out = self.model(input_ids=tokens_B[:, None].to(self.device), past_key_values=self.cache, use_cache=True)
         self.cache = out.past_key_values
-        return out.logits[:, -1].float()
+        return out.logits[:, -1].float().cpu()
 
 
 def _ends_with_stop(tokenizer, tokens: list[int], stop_strings: list[str]) -> bool:
