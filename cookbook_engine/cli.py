@@ -84,14 +84,20 @@ def _follow(config, prepared) -> int:
 
 
 def _watch(manager, run_id: str, notes: list[str]) -> int:
+    from cookbook_engine import compute_lease
     from cookbook_engine.progress import progress_display
     from storage.service import FLUSH_INTERVAL_S
 
     bar = progress_display(sys.stderr)  # a bar on a terminal, a line every 30 s or tenth of the run otherwise
     read_at = float("-inf")
+    told_waiting = None
     try:
         while True:
             alive = manager.is_alive(run_id)
+            waiting = compute_lease.waiting_note()  # another process computes: say so once per wait
+            if waiting and waiting != told_waiting:
+                notes.append(waiting)
+            told_waiting = waiting
             while notes:
                 bar.write(notes.pop(0))
             # The store writes progress and metrics every ~2 s (storage.service), and each read costs the database
@@ -212,11 +218,14 @@ def serve(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from cookbook_engine import compute_lease
     from cookbook_engine.paths import HomeError, make_files_private
 
     make_files_private()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    compute_lease.set_process_label("cookbook " + (argv[0] if argv else ""))
     try:
-        return _dispatch(list(sys.argv[1:] if argv is None else argv))
+        return _dispatch(argv)
     except HomeError as exc:
         return _bad_input(str(exc))
 
