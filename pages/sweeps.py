@@ -4,7 +4,7 @@ background (also when started with `cookbook sweep`); a sweep can be cancelled a
 
 import streamlit as st
 
-from app import state, widgets
+from app import widgets
 from cookbook_engine.evals import sweeps
 
 ACTIVE = ("queued", "running", "cancelling")
