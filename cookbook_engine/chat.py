@@ -135,11 +135,16 @@ def _live_weights(run: dict, manager) -> Weights | None:
         return None
     step = int(run.get("step") or 0)  # steps finished before the snapshot was asked for (it has at least these)
     try:
-        client = training_client.save_weights_and_get_sampling_client()
+        client = _resolved(training_client.save_weights_and_get_sampling_client())
     except Exception:  # the run ended (and freed its weights) in the meantime: use what it saved
         return None
     return Weights(client, "live", step, f"live weights of {run['name']} at step {step} (a fresh snapshot of the "
                                          "run's training client)")
+
+
+def _resolved(client):
+    """Client-creation methods return a future of the client (as the tinker SDK's do): wait for it here."""
+    return client.result() if hasattr(client, "result") else client
 
 
 def open_weights(target: ChatTarget, store: Store | None = None) -> Weights:
@@ -147,8 +152,8 @@ def open_weights(target: ChatTarget, store: Store | None = None) -> Weights:
     else the newest weights the run has saved."""
     store = store or Store.default()
     if target.kind == "base":
-        return Weights(service_client(target.backend).create_sampling_client(base_model=target.base_model), "base",
-                       None, target.label)
+        sampler = service_client(target.backend).create_sampling_client(base_model=target.base_model)
+        return Weights(_resolved(sampler), "base", None, target.label)
     step = None
     if target.kind == "latest":
         run = store.get_run(target.run_id)
@@ -173,7 +178,7 @@ def open_weights(target: ChatTarget, store: Store | None = None) -> Weights:
     else:
         path, source, description = target.model_path, "checkpoint", target.label
     try:  # a service client only now: a live snapshot above needs none
-        return Weights(service_client(target.backend).create_sampling_client(model_path=path), source, step,
+        return Weights(_resolved(service_client(target.backend).create_sampling_client(model_path=path)), source, step,
                        description)
     except FileNotFoundError as exc:
         raise ChatError(f"checkpoint {path}: its files are gone ({exc})") from exc
