@@ -49,7 +49,7 @@ def data(tokenizer):
 @pytest.fixture(scope="module")
 def trained(service, data):
     """A training client whose adapter is no longer zero (one big step), so LoRA matters in every comparison."""
-    client = service.create_lora_training_client(models.DEFAULT_MODEL, rank=8, seed=3)
+    client = service.create_lora_training_client(models.DEFAULT_MODEL, rank=8, seed=3).result()
     client.forward_backward(data, "cross_entropy")
     client.optim_step(types.AdamParams(learning_rate=2e-2)).result()
     yield client
@@ -145,7 +145,7 @@ def test_forward_without_backward_and_compute_logprobs_equal_padded(trained, dat
 
 
 def test_data_with_nothing_to_learn_train_without_error(service, data):
-    client = service.create_lora_training_client(models.DEFAULT_MODEL, rank=4, seed=5)
+    client = service.create_lora_training_client(models.DEFAULT_MODEL, rank=4, seed=5).result()
     silent = [types.Datum(model_input=d.model_input, loss_fn_inputs={
         "target_tokens": d.loss_fn_inputs["target_tokens"],
         "weights": types.TensorData.from_torch(torch.zeros(d.model_input.length))}) for d in data]
@@ -240,17 +240,17 @@ def test_greedy_tokens_equal_transformers_generate_for_base_and_lora_snapshot(se
 
     greedy = types.SamplingParams(max_tokens=32, temperature=0, stop=[])
     plain = AutoModelForCausalLM.from_pretrained(str(models.default_cache_dir()), dtype=torch.float32).eval()
-    base = service.create_sampling_client(base_model=models.DEFAULT_MODEL)
+    base = service.create_sampling_client(base_model=models.DEFAULT_MODEL).result()
     base_tokens = base.sample(prompt, 1, greedy).result().sequences[0].tokens
     assert base_tokens == _hf_greedy(plain, prompt, 32)
 
-    client = service.create_lora_training_client(models.DEFAULT_MODEL, rank=8, seed=4)
+    client = service.create_lora_training_client(models.DEFAULT_MODEL, rank=8, seed=4).result()
     for _ in range(3):  # a typical LoRA learning rate: the answer changes, the model stays fluent
         client.forward_backward(data, "cross_entropy")
         client.optim_step(types.AdamParams(learning_rate=2e-3))
     path = client.save_weights_for_sampler("greedy-check").result().path
     client.close()
-    snapshot = service.create_sampling_client(model_path=path)
+    snapshot = service.create_sampling_client(model_path=path).result()
     ours = snapshot.sample(prompt, 2, greedy).result().sequences
     reference = _hf_greedy(PeftModel.from_pretrained(plain, path).eval(), prompt, 32)
     assert ours[0].tokens == ours[1].tokens == reference
@@ -258,7 +258,7 @@ def test_greedy_tokens_equal_transformers_generate_for_base_and_lora_snapshot(se
 
 
 def test_model_forward_decoder_agrees_with_the_merged_one(service, prompt, monkeypatch):
-    base = service.create_sampling_client(base_model=models.DEFAULT_MODEL)
+    base = service.create_sampling_client(base_model=models.DEFAULT_MODEL).result()
     params = types.SamplingParams(max_tokens=16, temperature=0.8, top_p=0.9, seed=11, stop=[])
     fast = base.sample(prompt, 4, params).result().sequences
     monkeypatch.setattr(sampler, "merged_weights", lambda model, key: None)
@@ -276,7 +276,7 @@ def test_alternating_weights_build_each_decoder_once(service, trained, data, mon
     builds = []
     build = fast_decode.MergedLlama.from_model
     monkeypatch.setattr(fast_decode.MergedLlama, "from_model", lambda model: builds.append(1) or build(model))
-    base = service.create_sampling_client(base_model=models.DEFAULT_MODEL)
+    base = service.create_sampling_client(base_model=models.DEFAULT_MODEL).result()
     tuned = trained.save_weights_and_get_sampling_client("alternate")
     prompt = data[0].model_input
     greedy = types.SamplingParams(max_tokens=8, temperature=0, stop=[])

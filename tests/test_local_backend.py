@@ -23,7 +23,7 @@ def service(default_model_ready):
 
 @pytest.fixture(scope="module")
 def base(service):
-    return service.create_sampling_client(base_model=models.DEFAULT_MODEL)
+    return service.create_sampling_client(base_model=models.DEFAULT_MODEL).result()
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +81,7 @@ def test_sampler_logprobs_match_compute_logprobs_and_prompt_logprobs(base, rende
 
 
 def test_lr_zero_changes_nothing_and_training_lowers_the_loss(service, renderer):
-    client = service.create_lora_training_client(models.DEFAULT_MODEL, rank=4, seed=0)
+    client = service.create_lora_training_client(models.DEFAULT_MODEL, rank=4, seed=0).result()
     tokens, weights = renderer.build_supervised_example(QUESTION + [{"role": "assistant", "content": "Lyon."}])
     datum = datum_from_tokens(tokens, weights)
     before = client.forward([datum], "cross_entropy").result().metrics["loss:sum"]
@@ -100,7 +100,7 @@ def test_every_adam_setting_takes_effect_as_in_decoupled_adamw(service, renderer
     """Two optimizer steps with unusual settings match AdamW computed by hand in float64: the learning rate, both
     betas (the second step's moments), eps (large here, so it changes the step), decoupled weight decay and the
     gradient clipping (the clipped norm is what Adam sees; grad_norm reports the norm before clipping)."""
-    client = service.create_lora_training_client(models.DEFAULT_MODEL, rank=4, seed=3)
+    client = service.create_lora_training_client(models.DEFAULT_MODEL, rank=4, seed=3).result()
     worker = client._worker
     params = worker.adapter_params(client.adapter)
     tokens, weights = renderer.build_supervised_example(QUESTION + [{"role": "assistant", "content": "Lyon."}])
@@ -132,7 +132,7 @@ def test_every_adam_setting_takes_effect_as_in_decoupled_adamw(service, renderer
 
 
 def test_state_with_optimizer_round_trips_and_continues_identically(service, renderer):
-    client = service.create_lora_training_client(models.DEFAULT_MODEL, rank=4, seed=1)
+    client = service.create_lora_training_client(models.DEFAULT_MODEL, rank=4, seed=1).result()
     tokens, weights = renderer.build_supervised_example(QUESTION + [{"role": "assistant", "content": "Nice."}])
     datum = datum_from_tokens(tokens, weights)
     adam = types.AdamParams(learning_rate=5e-4)
@@ -140,14 +140,14 @@ def test_state_with_optimizer_round_trips_and_continues_identically(service, ren
         client.forward_backward([datum], "cross_entropy")
         client.optim_step(adam)
     path = client.save_state("two-steps").result().path
-    restored = service.create_training_client_from_state_with_optimizer(path)
+    restored = service.create_training_client_from_state_with_optimizer(path).result()
     for c in (client, restored):
         c.forward_backward([datum], "cross_entropy")
         c.optim_step(adam).result()
     a = client.forward([datum], "cross_entropy").result().metrics["loss:sum"]
     b = restored.forward([datum], "cross_entropy").result().metrics["loss:sum"]
     assert a == pytest.approx(b, rel=1e-5)
-    weights_only = service.create_training_client_from_state(path)
+    weights_only = service.create_training_client_from_state(path).result()
     assert weights_only.forward([datum], "cross_entropy").result().metrics["loss:sum"] != pytest.approx(a, rel=1e-6)
     sampler = service.create_sampling_client(model_path=client.save_weights_for_sampler("s").result().path)
     assert sampler.compute_logprobs(datum.model_input).result()[1:] == pytest.approx(
@@ -157,7 +157,7 @@ def test_state_with_optimizer_round_trips_and_continues_identically(service, ren
 
 
 def test_futures_are_awaitable_and_requests_run_in_submission_order(service, renderer):
-    client = service.create_lora_training_client(models.DEFAULT_MODEL, rank=4, seed=2)
+    client = service.create_lora_training_client(models.DEFAULT_MODEL, rank=4, seed=2).result()
     tokens, weights = renderer.build_supervised_example(QUESTION + [{"role": "assistant", "content": "Bordeaux."}])
     datum = datum_from_tokens(tokens, weights)
 
@@ -175,7 +175,7 @@ def test_futures_are_awaitable_and_requests_run_in_submission_order(service, ren
 
 
 def test_bad_requests_give_clear_errors(service, renderer):
-    client = service.create_lora_training_client(models.DEFAULT_MODEL, rank=2)
+    client = service.create_lora_training_client(models.DEFAULT_MODEL, rank=2).result()
     datum = types.Datum(model_input=types.ModelInput.from_ints([1, 2, 3]),
                         loss_fn_inputs={"target_tokens": [2, 3, 4]})
     with pytest.raises(ValueError, match="needs loss_fn_inputs\\['weights'\\]"):
@@ -183,5 +183,5 @@ def test_bad_requests_give_clear_errors(service, renderer):
     with pytest.raises(ValueError, match="loss_fn 'nope' is unknown"):
         client.forward_backward([datum], "nope").result()
     with pytest.raises(models.ModelError, match="not a local folder"):
-        service.create_lora_training_client("no-such-owner/no-such-model")
+        service.create_lora_training_client("no-such-owner/no-such-model").result()
     client.close()
