@@ -93,10 +93,12 @@ def progress_line() -> None:
         widgets.status_badge(job["status"])
         if job.get("error"):
             widgets.error_text(job["error"])
-    if job["status"] in ACTIVE or by_id[eval_id]["status"] != job["status"]:
+    finished_pairs = len(store.results([eval_id]))
+    seen_pairs = st.session_state.setdefault(f"pairs-{eval_id}", finished_pairs)
+    if by_id[eval_id]["status"] != job["status"] or finished_pairs != seen_pairs:
         by_id[eval_id] = job
-        if job["status"] not in ACTIVE:
-            st.rerun()  # the whole page, so the leaderboard shows the finished results
+        st.session_state[f"pairs-{eval_id}"] = finished_pairs
+        st.rerun()  # the whole page: the leaderboard grows as each model finishes an eval set
 
 
 progress_line()

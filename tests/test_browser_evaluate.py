@@ -26,6 +26,6 @@ def test_evaluate_the_base_model_and_see_the_leaderboard(studio, page):  # noqa:
     page.get_by_role("heading", name="Leaderboard").wait_for(timeout=600_000)  # shown once results exist
     page.get_by_role("heading", name="Answers").wait_for()
     wait_idle(page)
-    assert page.locator("[data-testid=stDataFrame]").count() == 2  # the leaderboard and the answers
+    page.locator("[data-testid=stDataFrame]").nth(1).wait_for()  # the leaderboard, then the answers
     assert page.get_by_text("value [95% interval]").count() == 1
     shot(page, "evaluate")

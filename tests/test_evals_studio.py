@@ -123,3 +123,27 @@ def test_sweeps_page_refuses_a_bad_member_and_shows_a_sweeps_table(home, default
     assert table["status"].tolist() == ["failed", "completed"]
     assert table["facts-probes · accuracy"].tolist() == ["", "0.750 [0.301, 0.954]"]
     assert "missing.jsonl" in table["error"].iloc[0]
+
+
+def test_a_sweep_of_three_configurations_started_from_the_page_ends_in_its_table(home, default_model_ready):
+    from cookbook_engine.evals import sweeps
+
+    at = open_page("sweeps")
+    at.text_area[0].set_value(
+        "name: three\nkind: sl\n"
+        "base: {max_steps: 1, batch_size: 2, lora_rank: 4, max_examples: 8, save_every: 0, eval_every: 0}\n"
+        "grid: {learning_rate: [1.0e-4, 1.0e-3, 3.0e-3]}\n"
+        "evals: [builtin:facts-nll]\nmax_examples: 2\ninclude_base: false\n")
+    [start] = [b for b in at.button if b.label == "Start sweep"]
+    start.click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    sweep_id = at.query_params["sweep"]
+    sweep_id = sweep_id[0] if isinstance(sweep_id, list) else sweep_id
+    sweep = sweeps.get_sweep_runner().wait(sweep_id, timeout=900)
+    assert sweep["status"] == "completed", sweep.get("error")
+    at.run()
+    table = at.dataframe[0].value
+    assert table["learning_rate"].tolist() == [1e-4, 1e-3, 3e-3]
+    assert table["status"].tolist() == ["completed"] * 3
+    assert all(text.startswith("train_mean_nll=") for text in table["training metric"])
+    assert all(" [" in text for text in table["facts-nll · nll"])
