@@ -114,7 +114,7 @@ def test_studio_upload_refuses_every_corpus_file_and_saves_nothing(home, file_na
     by_label(at.text_input, "Name").set_value("bad")
     click(at, "Validate and add")
     shown = errors_shown(at)
-    assert "This file cannot be used yet" in shown and f"{file_name}: " in shown and expected_text in shown, shown
+    assert f"{file_name} cannot be used yet" in shown and f"{file_name}: " in shown and expected_text in shown, shown
     nothing_written(home)
 
 
