@@ -27,6 +27,15 @@ def open_page(page: str, **query) -> AppTest:
     return at
 
 
+def press(at: AppTest, label: str, query_key: str) -> str:
+    """Click the button and return the id the page put in the URL (query parameter `query_key`)."""
+    [button] = [b for b in at.button if b.label == label]
+    button.click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    value = at.query_params[query_key]
+    return value[0] if isinstance(value, list) else value
+
+
 def stored_result(store: EvalStore, eval_id: str, target: targets.ModelTarget, correct: list[bool]) -> None:
     rows = [evaluators.ExampleRow(i, f"question {i}", "Lunthaven", "Lunthaven" if ok else "Paris", float(ok), ok)
             for i, ok in enumerate(correct)]
@@ -83,11 +92,7 @@ def test_an_evaluation_started_from_the_form_reaches_the_leaderboard(home, defau
     at = open_page("evaluate")
     [examples] = [n for n in at.number_input if n.label == "Examples per set (0 = all)"]
     examples.set_value(2)
-    [button] = [b for b in at.button if b.label == "Evaluate"]
-    button.click().run()
-    assert not at.exception, [e.value for e in at.exception]
-    eval_id = at.query_params["eval"]
-    eval_id = eval_id[0] if isinstance(eval_id, list) else eval_id
+    eval_id = press(at, "Evaluate", "eval")
     job = jobs.get_eval_manager().wait(eval_id, timeout=600)
     assert job["status"] == "completed", job.get("error")
     at.run()
@@ -134,11 +139,7 @@ def test_a_sweep_of_three_configurations_started_from_the_page_ends_in_its_table
         "base: {max_steps: 1, batch_size: 2, lora_rank: 4, max_examples: 8, save_every: 0, eval_every: 0}\n"
         "grid: {learning_rate: [1.0e-4, 1.0e-3, 3.0e-3]}\n"
         "evals: [builtin:facts-nll]\nmax_examples: 2\ninclude_base: false\n")
-    [start] = [b for b in at.button if b.label == "Start sweep"]
-    start.click().run()
-    assert not at.exception, [e.value for e in at.exception]
-    sweep_id = at.query_params["sweep"]
-    sweep_id = sweep_id[0] if isinstance(sweep_id, list) else sweep_id
+    sweep_id = press(at, "Start sweep", "sweep")
     sweep = sweeps.get_sweep_runner().wait(sweep_id, timeout=900)
     assert sweep["status"] == "completed", sweep.get("error")
     at.run()
