@@ -7,6 +7,9 @@ no later than 1.15x back to back, and never a collapse. Each process is a real `
 model with its own torch thread team; the studio's runs use the same model worker and lease, so a studio beside a
 CLI run behaves as two CLI processes do here.
 
+It also reports peak resident memory: of each CLI process, and of one process training one and three SL runs at once
+through its RunManager, as the studio does (one model worker per base model, so one copy of the base weights).
+
 Run alone on an otherwise idle machine (its load averages are recorded): the point is what the processes do to each
 other, not what other work does to them.
 Run: .venv/bin/python benchmarks/concurrency.py [--steps 4] [--counts 2,3]
@@ -35,28 +38,56 @@ def workloads(count: int, steps: int) -> dict[str, list[list[str]]]:
     return {f"{count} x SL": [sl] * count, f"SL + RL{' + SL' * (count - 2)}": [sl, rl] + [sl] * (count - 2)}
 
 
-def run_processes(commands: list[list[str]], together: bool, lease: bool, home: Path) -> tuple[float, list[float]]:
-    """Wall time of all of them, and each one's own wall time."""
+def run_processes(commands: list[list[str]], together: bool, lease: bool, home: Path
+                  ) -> tuple[float, list[float], list[float]]:
+    """Wall time of all of them, each one's own wall time, and each one's peak resident memory (GB)."""
     env = {**os.environ, "COOKBOOK_HOME": str(home), "COOKBOOK_COMPUTE_LEASE": "on" if lease else "off"}
     cli = [sys.executable, "-m", "cookbook_engine.cli"]
     started = time.perf_counter()
     own: list[float] = []
+    peaks: list[float] = []
+
+    def start(command):
+        return time.perf_counter(), subprocess.Popen(cli + command, env=env, cwd=common.REPO,
+                                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def finish(began, process):
+        _, status, usage = os.wait4(process.pid, 0)  # ru_maxrss: the process's peak resident set, in KB
+        own.append(time.perf_counter() - began)
+        peaks.append(usage.ru_maxrss / 1024 ** 2)
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise RuntimeError(f"{' '.join(process.args)} failed")
+
     if together:
-        processes = [(time.perf_counter(), subprocess.Popen(cli + c, env=env, cwd=common.REPO,
-                                                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
-                     for c in commands]
-        for began, process in processes:
-            _, err = process.communicate()
-            own.append(time.perf_counter() - began)
-            if process.returncode != 0:
-                raise RuntimeError(err.decode()[-2000:])
+        for began, process in [start(command) for command in commands]:
+            finish(began, process)
     else:
         for command in commands:
-            began = time.perf_counter()
-            subprocess.run(cli + command, env=env, cwd=common.REPO, check=True, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.PIPE)
-            own.append(time.perf_counter() - began)
-    return time.perf_counter() - started, own
+            finish(*start(command))
+    return time.perf_counter() - started, own, peaks
+
+
+STUDIO_LIKE = """
+import sys
+from cookbook_engine import config as cfg
+from cookbook_engine.runs import RunManager
+manager = RunManager()
+ids = [manager.start(cfg.parse_overrides('sl', sys.argv[2:])) for _ in range(int(sys.argv[1]))]
+runs = [manager.wait(run_id, timeout=3600) for run_id in ids]
+assert all(run["status"] == "completed" for run in runs), [run["status"] for run in runs]
+"""
+
+
+def studio_like_peak_gb(runs: int, steps: int, home: Path) -> float:
+    """Peak resident memory of one process training `runs` SL runs at once through its RunManager, as the studio
+    does (they share one model worker, so one copy of the base weights)."""
+    env = {**os.environ, "COOKBOOK_HOME": str(home)}
+    process = subprocess.Popen([sys.executable, "-c", STUDIO_LIKE, str(runs), *SL[1:], f"max_steps={steps}"],
+                               env=env, cwd=common.REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(process.pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(process.stderr.read().decode()[-2000:])
+    return usage.ru_maxrss / 1024 ** 2
 
 
 def main() -> None:
@@ -70,18 +101,22 @@ def main() -> None:
     rows, payload = [], {"load_average_start": common.load_average(), "steps": args.steps}
     for count in [int(c) for c in args.counts.split(",")]:
         for name, commands in workloads(count, args.steps).items():
-            sequential, _ = run_processes(commands, together=False, lease=True, home=home)
-            result = {"back_to_back_s": sequential}
+            sequential, _, peaks = run_processes(commands, together=False, lease=True, home=home)
+            result = {"back_to_back_s": sequential, "peak_rss_gb_per_process": peaks}
             for lease in (False, True):
-                wall, own = run_processes(commands, together=True, lease=lease, home=home)
+                wall, own, _ = run_processes(commands, together=True, lease=lease, home=home)
                 key = "with_lease" if lease else "without_lease"
                 result[key] = {"wall_s": wall, "per_process_s": own, "ratio": wall / sequential}
                 rows.append([name, "on" if lease else "off", f"{sequential:.1f}", f"{wall:.1f}",
                              f"{wall / sequential:.2f}x"])
             payload[name] = result
             print(rows[-2], rows[-1], flush=True)
+    memory = {f"{runs} SL run(s) in one process": studio_like_peak_gb(runs, args.steps, home) for runs in (1, 3)}
+    payload["peak_rss_gb_one_process"] = memory
     common.print_table("Processes started together vs back to back (wall seconds)",
                        ["runs", "lease", "back to back", "together", "together / back to back"], rows)
+    common.print_table("Peak resident memory of one process (GB)", ["what", "peak GB"],
+                       [[name, f"{gb:.2f}"] for name, gb in memory.items()])
     common.write_result("concurrency", payload)
 
 
