@@ -82,11 +82,13 @@ def studio_like_peak_gb(runs: int, steps: int, home: Path) -> float:
     """Peak resident memory of one process training `runs` SL runs at once through its RunManager, as the studio
     does (they share one model worker, so one copy of the base weights)."""
     env = {**os.environ, "COOKBOOK_HOME": str(home)}
-    process = subprocess.Popen([sys.executable, "-c", STUDIO_LIKE, str(runs), *SL[1:], f"max_steps={steps}"],
-                               env=env, cwd=common.REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(process.pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise RuntimeError(process.stderr.read().decode()[-2000:])
+    with tempfile.TemporaryFile() as errors:  # a file, not a pipe: a full pipe would block the child we wait for
+        process = subprocess.Popen([sys.executable, "-c", STUDIO_LIKE, str(runs), *SL[1:], f"max_steps={steps}"],
+                                   env=env, cwd=common.REPO, stdout=subprocess.DEVNULL, stderr=errors)
+        _, status, usage = os.wait4(process.pid, 0)
+        if os.waitstatus_to_exitcode(status) != 0:
+            errors.seek(0)
+            raise RuntimeError(errors.read().decode(errors="replace")[-2000:])
     return usage.ru_maxrss / 1024 ** 2
 
 
