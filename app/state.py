@@ -226,6 +226,7 @@ def tinker_status() -> TinkerStatus:
 
 def main() -> None:
     """`python -m app.state`: prepare the default model now (scripts/run.sh runs this next to the studio)."""
+    paths.make_files_private()  # like the studio and the CLI: what it writes in the home is the user's only
     if models.default_model_ready():
         return
     print(f"studio: preparing {models.DEFAULT_MODEL} in the background (first time only, about 20 s)", flush=True)
