@@ -52,7 +52,6 @@ class ComputeLease:
         self.waiting_since = 0.0
         self.waited_seconds = 0.0  # total time spent waiting, for benchmarks and the run log
         self._holder_thread: int | None = None
-        self._depth = 0
         self._files: tuple[int, int] | None = None
         self._lock = threading.Lock()  # threads of this process take turns before asking the machine
 
@@ -66,12 +65,8 @@ class ComputeLease:
     @contextmanager
     def hold(self):
         """Run the block with the machine's compute to this process; waits (saying for whom) while another has it."""
-        if self._holder_thread == threading.get_ident():
-            self._depth += 1
-            try:
-                yield
-            finally:
-                self._depth -= 1
+        if self._holder_thread == threading.get_ident():  # re-entered by the thread that holds it
+            yield
             return
         if not self.enabled:
             yield
@@ -79,11 +74,11 @@ class ComputeLease:
         with self._lock:
             turnstile, lock = self._open()
             self._acquire(turnstile, lock)
-            self._holder_thread, self._depth = threading.get_ident(), 1
+            self._holder_thread = threading.get_ident()
             try:
                 yield
             finally:
-                self._holder_thread, self._depth = None, 0
+                self._holder_thread = None
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def _acquire(self, turnstile: int, lock: int) -> None:

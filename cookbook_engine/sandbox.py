@@ -85,6 +85,8 @@ UID_RANGE = (1_900_000_000, 2_000_000_000)
 MAX_OPEN_FILES = 256
 OUTPUT_KILL_SLACK_BYTES = 1 << 20
 STOPPED_BY_CALLER = "stopped by the caller"  # the killed_reason of SandboxProcess.kill()
+# killed_reason values that name a limit the sandbox enforced (besides "signal X" and "sandbox setup failed")
+LIMIT_REASONS = ("timeout", "output limit", "memory limit", "cpu limit", "file size limit", "disk limit")
 TRUNCATION_MARKER = "\n[... sandbox: {dropped} bytes of output dropped ...]\n"
 
 

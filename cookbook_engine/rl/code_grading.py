@@ -27,9 +27,9 @@ What it is not: the sandbox (sandbox.py) or the simple text graders (graders.py)
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from cookbook_engine.sandbox import STOPPED_BY_CALLER, SandboxLimits, SandboxProcess, start_python
+from cookbook_engine.sandbox import LIMIT_REASONS, STOPPED_BY_CALLER, SandboxLimits, SandboxProcess, start_python
 
 MAX_LINE_BYTES = 256 * 1024
 MAX_DEPTH = 32
@@ -37,8 +37,6 @@ MAX_NODES = 20_000
 MAX_MESSAGE_CHARS = 1000
 MAX_PRINTED_CHARS = 2000
 MAX_SOLUTION_RESTARTS = 2
-# killed_reason values that are reported as they are (the sandbox's own labels of a limit it enforced)
-SANDBOX_LIMIT_LABELS = ("timeout", "memory limit", "cpu limit", "file size limit", "disk limit", "output limit")
 VALUE_TAGS = ("list", "tuple", "set", "frozenset", "dict", "bytes", "float")
 
 # Shared by both children: plain values to tagged JSON and back. A list is {"list": [...]}, a dict
@@ -193,7 +191,6 @@ class CodeVerdict:
     printed: str = ""
     stderr: str = ""
     network_isolated: bool = True
-    details: dict = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------- checking what the children send
@@ -366,7 +363,7 @@ def run_code_tests(code: str, tests: list[str], limits: SandboxLimits) -> CodeVe
         except ProtocolError:
             reason = solution.ended[-1] if solution.ended else "it did not start"
             verdict.sandbox_error = ("timeout" if reason.startswith("timed out") else
-                                     reason if reason in SANDBOX_LIMIT_LABELS else
+                                     reason if reason in LIMIT_REASONS else
                                      f"the solution ended before the tests could call it ({reason})")
             return verdict
         config = {"tests": tests, "functions": functions, "budget_s": 2 * budget_s + 0.5}
