@@ -185,3 +185,19 @@ def test_bad_requests_give_clear_errors(service, renderer):
     with pytest.raises(models.ModelError, match="not a local folder"):
         service.create_lora_training_client("no-such-owner/no-such-model").result()
     client.close()
+
+
+def test_a_deleted_adapter_left_active_does_not_break_the_next_training_client(service):
+    """Once in the full suite peft left a deleted adapter's name active on the shared model, and every later
+    create_lora_training_client raised KeyError: the worker now settles on the sampler slot first."""
+    from cookbook_engine.backends.local import SAMPLER_SLOT, get_worker
+
+    first = service.create_lora_training_client(base_model=models.DEFAULT_MODEL, rank=2).result()
+    worker = get_worker(models.DEFAULT_MODEL)
+    worker.call(lambda: worker.activate(first.adapter))
+    worker.call(lambda: worker.model.peft_config.pop(first.adapter))  # the state peft left behind: gone, still active
+    worker.adapters.pop(first.adapter)
+    second = service.create_lora_training_client(base_model=models.DEFAULT_MODEL, rank=2).result()
+    assert worker.call(lambda: worker.model.active_adapters) == [SAMPLER_SLOT]
+    second.close()
+    assert worker.call(lambda: worker.model.active_adapters) == [SAMPLER_SLOT]

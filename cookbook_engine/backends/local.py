@@ -141,14 +141,30 @@ class ModelWorker:
             torch.manual_seed(seed)
         config = LoraConfig(r=rank, lora_alpha=LORA_ALPHA, target_modules=target_modules, lora_dropout=0.0,
                             bias="none")
+        self._settle_active_adapter()
         self.model.add_adapter(name, config)
         fast_ops.install_fast_lora(self.model)  # layers this adapter wraps for the first time
         self.adapters[name] = {"rank": rank, "target_modules": list(target_modules)}
 
     def delete_adapter(self, name: str) -> None:
         if name in self.adapters and name != SAMPLER_SLOT:
-            self.model.delete_adapter(name)
-            del self.adapters[name]
+            try:
+                self.model.delete_adapter(name)
+            finally:
+                del self.adapters[name]
+                self._settle_active_adapter()
+
+    def _settle_active_adapter(self) -> None:
+        """Make the sampler slot the active adapter, on the model and every LoRA layer, whenever the active one is
+        gone. peft picks a successor per layer when an active adapter is deleted, and in the full test suite a
+        deleted name was once left active on the model, which made every later add_adapter raise KeyError."""
+        from peft.tuners.tuners_utils import BaseTunerLayer
+
+        known = set(self.model.peft_config)
+        layers_active = {name for module in self.model.modules() if isinstance(module, BaseTunerLayer)
+                         for name in module.active_adapters}
+        if not set(self.model.base_model.active_adapters) | layers_active <= known:
+            self.model.set_adapter(SAMPLER_SLOT)
 
     def adapter_params(self, name: str) -> list[torch.nn.Parameter]:
         marker = f".{name}."
