@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from cookbook_engine import config as cfg
-from cookbook_engine import paths, secrets
+from cookbook_engine import memory, paths, secrets
 from cookbook_engine.run_logger import RunLogger
 from storage import Store, StoreClient
 
@@ -120,7 +120,9 @@ def preflight(config: cfg.CommonConfig) -> Any:
     Returns what the loop prepared (e.g. the tokenized dataset) so it is not done twice."""
     cfg.check(config)
     paths.home()  # an unwritable home folder fails here, with its own clear message
-    return _loop_for(config.kind).prepare(config)
+    prepared = _loop_for(config.kind).prepare(config)
+    memory.check_fits(config, prepared)  # a run that would not fit in memory says so now, not when it swaps or dies
+    return prepared
 
 
 class RunManager:

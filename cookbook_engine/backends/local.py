@@ -62,6 +62,12 @@ def get_worker(base_model: str, device_name: str = "auto") -> "ModelWorker":
         return _workers[(name, choice.device)]
 
 
+def worker_exists(base_model: str, device_name: str = "auto") -> bool:
+    """Whether this process already holds `base_model` on that device (a new run there shares its weights)."""
+    with _workers_lock:
+        return (models.canonical_name(base_model), device.choose(device_name).device) in _workers
+
+
 class ModelWorker:
     """A base model, its LoRA adapters and the one thread that runs every request on them, FIFO."""
 
