@@ -449,8 +449,10 @@ def estimate(config: cfg.CommonConfig, prepared) -> str:
                 "measured: check again in a minute).")
     measured = datetime.fromtimestamp(rate.measured_at).strftime("%H:%M")
     busy = sum(r["status"] in widgets.ACTIVE for r in state.store().list_runs())
-    sharing = (f" {busy} run{'s' if busy != 1 else ''} training now {'share' if busy != 1 else 'shares'} the CPU: "
-               "expect longer." if busy else "")
+    # runs on this machine take turns computing (compute_lease.py), so while `busy` others train, each gets a share
+    sharing = (f" {busy} run{'s' if busy != 1 else ''} training now {'take' if busy != 1 else 'takes'} turns with "
+               f"it on the CPU: while {'they run' if busy != 1 else 'it runs'}, expect up to "
+               f"{_minutes(seconds * (busy + 1))}." if busy else "")
     return (f"{text}; roughly {_minutes(seconds)} at this machine's speed measured at {measured} "
             f"({rate.train_tok_s:.0f} training, {rate.sample_tok_s:.0f} sampled tokens/s; slower while other work "
             f"runs).{sharing} The run page corrects this from the run's own step times.")

@@ -76,3 +76,30 @@ def test_the_run_log_gets_a_step_line_with_the_key_metrics():
     assert line == "step 40/200 · train_mean_nll=1.235 · learning_rate=0.0008 · 2.1 s/step"
     assert step_line(3, 3, "rl", {"env/all/reward/total": 0.5, "env/all/correct": 0.25}) == \
         "step 3/3 · env/all/reward/total=0.5 · env/all/correct=0.25"
+
+
+def test_the_forms_estimate_says_how_much_longer_while_other_runs_take_turns(monkeypatch):
+    """Runs on one machine take turns computing (the compute lease), so with two others training the estimate
+    promises up to three times the run's own time, not an unquantified 'longer'."""
+    from app import forms, state
+    from cookbook_engine import config as cfg
+
+    monkeypatch.setattr(speed, "speeds", lambda model: speed.Speeds(100.0, 300.0, 100.0, measured_at=1.0))
+    config = cfg.parse_overrides("rl", ["env=arithmetic", "max_steps=2", "groups_per_batch=2", "group_size=2",
+                                        "max_tokens=25"])
+    alone = 2 * 2 * 2 * 25 / 100.0 * 2 + forms.STARTUP_S
+
+    class Store:
+        def __init__(self, statuses):
+            self.statuses = statuses
+
+        def list_runs(self):
+            return [{"status": status} for status in self.statuses]
+
+    monkeypatch.setattr(state, "store", lambda: Store(["running", "queued", "completed"]))
+    busy = forms.estimate(config, None)
+    assert f"2 runs training now take turns with it on the CPU: while they run, expect up to " \
+           f"{forms._minutes(alone * 3)}" in busy
+    monkeypatch.setattr(state, "store", lambda: Store(["completed"]))
+    assert "take" not in forms.estimate(config, None) and f"roughly {forms._minutes(alone)}" in \
+        forms.estimate(config, None)
