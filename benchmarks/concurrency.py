@@ -30,12 +30,16 @@ import common
 SL = ["sl", "dataset=builtin:facts", "batch_size=8", "learning_rate=1e-3", "save_every=0", "eval_every=0"]
 RL = ["rl", "env=arithmetic", "groups_per_batch=4", "group_size=4", "max_tokens=24", "save_every=0", "eval_every=0",
       "num_eval_problems=0"]
+STUDIO = "studio"  # a workload's command that starts with this runs its SL settings as the studio does
 
 
 def workloads(count: int, steps: int) -> dict[str, list[list[str]]]:
+    """CLI + CLI (SL only, and SL beside RL), and the studio (a RunManager process) beside CLI runs."""
     sl = SL + [f"max_steps={steps}"]
     rl = RL + [f"max_steps={max(1, steps // 2)}"]
-    return {f"{count} x SL": [sl] * count, f"SL + RL{' + SL' * (count - 2)}": [sl, rl] + [sl] * (count - 2)}
+    return {f"{count} x CLI SL": [sl] * count,
+            f"CLI SL + CLI RL{' + CLI SL' * (count - 2)}": [sl, rl] + [sl] * (count - 2),
+            f"studio SL + CLI SL{' + CLI RL' * (count - 2)}": [[STUDIO] + sl[1:], sl] + [rl] * (count - 2)}
 
 
 def run_processes(commands: list[list[str]], together: bool, lease: bool, home: Path
@@ -48,7 +52,8 @@ def run_processes(commands: list[list[str]], together: bool, lease: bool, home: 
     peaks: list[float] = []
 
     def start(command):
-        return time.perf_counter(), subprocess.Popen(cli + command, env=env, cwd=common.REPO,
+        argv = [sys.executable, "-c", STUDIO_LIKE, "1", *command[1:]] if command[0] == STUDIO else cli + command
+        return time.perf_counter(), subprocess.Popen(argv, env=env, cwd=common.REPO,
                                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def finish(began, process):
