@@ -12,7 +12,7 @@ through its RunManager, as the studio does (one model worker per base model, so 
 
 Run alone on an otherwise idle machine (its load averages are recorded): the point is what the processes do to each
 other, not what other work does to them.
-Run: .venv/bin/python benchmarks/concurrency.py [--steps 4] [--counts 2,3]
+Run: .venv/bin/python benchmarks/concurrency.py [--steps 4] [--counts 2,3] [--only studio] [--no-memory]
 """
 
 from __future__ import annotations
@@ -101,6 +101,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--counts", default="2,3")
+    parser.add_argument("--only", default="", help="run only the workloads whose name contains this")
+    parser.add_argument("--no-memory", action="store_true", help="skip the one-process memory measurement")
     args = parser.parse_args()
     home = Path(tempfile.mkdtemp(prefix="cookbook-concurrency-"))
     os.environ.setdefault("COOKBOOK_MODEL_CACHE", str(common.REPO / ".test-cache" / "models"))  # shared with tests
@@ -108,6 +110,8 @@ def main() -> None:
     rows, payload = [], {"load_average_start": common.load_average(), "steps": args.steps}
     for count in [int(c) for c in args.counts.split(",")]:
         for name, commands in workloads(count, args.steps).items():
+            if args.only not in name:
+                continue
             sequential, _, peaks = run_processes(commands, together=False, lease=True, home=home)
             result = {"back_to_back_s": sequential, "peak_rss_gb_per_process": peaks}
             for lease in (False, True):
@@ -118,13 +122,14 @@ def main() -> None:
                              f"{wall / sequential:.2f}x"])
             payload[name] = result
             print(rows[-2], rows[-1], flush=True)
-    memory = {f"{runs} SL run(s) in one process": studio_like_peak_gb(runs, args.steps, home) for runs in (1, 3)}
+    memory = {} if args.no_memory else {f"{runs} SL run(s) in one process": studio_like_peak_gb(runs, args.steps, home)
+                                        for runs in (1, 3)}
     payload["peak_rss_gb_one_process"] = memory
     common.print_table("Processes started together vs back to back (wall seconds)",
                        ["runs", "lease", "back to back", "together", "together / back to back"], rows)
     common.print_table("Peak resident memory of one process (GB)", ["what", "peak GB"],
                        [[name, f"{gb:.2f}"] for name, gb in memory.items()])
-    common.write_result("concurrency", payload)
+    common.write_result("concurrency" + (f"-{args.only.replace(' ', '-')}" if args.only else ""), payload)
 
 
 if __name__ == "__main__":

@@ -104,7 +104,7 @@ def run_manual_loop(config, await_each_request: bool) -> dict:
     prepared = prepare(config)
     batches_per_epoch, total = plan_steps(config, len(prepared.train))
     service = service_client("clocked", clock_period_s=config.clock_period_s)
-    client = service.create_lora_training_client(config.model, rank=config.lora_rank, seed=config.seed)
+    client = service.create_lora_training_client(config.model, rank=config.lora_rank, seed=config.seed).result()
 
     async def loop():
         for step in range(total):

@@ -68,7 +68,7 @@ def lora_snapshot(service, tokenizer):
     """A LoRA rank-32 adapter after two steps on chat data, saved for sampling; returns (client, path)."""
     from cookbook_engine.train_common import datum_from_tokens
 
-    client = service.create_lora_training_client(models.DEFAULT_MODEL, rank=RANK, seed=0)
+    client = service.create_lora_training_client(models.DEFAULT_MODEL, rank=RANK, seed=0).result()
     examples = common.chat_examples(tokenizer, 16, max_tokens=200)
     for start in (0, 8):
         client.forward_backward([datum_from_tokens(t, w) for t, w in examples[start:start + 8]], "cross_entropy")
@@ -145,7 +145,7 @@ def main() -> None:
     load_start = common.load_average()
     print(f"threads {torch.get_num_threads()}, load average {load_start}, prompt {len(prompt)} tokens", flush=True)
     service = LocalServiceClient()
-    ours_base = service.create_sampling_client(base_model=models.DEFAULT_MODEL)
+    ours_base = service.create_sampling_client(base_model=models.DEFAULT_MODEL).result()
     if args.profile:
         common.write_result("sample_group_profile", {"load_average_start": load_start, **profile(ours_base, prompt)})
         common.exit_after_profile()
@@ -156,7 +156,7 @@ def main() -> None:
         AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32), lora_path).eval())
 
     checks = {"greedy_equal_base": greedy_equal(ours_base, plain, prompt),
-              "greedy_equal_lora": greedy_equal(service.create_sampling_client(model_path=lora_path), peer_lora,
+              "greedy_equal_lora": greedy_equal(service.create_sampling_client(model_path=lora_path).result(), peer_lora,
                                                 prompt)}
     print(f"greedy tokens equal to generate: {checks}", flush=True)
 
@@ -170,7 +170,7 @@ def main() -> None:
         seed = 100 + repeat
         calls["ours_base"].append(ours_call(ours_base, prompt, seed))
         calls["peer_base"].append(peer_call(plain, prompt, seed))
-        snapshot = trainer.save_weights_and_get_sampling_client()  # a new sampler, as after each RL step
+        snapshot = trainer.save_weights_and_get_sampling_client().result()  # a new sampler, as after each RL step
         calls["ours_lora_cold"].append(ours_call(snapshot, prompt, seed))
         calls["ours_lora_warm"].append(ours_call(snapshot, prompt, seed + 1))
         calls["peer_lora"].append(peer_call(peer_lora, prompt, seed))

@@ -113,7 +113,7 @@ def writes(repeats: int, per_block: int) -> dict:
     tokenizer = models.load_tokenizer(models.DEFAULT_MODEL)
     batch = common.chat_examples(tokenizer, 8)  # the same batch every step: only the writes differ
     data = [datum_from_tokens(t, w) for t, w in batch]
-    trainer = LocalServiceClient().create_lora_training_client(models.DEFAULT_MODEL, rank=32, seed=0)
+    trainer = LocalServiceClient().create_lora_training_client(models.DEFAULT_MODEL, rank=32, seed=0).result()
     adam = types.AdamParams(learning_rate=1e-5)
     seconds: dict[str, list[float]] = {"plain": [], "client": [], "direct": [], "client_calls": [],
                                        "direct_calls": []}

@@ -155,7 +155,7 @@ def run_ours(batches, initial_lora: dict, steps: int) -> dict:
     service = LocalServiceClient()
     with tempfile.TemporaryDirectory() as folder:
         save_adapter_folder(Path(folder), initial_lora, models.DEFAULT_MODEL, RANK, TARGETS)
-        client = service.create_training_client_from_state(folder)
+        client = service.create_training_client_from_state(folder).result()
     step_seconds, losses = [], []
     for step, batch in enumerate(batches[:steps]):
         loss_tokens = sum(sum(1 for label in labels[1:] if label != -100) for _, labels in batch)
@@ -254,7 +254,7 @@ def profile(examples) -> dict:
     from cookbook_engine.backends.local import LocalServiceClient
     from cookbook_engine.train_common import datum_from_tokens
 
-    client = LocalServiceClient().create_lora_training_client(models.DEFAULT_MODEL, rank=RANK, seed=0)
+    client = LocalServiceClient().create_lora_training_client(models.DEFAULT_MODEL, rank=RANK, seed=0).result()
     batches = [examples[i:i + BATCH] for i in range(0, 3 * BATCH, BATCH)]
     for batch in batches[:2]:
         client.forward_backward([datum_from_tokens(t, w) for t, w in batch], "cross_entropy").result()
@@ -297,7 +297,7 @@ def ablation(examples, steps: int, repeats: int) -> dict:
             for name, switches in ABLATION:
                 fast_ops.ONEDNN = switches["onednn"] and onednn
                 fast_ops.supports_packed = supports_packed if switches["packed"] else (lambda model: False)
-                client = service.create_lora_training_client(models.DEFAULT_MODEL, rank=RANK, seed=0)
+                client = service.create_lora_training_client(models.DEFAULT_MODEL, rank=RANK, seed=0).result()
                 seconds = []
                 for batch in batches:
                     started = time.perf_counter()

@@ -88,3 +88,35 @@ def test_a_process_killed_while_holding_the_lease_frees_it(tmp_path):
     with compute_lease.ComputeLease(tmp_path).hold():
         pass
     assert time.monotonic() - started < 5.0
+
+
+HOLDER = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR)
+fcntl.flock(fd, fcntl.LOCK_EX)
+os.pwrite(fd, b"the test's holder", 0)
+print("held", flush=True)
+time.sleep(1.5)
+released = time.time()
+fcntl.flock(fd, fcntl.LOCK_UN)
+print(released, flush=True)
+"""
+
+
+def test_the_model_worker_computes_only_while_it_holds_the_machines_lease(default_model_ready):
+    """The studio's, the CLI's and `cookbook serve`'s runs all compute on the local model worker: while another
+    process holds the lease, the worker's next request waits for it."""
+    from cookbook_engine import models
+    from cookbook_engine.backends.local import get_worker
+
+    worker = get_worker(models.DEFAULT_MODEL)
+    worker.call(lambda: None)  # loaded
+    lock_path = os.readlink(f"/proc/self/fd/{compute_lease.lease()._open()[1]}")
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, lock_path], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        computed_at = worker.call(time.time)
+        released_at = float(holder.stdout.readline())
+    finally:
+        holder.wait(timeout=60)
+    assert computed_at >= released_at
