@@ -134,7 +134,7 @@ def check_fits(config: cfg.CommonConfig, prepared) -> MemoryNeed | None:
         where = "GPU memory" if choice.device == "cuda" else "memory"
         raise WontFitError(
             f"this run needs {need.describe()} and only {free / GB:.1f} GB of {where} is free now. Lower "
-            f"batch_size or max_length (micro-batches hold at most {need.microbatch_tokens:,} tokens), stop "
+            f"batch_size or max_length (this run's largest micro-batch: {need.microbatch_tokens:,} tokens), stop "
             "another run, or close other programs; COOKBOOK_MEMORY_CHECK=off starts it anyway.")
     return need
 

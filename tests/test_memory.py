@@ -92,3 +92,23 @@ def test_the_estimate_covers_a_measured_full_micro_batch_without_asking_for_much
 
     estimate = memory.estimate(config, Full, shape, model_loaded=False).total
     assert peak < estimate < 1.5 * peak, (peak / memory.GB, estimate / memory.GB)
+
+
+@pytest.mark.slow
+def test_the_new_run_form_shows_the_refusal_when_started_and_starts_nothing(default_model_ready, home, little_memory):
+    """The studio's form: pressing Start run on a machine without the memory shows why, as an error on the page."""
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    from cookbook_engine.runs import get_manager
+
+    at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "app" / "main.py"), default_timeout=120)
+    at.run()
+    at.switch_page("../pages/new_run.py").run()
+    next(button for button in at.button if button.label == "Start run").click().run()
+    from app.widgets import safe_markdown as literal  # how the page shows text: markdown escaped
+
+    errors = " ".join(error.value for error in at.error)
+    assert literal("only 0.5 GB of memory is free now. Lower batch_size or max_length") in errors, errors
+    assert get_manager().store.list_runs() == []
