@@ -6,16 +6,18 @@ than taking turns (measured: two SL runs at once took 1.69x their back-to-back t
 model worker (one forward/backward, one optimizer step, one sampling call) holds this lease, so processes take
 turns step by step, as the runs inside one process already do on their worker's FIFO.
 
-How: an exclusive `flock` on `compute.lock` in the studio home, taken through a turnstile (`compute.queue`): a
+How: an exclusive `flock` on `compute.lock` in this user's lease folder (`machine_folder()`: a 0700 folder in the
+system's temporary directory, the same whatever studio home a process uses), taken through a turnstile
+(`compute.queue`): a
 process that wants the lease first takes the turnstile, so one that just released the lease queues behind the
 processes already waiting instead of taking it straight back. The holder writes who it is into the lock file, so a
 waiting process can say "waiting for the CPU: cookbook sl (pid 4242) is computing". A process that dies releases
 its locks with it (the kernel drops flocks on exit), so a crash never leaves the machine locked.
 
 What it is not: a scheduler (no priorities; turns are one unit of work each), nor a lock for anything but model
-compute: tokenizing, grading in the sandbox and storage run outside it. Processes that use another studio home
-(COOKBOOK_HOME) do not see each other's lease. COOKBOOK_COMPUTE_LEASE=off turns it off for a process
-(benchmarks/concurrency.py measures with and without it).
+compute: tokenizing, grading in the sandbox and storage run outside it. Processes of different users do not see
+each other's lease (each user has their own folder). COOKBOOK_COMPUTE_LEASE=off turns it off for a process
+(benchmarks/concurrency.py measures with and without it); COOKBOOK_COMPUTE_LEASE_DIR puts the folder elsewhere.
 """
 
 from __future__ import annotations
@@ -23,18 +25,27 @@ from __future__ import annotations
 import fcntl
 import os
 import sys
+import tempfile
 import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-
-from cookbook_engine import paths
 
 LOCK_NAME = "compute.lock"
 TURNSTILE_NAME = "compute.queue"
 WAIT_NOTE_AFTER_S = 1.0  # a wait shorter than this is not worth telling anyone about
 
 _process_label = f"{Path(sys.argv[0]).name or 'python'} (pid {os.getpid()})"
+
+
+def machine_folder() -> Path:
+    """This user's lease folder, shared by every studio home on the machine (created private, 0700)."""
+    folder = Path(os.environ.get("COOKBOOK_COMPUTE_LEASE_DIR")
+                  or Path(tempfile.gettempdir()) / f"cookbook-compute-{os.getuid()}")
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if folder.stat().st_uid != os.getuid():  # someone else's folder at our name: never share a lock with them
+        raise PermissionError(f"compute lease folder {folder} belongs to another user; set COOKBOOK_COMPUTE_LEASE_DIR")
+    return folder
 
 
 def set_process_label(label: str) -> None:
@@ -57,7 +68,7 @@ class ComputeLease:
 
     def _open(self) -> tuple[int, int]:
         if self._files is None:
-            folder = self.folder or paths.home()
+            folder = self.folder or machine_folder()
             flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
             self._files = (os.open(folder / TURNSTILE_NAME, flags, 0o600), os.open(folder / LOCK_NAME, flags, 0o600))
         return self._files
@@ -112,7 +123,7 @@ _lease_guard = threading.Lock()
 
 
 def lease() -> ComputeLease:
-    """This process's lease on the studio home it uses."""
+    """This process's handle on the lease of this machine (for this user)."""
     global _lease
     with _lease_guard:
         if _lease is None:

@@ -3,7 +3,8 @@ steps: the New run form's estimate and the run pages' elapsed time and ETA come 
 
 `calibrate(model)` times a few seconds of real work on the local backend (a LoRA forward/backward, a no-grad
 forward, a short sampled reply) and caches the speeds per model in the model cache, so the estimate reflects this
-machine, busy or idle, when it was measured; `speeds(model)` returns the cached ones (or the figures measured on
+machine when it was measured (the work's own compute time, without the time it waited for other runs to take
+their turn); `speeds(model)` returns the cached ones (or the figures measured on
 an idle 2-core CPU when there are none yet, marked as such). `step_seconds()` and `eta_seconds()` correct the
 estimate live from the steps a run has finished. `process_usage()` reads a run process's CPU and memory use.
 
@@ -66,26 +67,33 @@ def calibrate(model: str = models.DEFAULT_MODEL) -> Speeds:
         "target_tokens": tokens_T[1:], "weights": [1.0] * (len(tokens_T) - 1)})
     try:
         trainer.forward_backward([datum], "cross_entropy").result()  # warm-up: first call builds the adapter
-        started = time.perf_counter()
-        trainer.forward_backward([datum, datum], "cross_entropy").result()
-        trainer.optim_step(types.AdamParams(learning_rate=0.0)).result()
-        train = 2 * CALIBRATION_TOKENS / (time.perf_counter() - started)
+        train_s = _seconds(trainer.forward_backward([datum, datum], "cross_entropy"))
+        train_s += _seconds(trainer.optim_step(types.AdamParams(learning_rate=0.0)))
+        train = 2 * CALIBRATION_TOKENS / train_s
         sampler = service.create_sampling_client(base_model=model).result()
         prompt = types.ModelInput.from_ints(tokens_T)
         sampler.sample(prompt, 4, types.SamplingParams(max_tokens=2)).result()  # warm-up: builds the decoder
-        started = time.perf_counter()
-        sampler.compute_logprobs(prompt).result()
-        evaluation = CALIBRATION_TOKENS / (time.perf_counter() - started)
-        started = time.perf_counter()
-        response = sampler.sample(prompt, 4, types.SamplingParams(max_tokens=16, temperature=1.0)).result()
-        sampled = sum(len(s.tokens) for s in response.sequences)
-        sample = max(1, sampled) / (time.perf_counter() - started)
+        evaluation = CALIBRATION_TOKENS / _seconds(sampler.compute_logprobs(prompt))
+        request = sampler.sample(prompt, 4, types.SamplingParams(max_tokens=16, temperature=1.0))
+        sample_s = _seconds(request)
+        sample = max(1, sum(len(s.tokens) for s in request.result().sequences)) / sample_s
     finally:
         if hasattr(trainer, "close"):
             trainer.close()
     measured = Speeds(round(train, 1), round(evaluation, 1), round(sample, 1), time.time())
     _cache_file(model).write_text(json.dumps(asdict(measured)) + "\n")
     return measured
+
+
+def _seconds(future) -> float:
+    """How long the request computed: the model worker's own figure, which leaves out the time it waited for its
+    turn (behind other runs in this process, or for another process's compute lease), so a calibration taken while
+    other runs train still measures this machine's speed; else the wall time until its result."""
+    started = time.perf_counter()
+    future.result()
+    wall = time.perf_counter() - started
+    computed = getattr(future, "compute_seconds", None)
+    return max(1e-6, computed if computed is not None else wall)
 
 
 def calibrate_in_background(model: str = models.DEFAULT_MODEL) -> bool:

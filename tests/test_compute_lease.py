@@ -105,7 +105,8 @@ print(released, flush=True)
 
 def test_the_model_worker_computes_only_while_it_holds_the_machines_lease(default_model_ready):
     """The studio's, the CLI's and `cookbook serve`'s runs all compute on the local model worker: while another
-    process holds the lease, the worker's next request waits for it."""
+    process holds the lease, the worker's next request waits for it (and its compute time does not count the wait,
+    which speed.calibrate relies on)."""
     from cookbook_engine import models
     from cookbook_engine.backends.local import get_worker
 
@@ -115,8 +116,24 @@ def test_the_model_worker_computes_only_while_it_holds_the_machines_lease(defaul
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, lock_path], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        computed_at = worker.call(time.time)
+        submitted_at = time.time()
+        request = worker.submit(time.time)
+        computed_at = request.result()
         released_at = float(holder.stdout.readline())
     finally:
         holder.wait(timeout=60)
     assert computed_at >= released_at
+    # what the request computed leaves out its wait, so a speed measured beside other runs is this machine's speed
+    assert request.compute_seconds is not None and request.compute_seconds < released_at - submitted_at
+
+
+def test_every_studio_home_of_a_user_shares_one_private_lease_folder(tmp_path, monkeypatch):
+    """A CLI run with another COOKBOOK_HOME (or a test's temporary home) still takes turns with the studio."""
+    monkeypatch.delenv("COOKBOOK_COMPUTE_LEASE_DIR", raising=False)
+    monkeypatch.setenv("COOKBOOK_HOME", str(tmp_path / "one"))
+    first = compute_lease.machine_folder()
+    monkeypatch.setenv("COOKBOOK_HOME", str(tmp_path / "two"))
+    assert compute_lease.machine_folder() == first
+    assert first.stat().st_mode & 0o777 == 0o700 and first.stat().st_uid == os.getuid()
+    monkeypatch.setenv("COOKBOOK_COMPUTE_LEASE_DIR", str(tmp_path / "elsewhere"))
+    assert compute_lease.machine_folder() == tmp_path / "elsewhere"

@@ -109,15 +109,18 @@ class ModelWorker:
             if self._load_error is not None:
                 future.set_exception(self._load_error)
                 continue
-            started = time.perf_counter()
+            started = None
             try:
                 with compute_lease.lease().hold():  # one process at a time computes on this machine
+                    started = time.perf_counter()  # after the wait: what the work itself took
                     result = fn()
+                    future.compute_seconds = time.perf_counter() - started
                 future.set_result(result)
             except BaseException as exc:
                 future.set_exception(exc)
             finally:
-                self.busy_seconds += time.perf_counter() - started
+                if started is not None:
+                    self.busy_seconds += time.perf_counter() - started
 
     def _load(self) -> None:
         from peft import LoraConfig, get_peft_model

@@ -44,6 +44,12 @@ class LocalFuture(Generic[T]):
     def done(self) -> bool:
         return self._future.done()
 
+    @property
+    def compute_seconds(self) -> float | None:
+        """Seconds the local model worker computed for this request, without the time it waited for its turn (in
+        this process's queue or for another process's compute lease); None where that is not known."""
+        return getattr(self._future, "compute_seconds", None)
+
     def __await__(self):
         return asyncio.wrap_future(self._future).__await__()
 
