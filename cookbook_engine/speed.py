@@ -42,7 +42,9 @@ _lock = threading.Lock()
 
 
 def _cache_file(model: str) -> Path:
-    return paths.models_dir() / f"speed-{models.canonical_name(model).replace('/', '--')}.json"
+    # "compute": measured as the worker's own compute time; older files (wall time, which counted the wait for other
+    # runs' turns: one measured 18 tok/s on a machine that trains at 400) are not read
+    return paths.models_dir() / f"speed-compute-{models.canonical_name(model).replace('/', '--')}.json"
 
 
 def speeds(model: str = models.DEFAULT_MODEL) -> Speeds:
