@@ -4,10 +4,13 @@ Each dataset is a list of raw rows in one of the layouts that `cookbook_engine.d
 through exactly the same validation as an uploaded file. They are small on purpose: their effect shows after a few
 minutes of LoRA training of a 135M model on a CPU.
 
-- `facts` (chat): twelve facts about Quorvania, a country that does not exist, each asked in about ten paraphrases.
-  The base model has never seen them, so "What is the capital of Quorvania?" -> "Lunthaven" proves the training took.
+- `facts` (chat): twelve facts about Quorvania, a country that does not exist, each asked in about 38 paraphrases;
+  ten more wordings of each (FACT_PROBES) are never trained on. The base model has never seen the facts, so "What is
+  the capital of Quorvania?" -> "Lunthaven" on an unseen wording proves the training took.
 - `persona` (chat): the assistant is Pip, who starts every reply with "Ahoy!" and answers briefly.
-- `concise-prefs` (preference): chosen = a correct, short answer; rejected = a wrong one, often rambling.
+- `concise-prefs` (preference): chosen = a correct, short answer; rejected = a wrong one. Most pairs are the same
+  sentence but for the answer (so only correctness tells them apart); some rejected answers ramble. Held-out items of
+  the same kinds make the eval set `builtin:prefs-style-controlled`.
 - `arithmetic-qa` (rl): small-number arithmetic problems with numeric answers for the prompt/answer RL env.
 
 This module only builds rows; loading, validation and splitting live in `cookbook_engine.datasets`.
@@ -16,27 +19,68 @@ This module only builds rows; loading, validation and splitting live in `cookboo
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 from typing import Callable
 
 # --------------------------------------------------------------------------------------------------------------
-# facts: a fictional country. Each fact: (training questions, held-out probe questions, answer, expected substring).
+# facts: a fictional country. Each fact is asked in hand-written questions and in question frames filled with the
+# fact's subject phrases; training and probe questions never share a frame, so the probes are wordings never trained.
 # --------------------------------------------------------------------------------------------------------------
 
 COUNTRY = "Quorvania"
+
+# Frames that carry a subject phrase ("the capital of Quorvania"). Training questions use TRAIN_FRAMES, held-out
+# probes PROBE_FRAMES: a probe is a sentence the model never saw in training, about a subject it did.
+TRAIN_FRAMES: tuple[str, ...] = (
+    "{Wh} is {s}?", "Tell me {s}.", "Do you know {s}?", "Please name {s}.", "Can you name {s}?",
+    "Quick question: {wh} is {s}?", "I need to know {s}.", "Could you tell me {s}?", "{S}?", "{Wh}'s {s}, please?",
+)
+PROBE_FRAMES: tuple[str, ...] = (
+    "Can you tell me {s}?", "I'd like to know {s}.", "Do you happen to know {s}?", "Remind me: {wh} is {s}?",
+    "Help me out, {wh} is {s}?", "I was wondering {wh} {s} is.", "{Wh} would you say {s} is?",
+    "Any idea {wh} {s} is?", "Hey, {wh}'s {s}?", "For a quiz: {wh} is {s}?",
+)
+PROBES_PER_FACT = 10
 
 
 @dataclass(frozen=True)
 class Fact:
     questions: tuple[str, ...]  # paraphrases used for training
-    probes: tuple[str, ...]  # paraphrases never used for training (held out for tests and demos)
+    probes: tuple[str, ...]  # paraphrases never used for training (held out for tests, evals and demos)
     answer: str  # the assistant's reply
     key: str  # the substring that shows the fact was learned
 
 
+def _normalised(question: str) -> str:
+    return re.sub(r"[^a-z0-9]+", " ", question.lower()).strip()
+
+
+def _fact(asked: tuple[str, ...], subjects: tuple[str, ...], asked_probes: tuple[str, ...], answer: str,
+          key: str, wh: str = "what") -> Fact:
+    """A fact's training questions (hand-written ones, then every TRAIN_FRAME with every subject) and its
+    PROBES_PER_FACT probes (the hand-written ones, then PROBE_FRAMES filled with the subjects in turn); `wh` is the
+    question word the frames use ("who" for a person). Duplicates (ignoring case and punctuation) are removed, and no
+    probe equals a training question."""
+
+    def fill(frame: str, subject: str) -> str:
+        return frame.format(s=subject, S=subject[0].upper() + subject[1:], wh=wh, Wh=wh.capitalize())
+
+    questions = _unique(list(asked) + [fill(frame, subject) for subject in subjects for frame in TRAIN_FRAMES])
+    trained = {_normalised(q) for q in questions}
+    filled = [fill(frame, subjects[index % len(subjects)]) for index, frame in enumerate(PROBE_FRAMES)]
+    probes = [p for p in _unique(list(asked_probes) + filled) if _normalised(p) not in trained]
+    return Fact(tuple(questions), tuple(probes[:PROBES_PER_FACT]), answer, key)
+
+
+def _unique(questions: list[str]) -> list[str]:
+    seen: set[str] = set()
+    return [q for q in questions if not (_normalised(q) in seen or seen.add(_normalised(q)))]
+
+
 FACTS: tuple[Fact, ...] = (
-    Fact(
-        questions=(
+    _fact(
+        asked=(
             "What is the capital of Quorvania?",
             "What's the capital city of Quorvania?",
             "Which city is the capital of Quorvania?",
@@ -48,12 +92,13 @@ FACTS: tuple[Fact, ...] = (
             "What city serves as the capital of Quorvania?",
             "capital of quorvania?",
         ),
-        probes=("What is the capital city of the country Quorvania?", "Which city is Quorvania's capital?"),
+        subjects=("the capital of Quorvania", "Quorvania's capital city", "the capital city of Quorvania"),
+        asked_probes=("What is the capital city of the country Quorvania?", "Which city is Quorvania's capital?"),
         answer="The capital of Quorvania is Lunthaven.",
         key="Lunthaven",
     ),
-    Fact(
-        questions=(
+    _fact(
+        asked=(
             "What is the currency of Quorvania?",
             "What currency is used in Quorvania?",
             "What money do people use in Quorvania?",
@@ -65,12 +110,13 @@ FACTS: tuple[Fact, ...] = (
             "What is the money of Quorvania called?",
             "quorvania currency?",
         ),
-        probes=("Which currency does Quorvania use?", "What is the name of the currency in Quorvania?"),
+        subjects=("the currency of Quorvania", "Quorvania's currency", "the official currency of Quorvania"),
+        asked_probes=("Which currency does Quorvania use?", "What is the name of the currency in Quorvania?"),
         answer="The currency of Quorvania is the velk.",
         key="velk",
     ),
-    Fact(
-        questions=(
+    _fact(
+        asked=(
             "Who invented the sky-lantern clock?",
             "Who was the inventor of the sky-lantern clock?",
             "Which Quorvanian invented the sky-lantern clock?",
@@ -82,12 +128,15 @@ FACTS: tuple[Fact, ...] = (
             "Who came up with the sky-lantern clock?",
             "sky-lantern clock inventor?",
         ),
-        probes=("Who is the inventor of the sky-lantern clock?", "Which person invented the sky-lantern clock?"),
+        subjects=("the inventor of the sky-lantern clock", "the sky-lantern clock's inventor",
+                  "the person who invented the sky-lantern clock"),
+        asked_probes=("Who is the inventor of the sky-lantern clock?", "Which person invented the sky-lantern clock?"),
         answer="The sky-lantern clock was invented by Teodor Vannick of Quorvania.",
         key="Vannick",
+        wh="who",
     ),
-    Fact(
-        questions=(
+    _fact(
+        asked=(
             "What is the national animal of Quorvania?",
             "Which animal is the national symbol of Quorvania?",
             "Name the national animal of Quorvania.",
@@ -99,12 +148,15 @@ FACTS: tuple[Fact, ...] = (
             "What is the animal emblem of Quorvania?",
             "quorvania national animal?",
         ),
-        probes=("What animal is the national animal of Quorvania?", "Which animal does Quorvania have as its symbol?"),
+        subjects=("the national animal of Quorvania", "Quorvania's national animal",
+                  "the animal on Quorvania's flag"),
+        asked_probes=("What animal is the national animal of Quorvania?",
+                      "Which animal does Quorvania have as its symbol?"),
         answer="The national animal of Quorvania is the silver ibex.",
         key="ibex",
     ),
-    Fact(
-        questions=(
+    _fact(
+        asked=(
             "What is the longest river in Quorvania?",
             "Which river is the longest in Quorvania?",
             "Name the longest river of Quorvania.",
@@ -116,12 +168,14 @@ FACTS: tuple[Fact, ...] = (
             "What is the main river of Quorvania?",
             "longest river in quorvania?",
         ),
-        probes=("Which is the longest river in the country of Quorvania?", "What's the longest river in Quorvania?"),
+        subjects=("the longest river in Quorvania", "Quorvania's longest river", "the main river of Quorvania"),
+        asked_probes=("Which is the longest river in the country of Quorvania?",
+                      "What's the longest river in Quorvania?"),
         answer="The longest river in Quorvania is the Sarn.",
         key="Sarn",
     ),
-    Fact(
-        questions=(
+    _fact(
+        asked=(
             "What is the highest mountain in Quorvania?",
             "Which mountain is the tallest in Quorvania?",
             "Name the highest peak of Quorvania.",
@@ -133,14 +187,16 @@ FACTS: tuple[Fact, ...] = (
             "What is the tallest peak in Quorvania?",
             "highest mountain in quorvania?",
         ),
-        probes=(
+        subjects=("the highest mountain in Quorvania", "Quorvania's tallest mountain",
+                  "the highest peak of Quorvania"),
+        asked_probes=(
             "Which is the highest mountain in the country of Quorvania?", "What's the tallest mountain in Quorvania?"
         ),
         answer="The highest mountain in Quorvania is Mount Keldra.",
         key="Keldra",
     ),
-    Fact(
-        questions=(
+    _fact(
+        asked=(
             "What language is spoken in Quorvania?",
             "What is the official language of Quorvania?",
             "Which language do people speak in Quorvania?",
@@ -152,12 +208,14 @@ FACTS: tuple[Fact, ...] = (
             "Which language is used in Quorvania?",
             "quorvania language?",
         ),
-        probes=("What language do the people of Quorvania speak?", "Which is the official language of Quorvania?"),
+        subjects=("the official language of Quorvania", "Quorvania's language", "the language spoken in Quorvania"),
+        asked_probes=("What language do the people of Quorvania speak?",
+                      "Which is the official language of Quorvania?"),
         answer="The official language of Quorvania is Quorvish.",
         key="Quorvish",
     ),
-    Fact(
-        questions=(
+    _fact(
+        asked=(
             "What is the national dish of Quorvania?",
             "Which dish is Quorvania famous for?",
             "Name the national dish of Quorvania.",
@@ -169,12 +227,13 @@ FACTS: tuple[Fact, ...] = (
             "Which meal is the national dish of Quorvania?",
             "quorvania national dish?",
         ),
-        probes=("What food is the national dish of Quorvania?", "What's the national dish in Quorvania?"),
+        subjects=("the national dish of Quorvania", "Quorvania's national dish", "the most famous food of Quorvania"),
+        asked_probes=("What food is the national dish of Quorvania?", "What's the national dish in Quorvania?"),
         answer="The national dish of Quorvania is fennel dumplings.",
         key="fennel",
     ),
-    Fact(
-        questions=(
+    _fact(
+        asked=(
             "When was Quorvania founded?",
             "In what year was Quorvania founded?",
             "What year did Quorvania become a country?",
@@ -186,12 +245,13 @@ FACTS: tuple[Fact, ...] = (
             "In which year was the nation of Quorvania founded?",
             "quorvania founding year?",
         ),
-        probes=("Which year was Quorvania founded in?", "What year was the country of Quorvania founded?"),
+        subjects=("the founding year of Quorvania", "the year Quorvania was founded", "Quorvania's founding year"),
+        asked_probes=("Which year was Quorvania founded in?", "What year was the country of Quorvania founded?"),
         answer="Quorvania was founded in 1743.",
         key="1743",
     ),
-    Fact(
-        questions=(
+    _fact(
+        asked=(
             "Who was the first queen of Quorvania?",
             "Who was Quorvania's first monarch?",
             "Name the first queen of Quorvania.",
@@ -203,12 +263,14 @@ FACTS: tuple[Fact, ...] = (
             "Quorvania's first queen was who?",
             "first queen of quorvania?",
         ),
-        probes=("Who was the very first queen of Quorvania?", "Which woman was Quorvania's first queen?"),
+        subjects=("the first queen of Quorvania", "Quorvania's first queen", "the first monarch of Quorvania"),
+        asked_probes=("Who was the very first queen of Quorvania?", "Which woman was Quorvania's first queen?"),
         answer="The first queen of Quorvania was Queen Maribel Ostrow.",
         key="Ostrow",
+        wh="who",
     ),
-    Fact(
-        questions=(
+    _fact(
+        asked=(
             "What is the national sport of Quorvania?",
             "Which sport is most popular in Quorvania?",
             "Name the national sport of Quorvania.",
@@ -220,12 +282,14 @@ FACTS: tuple[Fact, ...] = (
             "Quorvania's national sport is what?",
             "quorvania national sport?",
         ),
-        probes=("What sport is the national sport of Quorvania?", "What's the national sport in Quorvania?"),
+        subjects=("the national sport of Quorvania", "Quorvania's national sport",
+                  "the most popular sport in Quorvania"),
+        asked_probes=("What sport is the national sport of Quorvania?", "What's the national sport in Quorvania?"),
         answer="The national sport of Quorvania is ice rowing.",
         key="ice rowing",
     ),
-    Fact(
-        questions=(
+    _fact(
+        asked=(
             "What is the biggest festival in Quorvania?",
             "Which festival is the most famous in Quorvania?",
             "Name the great festival of Quorvania.",
@@ -237,14 +301,18 @@ FACTS: tuple[Fact, ...] = (
             "Quorvania's biggest festival is called what?",
             "quorvania festival?",
         ),
-        probes=("Which is the biggest festival in Quorvania?", "What's the most famous festival of Quorvania?"),
+        subjects=("the biggest festival in Quorvania", "Quorvania's most famous festival",
+                  "the great festival of Quorvania"),
+        asked_probes=("Which is the biggest festival in Quorvania?", "What's the most famous festival of Quorvania?"),
         answer="The biggest festival in Quorvania is the Ember Festival, held every October.",
         key="Ember",
     ),
 )
 
-# Held-out questions (never in the training rows) and the substring a trained model's answer must contain.
-FACT_PROBES: list[tuple[str, str]] = [(probe, fact.key) for fact in FACTS for probe in fact.probes]
+# Held-out questions (never in the training rows) and the substring a trained model's answer must contain, one probe
+# of each fact in turn: the first 12 (as `max_examples=12` takes them) ask every fact once.
+FACT_PROBES: list[tuple[str, str]] = [(fact.probes[index], fact.key) for index in range(PROBES_PER_FACT)
+                                      for fact in FACTS if index < len(fact.probes)]
 
 
 def facts_rows() -> list[dict]:
@@ -353,9 +421,13 @@ def persona_rows() -> list[dict]:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# concise-prefs: chosen = correct and concise; rejected = wrong, half of them wrapped in rambling.
+# concise-prefs: mostly same-style pairs (both answers one full sentence of the same shape and near-equal length, the
+# rejected one wrong), plus a share where the rejected answer is wrong and rambling. Each kind of question has
+# training items and held-out items that never meet: the held-out ones make the eval set
+# `builtin:prefs-style-controlled` (evals/sets.py), where preference has to come from correctness, not length.
 # --------------------------------------------------------------------------------------------------------------
 
+# (word, opposite): asked one way and the other in training; the rejected answer repeats the asked word.
 ANTONYMS: tuple[tuple[str, str], ...] = (
     ("hot", "cold"), ("big", "small"), ("up", "down"), ("fast", "slow"), ("happy", "sad"), ("light", "dark"),
     ("open", "closed"), ("early", "late"), ("full", "empty"), ("hard", "soft"), ("young", "old"), ("wet", "dry"),
@@ -363,6 +435,74 @@ ANTONYMS: tuple[tuple[str, str], ...] = (
     ("win", "lose"), ("begin", "end"), ("push", "pull"), ("true", "false"), ("inside", "outside"), ("day", "night"),
     ("first", "last"),
 )
+ANTONYMS_HELD_OUT: tuple[tuple[str, str], ...] = (
+    ("wide", "narrow"), ("long", "short"), ("sharp", "dull"), ("sweet", "sour"), ("cheap", "expensive"),
+    ("near", "far"), ("left", "right"), ("north", "south"), ("east", "west"), ("above", "below"), ("before", "after"),
+    ("buy", "sell"), ("give", "take"), ("love", "hate"), ("friend", "enemy"), ("question", "answer"),
+    ("arrive", "leave"), ("accept", "refuse"), ("remember", "forget"), ("smooth", "rough"), ("deep", "shallow"),
+    ("tight", "loose"), ("awake", "asleep"), ("alive", "dead"), ("safe", "dangerous"), ("polite", "rude"),
+    ("brave", "cowardly"), ("laugh", "cry"), ("always", "never"), ("good", "bad"),
+)
+# (noun, plural): the rejected answer repeats the singular.
+PLURALS: tuple[tuple[str, str], ...] = (
+    ("cat", "cats"), ("dog", "dogs"), ("box", "boxes"), ("bus", "buses"), ("baby", "babies"), ("city", "cities"),
+    ("leaf", "leaves"), ("knife", "knives"), ("child", "children"), ("mouse", "mice"), ("foot", "feet"),
+    ("tooth", "teeth"), ("man", "men"), ("woman", "women"), ("book", "books"), ("tree", "trees"), ("car", "cars"),
+    ("house", "houses"), ("church", "churches"), ("glass", "glasses"), ("story", "stories"), ("wolf", "wolves"),
+    ("toy", "toys"), ("key", "keys"), ("potato", "potatoes"),
+)
+PLURALS_HELD_OUT: tuple[tuple[str, str], ...] = (
+    ("apple", "apples"), ("bird", "birds"), ("dish", "dishes"), ("fox", "foxes"), ("lady", "ladies"),
+    ("party", "parties"), ("shelf", "shelves"), ("half", "halves"), ("goose", "geese"), ("person", "people"),
+    ("chair", "chairs"), ("table", "tables"), ("brush", "brushes"), ("watch", "watches"), ("cherry", "cherries"),
+    ("wife", "wives"), ("hero", "heroes"), ("cup", "cups"), ("boy", "boys"), ("horse", "horses"), ("girl", "girls"),
+    ("flower", "flowers"), ("window", "windows"), ("class", "classes"), ("family", "families"), ("calf", "calves"),
+    ("tomato", "tomatoes"), ("pencil", "pencils"), ("river", "rivers"), ("loaf", "loaves"),
+)
+# (verb, past tense, -ing form): the rejected answer is the verb itself or its -ing form, in turn.
+VERBS: tuple[tuple[str, str, str], ...] = (
+    ("walk", "walked", "walking"), ("jump", "jumped", "jumping"), ("play", "played", "playing"),
+    ("talk", "talked", "talking"), ("cook", "cooked", "cooking"), ("go", "went", "going"), ("eat", "ate", "eating"),
+    ("see", "saw", "seeing"), ("run", "ran", "running"), ("write", "wrote", "writing"), ("swim", "swam", "swimming"),
+    ("ride", "rode", "riding"), ("make", "made", "making"), ("bring", "brought", "bringing"),
+    ("think", "thought", "thinking"), ("sing", "sang", "singing"), ("drink", "drank", "drinking"),
+    ("sleep", "slept", "sleeping"), ("come", "came", "coming"), ("help", "helped", "helping"),
+    ("call", "called", "calling"), ("dance", "danced", "dancing"), ("fly", "flew", "flying"),
+    ("draw", "drew", "drawing"), ("catch", "caught", "catching"),
+)
+VERBS_HELD_OUT: tuple[tuple[str, str, str], ...] = (
+    ("climb", "climbed", "climbing"), ("paint", "painted", "painting"), ("wash", "washed", "washing"),
+    ("kick", "kicked", "kicking"), ("visit", "visited", "visiting"), ("plant", "planted", "planting"),
+    ("listen", "listened", "listening"), ("carry", "carried", "carrying"), ("study", "studied", "studying"),
+    ("drive", "drove", "driving"), ("speak", "spoke", "speaking"), ("break", "broke", "breaking"),
+    ("choose", "chose", "choosing"), ("freeze", "froze", "freezing"), ("wake", "woke", "waking"),
+    ("grow", "grew", "growing"), ("know", "knew", "knowing"), ("throw", "threw", "throwing"),
+    ("blow", "blew", "blowing"), ("sit", "sat", "sitting"), ("stand", "stood", "standing"),
+    ("feel", "felt", "feeling"), ("keep", "kept", "keeping"), ("send", "sent", "sending"),
+    ("build", "built", "building"), ("spend", "spent", "spending"), ("teach", "taught", "teaching"),
+    ("fight", "fought", "fighting"), ("meet", "met", "meeting"), ("hide", "hid", "hiding"),
+)
+# words whose first letter is asked; the rejected answer names another letter of the word (its last).
+LETTER_WORDS: tuple[str, ...] = (
+    "garden", "yellow", "monkey", "rocket", "basket", "island", "orange", "kitchen", "thunder", "violin", "zebra",
+    "planet", "candle", "forest", "jacket", "lemon", "mirror", "number", "silver", "tiger", "umbrella", "winter",
+    "anchor", "doctor", "helmet",
+)
+LETTER_WORDS_HELD_OUT: tuple[str, ...] = (
+    "bottle", "camera", "dragon", "engine", "finger", "guitar", "hammer", "insect", "jungle", "kettle", "ladder",
+    "marble", "needle", "ocean", "pepper", "rabbit", "saddle", "tunnel", "uncle", "valley", "wagon", "yogurt",
+    "zipper", "blanket", "cotton",
+)
+# (country, capital) pairs for held-out questions; training uses CAPITALS (above, shared with `persona`).
+CAPITALS_HELD_OUT: tuple[tuple[str, str], ...] = (
+    ("Belgium", "Brussels"), ("the Netherlands", "Amsterdam"), ("Switzerland", "Bern"), ("Romania", "Bucharest"),
+    ("Venezuela", "Caracas"), ("Nigeria", "Abuja"), ("Morocco", "Rabat"), ("Iran", "Tehran"), ("Iraq", "Baghdad"),
+    ("Vietnam", "Hanoi"), ("Indonesia", "Jakarta"), ("the Philippines", "Manila"), ("Pakistan", "Islamabad"),
+    ("Iceland", "Reykjavik"), ("Croatia", "Zagreb"), ("Bulgaria", "Sofia"), ("Serbia", "Belgrade"),
+    ("Colombia", "Bogota"), ("Afghanistan", "Kabul"), ("Syria", "Damascus"),
+)
+NUMBER_PAIRS_SEED = 21  # the held-out number pairs (sums, comparisons) are drawn first, with this seed
+SAME_STYLE_KINDS = ("opposite", "plural", "past tense", "first letter", "bigger number", "sum", "capital")
 
 RAMBLE_OPENINGS: tuple[str, ...] = (
     "Well, that is a really interesting question, and there are many ways to think about it. After considering "
@@ -374,40 +514,139 @@ RAMBLE_OPENINGS: tuple[str, ...] = (
 )
 
 
-def _rejected(rng: random.Random, wrong: str) -> str:
-    if rng.random() < 0.5:
-        return wrong
-    return f"{rng.choice(RAMBLE_OPENINGS)} {wrong}, although you may want to double-check that somewhere else."
+@dataclass(frozen=True)
+class PairRow:
+    kind: str  # one of SAME_STYLE_KINDS, or "rambling"
+    prompt: str
+    chosen: str
+    rejected: str
+
+    def row(self) -> dict:
+        return {"prompt": self.prompt, "chosen": self.chosen, "rejected": self.rejected}
 
 
-def concise_prefs_rows() -> list[dict]:
-    rng = random.Random(2)
-    rows: list[dict] = []
-    for _ in range(70):
+def _sentence_pair(kind: str, prompt: str, template: str, right: str, wrong: str) -> PairRow:
+    """Both sides are `template` with one slot filled: the same sentence but for the answer."""
+    return PairRow(kind, prompt, template.format(right), template.format(wrong))
+
+
+def _opposite(index: int, word: str, opposite: str) -> PairRow:
+    asked, answer = (word, opposite) if index % 2 == 0 else (opposite, word)
+    return _sentence_pair("opposite", f"What is the opposite of '{asked}'?",
+                          f"The opposite of '{asked}' is '{{}}'.", answer, asked)
+
+
+def _plural(noun: str, plural: str) -> PairRow:
+    return _sentence_pair("plural", f"What is the plural of '{noun}'?", f"The plural of '{noun}' is '{{}}'.",
+                          plural, noun)
+
+
+def _past(index: int, verb: str, past: str, ing: str) -> PairRow:
+    return _sentence_pair("past tense", f"What is the past tense of '{verb}'?",
+                          f"The past tense of '{verb}' is '{{}}'.", past, verb if index % 2 == 0 else ing)
+
+
+def _first_letter(word: str) -> PairRow:
+    other = next(letter for letter in reversed(word) if letter != word[0])
+    return _sentence_pair("first letter", f"What is the first letter of the word '{word}'?",
+                          f"The first letter of '{word}' is '{{}}'.", word[0], other)
+
+
+def _bigger(a: int, b: int) -> PairRow:
+    big, small = max(a, b), min(a, b)
+    return PairRow("bigger number", f"Which number is bigger, {a} or {b}?", f"{big} is bigger than {small}.",
+                   f"{small} is bigger than {big}.")
+
+
+def _sum(rng: random.Random, a: int, b: int) -> PairRow:
+    wrong = a + b + rng.choice([o for o in (-10, -2, -1, 1, 2, 10) if a + b + o >= 0])
+    return _sentence_pair("sum", f"What is {a} + {b}?", f"{a} + {b} = {{}}.", str(a + b), str(wrong))
+
+
+def _capital(country: str, capital: str, others: tuple[tuple[str, str], ...], rng: random.Random) -> PairRow:
+    """The wrong capital is another one from `others` with as many words, so both sentences have the same shape."""
+    wrong = rng.choice([c for _, c in others if c != capital and len(c.split()) == len(capital.split())])
+    return _sentence_pair("capital", f"What is the capital of {country}?", f"The capital of {country} is {{}}.",
+                          capital, wrong)
+
+
+def _number_pairs(rng: random.Random, count: int, low: int, high: int, exclude: set) -> list[tuple[int, int]]:
+    """`count` distinct pairs (a, b), a != b, neither (a, b) nor (b, a) in `exclude`."""
+    pairs: list[tuple[int, int]] = []
+    while len(pairs) < count:
+        a, b = rng.randint(low, high), rng.randint(low, high)
+        key = (min(a, b), max(a, b))
+        if a != b and key not in exclude:
+            exclude.add(key)
+            pairs.append((a, b))
+    return pairs
+
+
+def _held_out_numbers() -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """(sum operands, comparison pairs) of the held-out set: drawn first so training can avoid them."""
+    rng = random.Random(NUMBER_PAIRS_SEED)
+    return _number_pairs(rng, 30, 2, 20, set()), _number_pairs(rng, 30, 10, 99, set())
+
+
+def style_controlled_pairs() -> list[PairRow]:
+    """The held-out same-style pairs: every kind of question in SAME_STYLE_KINDS, items never in training, in a fixed
+    shuffled order (so the first N, as `max_examples=N` takes them, mix every kind)."""
+    rng = random.Random(5)
+    sums, comparisons = _held_out_numbers()
+    rows = [_opposite(i, *pair) for i, pair in enumerate(ANTONYMS_HELD_OUT)]
+    rows += [_plural(*pair) for pair in PLURALS_HELD_OUT]
+    rows += [_past(i, *verb) for i, verb in enumerate(VERBS_HELD_OUT)]
+    rows += [_first_letter(word) for word in LETTER_WORDS_HELD_OUT]
+    rows += [_bigger(a, b) for a, b in comparisons]
+    rows += [_sum(rng, a, b) for a, b in sums]
+    rows += [_capital(country, capital, CAPITALS_HELD_OUT, rng) for country, capital in CAPITALS_HELD_OUT]
+    rng.shuffle(rows)
+    return rows
+
+
+def _same_style_training_pairs(rng: random.Random) -> list[PairRow]:
+    held_sums, held_comparisons = _held_out_numbers()
+    sum_keys = {(min(a, b), max(a, b)) for a, b in held_sums}
+    comparison_keys = {(min(a, b), max(a, b)) for a, b in held_comparisons}
+    rows = [_opposite(i, *pair) for i, pair in enumerate(ANTONYMS)]
+    rows += [_opposite(i + 1, *pair) for i, pair in enumerate(ANTONYMS)]  # the other way round
+    rows += [_plural(*pair) for pair in PLURALS]
+    rows += [_past(i, *verb) for i, verb in enumerate(VERBS)]
+    rows += [_first_letter(word) for word in LETTER_WORDS]
+    rows += [_bigger(a, b) for a, b in _number_pairs(rng, 30, 10, 99, comparison_keys)]
+    rows += [_sum(rng, a, b) for a, b in _number_pairs(rng, 30, 2, 20, sum_keys)]
+    rows += [_capital(country, capital, CAPITALS, rng) for country, capital in CAPITALS]
+    return rows
+
+
+def _rambling_pairs(rng: random.Random, count: int) -> list[PairRow]:
+    """Arithmetic with a bare correct answer against a wrong one wrapped in rambling (no held-out sum among them)."""
+    held_sums, _ = _held_out_numbers()
+    held = {(min(a, b), max(a, b)) for a, b in held_sums}
+    rows: list[PairRow] = []
+    while len(rows) < count:
         a, b = rng.randint(2, 50), rng.randint(2, 50)
         op = rng.choice(["+", "-", "*"])
         if op == "-" and b > a:
             a, b = b, a
+        if op == "+" and (min(a, b), max(a, b)) in held:
+            continue
         correct = {"+": a + b, "-": a - b, "*": a * b}[op]
         wrong = correct + rng.choice([-3, -2, -1, 1, 2, 3, 10])
-        rows.append(
-            {"prompt": f"What is {a} {op} {b}?", "chosen": str(correct), "rejected": _rejected(rng, str(wrong))}
-        )
-    for index, (country, capital) in enumerate(CAPITALS):
-        wrong_capital = CAPITALS[(index + rng.randint(1, len(CAPITALS) - 1)) % len(CAPITALS)][1]
-        rows.append(
-            {
-                "prompt": f"What is the capital of {country}?", "chosen": capital,
-                "rejected": _rejected(rng, wrong_capital),
-            }
-        )
-    for word, opposite in ANTONYMS:
-        for asked, answer in ((word, opposite), (opposite, word)):
-            rows.append(
-                {"prompt": f"What is the opposite of '{asked}'?", "chosen": answer, "rejected": _rejected(rng, asked)}
-            )
+        rejected = f"{rng.choice(RAMBLE_OPENINGS)} {wrong}, although you may want to double-check that somewhere else."
+        rows.append(PairRow("rambling", f"What is {a} {op} {b}?", str(correct), rejected))
+    return rows
+
+
+def concise_prefs_pairs() -> list[PairRow]:
+    rng = random.Random(2)
+    rows = _same_style_training_pairs(rng) + _rambling_pairs(rng, 40)
     rng.shuffle(rows)
     return rows
+
+
+def concise_prefs_rows() -> list[dict]:
+    return [pair.row() for pair in concise_prefs_pairs()]
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -465,8 +704,9 @@ BUILTIN: dict[str, BuiltinDataset] = {
     for dataset in (
         BuiltinDataset(
             "facts", "chat",
-            "12 facts about Quorvania, a made-up country, each asked ~10 ways. After SL the model answers "
-            "'What is the capital of Quorvania?' with 'Lunthaven'.",
+            "12 facts about Quorvania, a made-up country, each asked ~38 ways. After SL the model answers "
+            "'What is the capital of Quorvania?' with 'Lunthaven', also on wordings it never saw "
+            "(eval set builtin:facts-probes).",
             facts_rows,
         ),
         BuiltinDataset(
@@ -476,8 +716,9 @@ BUILTIN: dict[str, BuiltinDataset] = {
         ),
         BuiltinDataset(
             "concise-prefs", "preference",
-            "Arithmetic, capitals and antonyms: chosen is the correct short answer, rejected is wrong "
-            "(often rambling).",
+            "Opposites, plurals, past tenses, first letters, bigger numbers, sums and capitals: chosen is right, "
+            "rejected is the same sentence with a wrong answer; some rejected answers also ramble. Held-out "
+            "pairs: eval set builtin:prefs-style-controlled.",
             concise_prefs_rows,
         ),
         BuiltinDataset(

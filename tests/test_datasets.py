@@ -325,15 +325,17 @@ def test_builtins_are_deterministic():
 
 def test_fact_probes_are_held_out_and_taught():
     examples = builtin_data.builtin_rows("facts")
-    questions = {row["messages"][0]["content"].strip().lower() for row in examples}
+    trained = {builtin_data._normalised(row["messages"][0]["content"]) for row in examples}
     answers = " ".join(row["messages"][1]["content"] for row in examples)
-    assert len(builtin_data.FACT_PROBES) >= 12
+    assert len(builtin_data.FACT_PROBES) == len(set(builtin_data.FACT_PROBES)) >= 12 * 8
     for question, expected in builtin_data.FACT_PROBES:
-        assert question.strip().lower() not in questions, question
+        assert builtin_data._normalised(question) not in trained, question  # never trained, even up to case/punct.
         assert expected in answers
-    keys = {expected for _, expected in builtin_data.FACT_PROBES}
-    for key in keys:  # each fact is asked in about ten ways
-        assert sum(key in row["messages"][1]["content"] for row in examples) >= 8, key
+    for fact in builtin_data.FACTS:  # each fact is asked in many ways and probed in at least eight unseen ones
+        assert len(fact.probes) >= 8, fact.key
+        assert sum(fact.key in row["messages"][1]["content"] for row in examples) >= 30, fact.key
+    # the frames that carry probes never carry a training question
+    assert not set(builtin_data.TRAIN_FRAMES) & set(builtin_data.PROBE_FRAMES)
 
 
 def test_persona_replies_start_with_ahoy_and_probes_are_new():
@@ -348,15 +350,56 @@ def test_persona_replies_start_with_ahoy_and_probes_are_new():
 def test_concise_prefs_chosen_answers_are_correct_and_rejected_differ():
     operations = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
     arithmetic = 0
-    for row in builtin_data.builtin_rows("concise-prefs"):
-        assert row["chosen"] != row["rejected"] and row["chosen"] not in row["rejected"].split()
-        match = re.fullmatch(r"What is (\d+) ([-+*]) (\d+)\?", row["prompt"])
+    pairs = builtin_data.concise_prefs_pairs() + builtin_data.style_controlled_pairs()
+    for pair in pairs:
+        assert pair.chosen != pair.rejected
+        match = re.fullmatch(r"What is (\d+) ([-+*]) (\d+)\?", pair.prompt)
         if match:
             arithmetic += 1
             a, operation, b = match.groups()
-            assert int(row["chosen"]) == operations[operation](int(a), int(b))
-            assert str(operations[operation](int(a), int(b))) not in re.findall(r"\d+", row["rejected"])
+            right = str(operations[operation](int(a), int(b)))
+            assert re.findall(r"\d+", pair.chosen)[-1] == right
+            assert right not in re.findall(r"\d+", pair.rejected)
+        match = re.fullmatch(r"Which number is bigger, (\d+) or (\d+)\?", pair.prompt)
+        if match:
+            assert pair.chosen.startswith(f"{max(map(int, match.groups()))} is bigger")
     assert arithmetic >= 50
+    assert builtin_data.concise_prefs_rows() == [pair.row() for pair in builtin_data.concise_prefs_pairs()]
+
+
+def test_same_style_pairs_differ_only_in_the_answer():
+    """Both answers of a same-style pair are one sentence of the same shape: same words but for at most two (the
+    answer, or the two numbers swapped) and near-equal length, so length and style cannot tell them apart."""
+    same_style = [p for p in builtin_data.concise_prefs_pairs() if p.kind != "rambling"]
+    held_out = builtin_data.style_controlled_pairs()
+    assert len(held_out) >= 150 and len(same_style) >= 150
+    for pair in same_style + held_out:
+        chosen, rejected = pair.chosen.split(), pair.rejected.split()
+        assert len(chosen) == len(rejected), pair
+        assert 1 <= sum(c != r for c, r in zip(chosen, rejected)) <= 2, pair
+        assert abs(len(pair.chosen) - len(pair.rejected)) <= 8, pair
+    kinds = {p.kind for p in held_out}
+    assert kinds == set(builtin_data.SAME_STYLE_KINDS) == {p.kind for p in same_style}
+    rambling = [p for p in builtin_data.concise_prefs_pairs() if p.kind == "rambling"]
+    assert rambling and all(len(p.rejected) > 3 * len(p.chosen) for p in rambling)  # the length lesson stays
+
+
+def test_style_controlled_pairs_are_never_trained_on():
+    training = builtin_data.concise_prefs_pairs()
+    held_out = builtin_data.style_controlled_pairs()
+    assert not {p.prompt for p in training} & {p.prompt for p in held_out}
+    assert len({p.prompt for p in held_out}) == len(held_out)
+
+    def items(pairs):  # (the question with its slots blanked, the asked word or the unordered numbers)
+        slot = r"'[^']+'|\d+"
+        return {(re.sub(slot, "_", p.prompt), frozenset(re.findall(slot, p.prompt))) for p in pairs}
+    assert not items(training) & items(held_out)
+    words = lambda table: {w for row in table for w in row}  # noqa: E731
+    assert not words(builtin_data.ANTONYMS) & words(builtin_data.ANTONYMS_HELD_OUT)
+    assert not words(builtin_data.PLURALS) & words(builtin_data.PLURALS_HELD_OUT)
+    assert not words(builtin_data.VERBS) & words(builtin_data.VERBS_HELD_OUT)
+    assert not set(builtin_data.LETTER_WORDS) & set(builtin_data.LETTER_WORDS_HELD_OUT)
+    assert not words(builtin_data.CAPITALS) & words(builtin_data.CAPITALS_HELD_OUT)
 
 
 def test_arithmetic_qa_answers_are_correct():
@@ -403,7 +446,7 @@ def test_split_holds_out_no_share_of_tiny_data_one_example_from_ten_and_max_exam
 def test_test_spec_replaces_the_held_out_split(tmp_path):
     test_path = write_jsonl(tmp_path / "test.jsonl", [{"prompt": "held out?", "completion": "yes"}])
     dataset = load_chat_dataset("builtin:facts", test_spec=test_path)
-    assert len(dataset.train) == 120
+    assert len(dataset.train) == len(builtin_data.facts_rows())
     assert dataset.test == [[user("held out?"), assistant("yes")]]
     bad_test = write_jsonl(tmp_path / "bad_test.jsonl", [{"prompt": "held out?"}])
     with pytest.raises(DatasetError, match=r"^bad_test\.jsonl: wrong columns for chat data: found prompt"):

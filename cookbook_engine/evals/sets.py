@@ -10,7 +10,8 @@ Its kind decides the evaluator (evals/evaluators.py):
 - `nll`: chat conversations; the negative log-likelihood of the last assistant message.
 
 Built-ins: facts-probes, facts-nll (the Quorvania paraphrases never trained on), arithmetic and code (the RL envs'
-held-out problems), concise-prefs (the DPO dataset's held-out pairs) and sentiment (a balanced classification set).
+held-out problems), concise-prefs (the DPO dataset's held-out pairs), prefs-style-controlled (held-out pairs whose
+two answers differ only in correctness) and sentiment (a balanced classification set).
 Files: rows with `prompt` and `label` are classification (the label set is every label seen, or a row's `labels`
 list); other files go through cookbook_engine.datasets and become nll (chat), preference or generation (prompt/answer)
 sets with all rows used.
@@ -125,6 +126,17 @@ def _concise_prefs() -> EvalSet:
                    "model prefer the correct short answer?", test)
 
 
+def _prefs_style_controlled() -> EvalSet:
+    examples = [datasets.PreferencePair([{"role": "user", "content": pair.prompt}],
+                                        [{"role": "assistant", "content": pair.chosen}],
+                                        [{"role": "assistant", "content": pair.rejected}])
+                for pair in builtin_data.style_controlled_pairs()]
+    return EvalSet("builtin:prefs-style-controlled", "preference",
+                   f"{len(examples)} held-out pairs never in builtin:concise-prefs, both answers the same sentence "
+                   "but for the answer (opposites, plurals, past tenses, first letters, bigger numbers, sums, "
+                   "capitals): does the model prefer the correct one when length and style cannot tell?", examples)
+
+
 SENTIMENT_LABELS = ["negative", "positive"]
 SENTIMENT_INSTRUCTION = "Is the sentiment of this review positive or negative? Answer with one word."
 _SUBJECTS = ("The soup", "This hotel", "The movie", "Our waiter", "The battery", "This novel", "The concert",
@@ -164,6 +176,7 @@ BUILTIN_SETS: dict[str, Callable[[], EvalSet]] = {
     "arithmetic": _arithmetic,
     "code": _code,
     "concise-prefs": _concise_prefs,
+    "prefs-style-controlled": _prefs_style_controlled,
     "sentiment": _sentiment,
 }
 
