@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 
 import pandas as pd
 
-from cookbook_engine import paths, speed
+from cookbook_engine import compute_lease, paths, speed
 
 ACTIVE = ("queued", "running", "cancelling")
 
@@ -66,6 +66,17 @@ def usage_text(run: dict) -> str:
     if "gpu_bytes" in usage:
         text += f" · GPU {paths.human_size(usage['gpu_bytes'])}"
     return text
+
+
+def turn_text(run: dict) -> str:
+    """"taking turns: X is computing now" while another process on this machine holds the compute lease and this
+    active run's process waits for it; empty otherwise."""
+    if run["status"] not in ACTIVE or run.get("owner_host") not in (None, socket.gethostname()):
+        return ""
+    holder = compute_lease.holder_now()
+    if holder is None or not run.get("owner_pid") or holder[1] == run["owner_pid"]:
+        return ""
+    return f"taking turns on the CPU: {holder[0]} is computing now (runs on this machine compute one at a time)"
 
 
 def table_times(store, runs: list[dict]) -> dict[str, dict]:

@@ -118,6 +118,26 @@ def read_holder(lock_fd: int) -> str:
         return ""
 
 
+def holder_now() -> tuple[str, int] | None:
+    """(label, pid) of the process computing on this machine right now, or None when nobody is: for pages that
+    show a run waiting for its turn. Takes the lock shared for an instant to see whether it is held."""
+    try:
+        fd = os.open(machine_folder() / LOCK_NAME, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:  # held: the label is the holder's
+            label = read_holder(fd)
+            digits = label.rsplit("pid ", 1)[-1].rstrip(")")
+            return (label, int(digits)) if digits.isdigit() else (label, 0)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
 _lease: ComputeLease | None = None
 _lease_guard = threading.Lock()
 

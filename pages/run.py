@@ -39,6 +39,9 @@ def live_header(run_id: str) -> None:
     usage = timing.usage_text(run)
     if usage:
         st.caption(f":material/memory: {usage}")
+    turn = timing.turn_text(run)
+    if turn:
+        st.caption(f":material/hourglass_top: {widgets.safe_markdown(turn)}")
 
 
 st.fragment(run_every=2 if run["status"] in widgets.ACTIVE else None)(live_header)(run_id)

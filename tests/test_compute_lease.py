@@ -137,3 +137,24 @@ def test_every_studio_home_of_a_user_shares_one_private_lease_folder(tmp_path, m
     assert first.stat().st_mode & 0o777 == 0o700 and first.stat().st_uid == os.getuid()
     monkeypatch.setenv("COOKBOOK_COMPUTE_LEASE_DIR", str(tmp_path / "elsewhere"))
     assert compute_lease.machine_folder() == tmp_path / "elsewhere"
+
+
+def test_the_run_page_says_which_process_computes_while_a_run_waits_for_its_turn(tmp_path, monkeypatch):
+    from app import timing
+
+    monkeypatch.setenv("COOKBOOK_COMPUTE_LEASE_DIR", str(tmp_path))
+    lock_path = tmp_path / compute_lease.LOCK_NAME
+    lock_path.touch()
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER.replace("the test's holder", "cookbook rl (pid 4242)"),
+                               str(lock_path)], stdout=subprocess.PIPE, text=True)
+    waiting_run = {"status": "running", "owner_pid": os.getpid(), "owner_host": None}
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert compute_lease.holder_now() == ("cookbook rl (pid 4242)", 4242)
+        assert timing.turn_text(waiting_run).startswith("taking turns on the CPU: cookbook rl (pid 4242) is computing")
+        assert timing.turn_text({**waiting_run, "owner_pid": 4242}) == ""  # the holder's own run is not waiting
+        assert timing.turn_text({**waiting_run, "status": "completed"}) == ""
+        holder.stdout.readline()  # released
+    finally:
+        holder.wait(timeout=60)
+    assert compute_lease.holder_now() is None and timing.turn_text(waiting_run) == ""
