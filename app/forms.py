@@ -24,7 +24,8 @@ LORA_RANKS = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 TRAIN_ON_LABELS = {"last_assistant_message": "Last assistant message",
                    "all_assistant_messages": "All assistant messages", "all_messages": "All messages"}
 RL_ENV_HELP = {
-    "arithmetic": "Built-in arithmetic and word problems; reward 1 when the last number in the reply is right.",
+    "arithmetic": "Built-in additions, fresh each step, operands growing to two digits over the run; reward 1 when "
+                  "the last number in the reply is right. 100 two-digit sums are held out (builtin:arithmetic).",
     "code": "Built-in Python function tasks; the reply's ```python block runs against unit tests in the sandbox.",
     "custom": "Your own prompt/answer file, scored by the grader you pick.",
 }
@@ -210,10 +211,11 @@ def settings_form(kind: str, base: cfg.CommonConfig, choice: ModelChoice, data: 
         suggested *= DPO_LR_SCALE
         reason = f"DPO's default is {DPO_LR_SCALE:g} × the model's SL rate ({choice.suggested_lr or 1e-4:g}: {reason})"
     elif kind == "rl":
-        from cookbook_engine.rl.loop import RL_LR_SCALE
+        from cookbook_engine.rl import suggested as rl_suggested
 
-        suggested *= RL_LR_SCALE
-        reason = f"RL's default is {RL_LR_SCALE:g} × the model's SL rate ({choice.suggested_lr or 1e-4:g}: {reason})"
+        draft = cfg.RLConfig(model=choice.model, backend=choice.backend, **data)
+        suggested, reason = (rl_suggested.learning_rate(draft, suggested),
+                             rl_suggested.reason(draft, suggested, reason))
     values: dict = {"model": choice.model, "backend": choice.backend, **data}
     with st.form(k("form"), border=True):
         st.markdown("**Run**")

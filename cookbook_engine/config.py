@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from cookbook_engine import device
 from cookbook_engine.models import DEFAULT_MODEL
+from cookbook_engine.rl.suggested import ARITHMETIC as RL_MEASURED
 
 BACKENDS = ("local", "tinker", "clocked")
 SCHEDULES = ("linear", "cosine", "constant")
@@ -95,17 +96,17 @@ class RLConfig(CommonConfig):
     env: str = "arithmetic"
     dataset: str = ""  # env=custom: a prompt/answer file
     grader: str = "numeric"  # env=custom
-    group_size: int = 4
-    groups_per_batch: int = 8
-    max_tokens: int = 64
-    temperature: float = 0.7
+    # The defaults of group size, groups, tokens, temperature and steps are the measured ones (rl/suggested.py)
+    group_size: int = RL_MEASURED.group_size
+    groups_per_batch: int = RL_MEASURED.groups_per_batch
+    max_tokens: int = RL_MEASURED.max_tokens
+    temperature: float = RL_MEASURED.temperature
     top_p: float = 0.9
     loss_fn: str = "importance_sampling"
     clip_low_threshold: float = 0.8
     clip_high_threshold: float = 1.2
     num_substeps: int = 1
-    max_steps: int = 20
-    eval_every: int = 5
+    max_steps: int = RL_MEASURED.max_steps
     num_eval_problems: int = 32
     eval_temperature: float = 0.0  # held-out accuracy: 0 = greedy, one sample per problem
     test_fraction: float = 0.2  # env=custom: the share of the file held out for evaluation

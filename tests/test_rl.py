@@ -1,6 +1,7 @@
 """RL: advantages, datums, metrics and envs as a user relies on them, input checks before a run exists, and (slow)
 runs on the real default model: every rollout lands in the transcripts table, a cancelled run resumes where it
-stopped, and a short run on the arithmetic env raises held-out greedy accuracy."""
+stopped, and a short run with the default settings raises held-out two-digit accuracy above the base model's
+interval."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from tinker import types
 
 from cookbook_engine import datasets, models, renderers
 from cookbook_engine.config import ConfigError, RLConfig, parse_overrides, to_command, validate
-from cookbook_engine.rl import envs, loop
+from cookbook_engine.evals import sets, stats
+from cookbook_engine.rl import arithmetic, envs, loop, suggested
 from cookbook_engine.rl.advantages import centered_advantages, is_constant
 from cookbook_engine.rl.data import datum_from_rollout, for_training, sample_train_metrics
 from cookbook_engine.rl.metrics import rollout_metrics
@@ -115,20 +117,45 @@ def test_arithmetic_env_rewards_the_right_last_number_with_a_small_format_term(r
     assert cut.metrics == {"correct": 1.0, "format": 0.0} and cut.reward == pytest.approx(0.9)
 
 
-def test_arithmetic_problems_hold_out_a_fixed_set_never_trained_on(renderer):
-    config = RLConfig(num_eval_problems=32, groups_per_batch=8)
-    setup = envs.build_env(config, renderer)
-    again = envs.build_env(RLConfig(num_eval_problems=32, groups_per_batch=8, seed=5), renderer)
-    held_out = [asyncio.run(b.make_envs())[0].problem for b in setup.test]
-    assert held_out == [asyncio.run(b.make_envs())[0].problem for b in again.test]  # whatever the seed
-    assert len(held_out) == 32 and all(len(asyncio.run(b.make_envs())) == 1 for b in setup.test)
-    trained = {asyncio.run(b.make_envs())[0].problem for i in range(len(setup.train)) for b in setup.train.get_batch(i)}
-    assert not trained & set(held_out)
-    assert {p.op for p in trained} == {"+", "-", "*"}
-    batch = setup.train.get_batch(3)
-    assert len(batch) == 8 and all(len(asyncio.run(b.make_envs())) == config.group_size for b in batch)
-    assert [asyncio.run(b.make_envs())[0].problem for b in batch] == \
-        [asyncio.run(b.make_envs())[0].problem for b in setup.train.get_batch(3)]  # same batch on resume
+def problems_of(builders) -> list:
+    return [asyncio.run(b.make_envs())[0].problem for b in builders]
+
+
+def test_arithmetic_holds_out_a_fixed_set_of_two_digit_problems_that_training_never_draws():
+    held_out = arithmetic.held_out_problems()
+    assert len(held_out) == arithmetic.HELD_OUT_SIZE == 100 and held_out == arithmetic.held_out_problems()
+    assert all(10 <= p.a <= 99 and 10 <= p.b <= 99 for p in held_out)
+    assert len({p.key for p in held_out}) == len(held_out)  # distinct, counting 12 + 34 and 34 + 12 as one
+    assert sets.load_eval_set("builtin:arithmetic").examples == [
+        sets.GenerationExample(p.question, str(p.answer), "numeric") for p in held_out]  # the eval set is this list
+    keys = {p.key for p in held_out}
+    for seed in (0, 1, 7):
+        config = RLConfig(seed=seed, max_steps=40, groups_per_batch=8, num_eval_problems=32)
+        setup = envs.build_env(config, renderer=None)  # envs are made lazily; grading is not exercised here
+        assert problems_of(setup.test) == held_out[:32]  # whatever the seed
+        trained = [p for step in range(40) for p in problems_of(setup.train.get_batch(step))]
+        assert len(trained) == 40 * 8 and not {p.key for p in trained} & keys
+        assert problems_of(setup.train.get_batch(3)) == problems_of(setup.train.get_batch(3))  # same on resume
+    swapped = arithmetic.ArithmeticProblem(held_out[0].b, "+", held_out[0].a)
+    assert arithmetic.is_held_out(swapped)  # b + a is the same problem to the model
+
+
+def test_arithmetic_curriculum_grows_operands_to_cover_the_held_out_range():
+    total = 40
+    bounds = [arithmetic.operand_bound(step, total) for step in range(total)]
+    assert bounds[0] == arithmetic.CURRICULUM_START_MAX and bounds == sorted(bounds)
+    assert bounds[int(total * arithmetic.CURRICULUM_RAMP)] == 99 and bounds[-1] == 99
+    early = [p for step in range(4) for p in arithmetic.training_problems(0, step, total, 8)]
+    late = [p for step in range(total // 2, total) for p in arithmetic.training_problems(0, step, total, 8)]
+    assert max(max(p.a, p.b) for p in early) <= bounds[3]
+    late_operands = {n for p in late for n in (p.a, p.b)}
+    held_out = arithmetic.held_out_problems()
+    low, high = min(min(p.a, p.b) for p in held_out), max(max(p.a, p.b) for p in held_out)
+    assert min(late_operands) <= low and max(late_operands) >= high  # the held-out range is covered
+    assert sum(p.a >= 10 and p.b >= 10 for p in late) / len(late) > 0.7  # mostly two-digit once ramped up
+    assert {p.op for p in late} == set(arithmetic.TRAIN_OPS) >= set(arithmetic.HELD_OUT_OPS)
+    setup = envs.build_env(RLConfig(max_steps=0, num_epochs=2), renderer=None)
+    assert loop.plan_steps(RLConfig(max_steps=0, num_epochs=2), len(setup.train)) == 2 * arithmetic.STEPS_PER_EPOCH
 
 
 def test_code_env_reward_is_the_fraction_of_unit_tests_passed_in_the_sandbox(renderer):
@@ -233,9 +260,21 @@ def test_a_code_run_says_in_its_log_when_the_sandbox_cannot_isolate_the_network(
     assert "network isolated" in loop.sandbox_note(RLConfig(env="code"))
 
 
-def test_default_learning_rate_is_half_the_sl_rate():
-    assert loop.rl_learning_rate(RLConfig()) == pytest.approx(5e-4)
+def test_the_default_rl_settings_are_the_measured_ones_and_far_settings_are_named():
+    config = RLConfig()
+    measured = suggested.ARITHMETIC
+    assert (config.group_size, config.groups_per_batch, config.temperature, config.max_steps, config.max_tokens) == \
+        (measured.group_size, measured.groups_per_batch, measured.temperature, measured.max_steps, measured.max_tokens)
+    assert loop.rl_learning_rate(config) == measured.learning_rate  # learning_rate=auto: the measured rate
     assert loop.rl_learning_rate(RLConfig(learning_rate=1e-4)) == 1e-4
+    assert loop.rl_learning_rate(RLConfig(env="code")) == pytest.approx(1e-3 * suggested.RL_LR_SCALE)  # not measured
+    assert "sweep" in suggested.reason(config, 1e-3, "") and measured.source in suggested.reason(config, 1e-3, "")
+    assert "not measured" in suggested.reason(RLConfig(env="code"), 1e-3, "small model")
+    assert suggested.far_from_suggested(config, loop.rl_learning_rate(config)) == []
+    far = RLConfig(group_size=2, temperature=0.2, max_steps=3)
+    notes = suggested.far_from_suggested(far, measured.learning_rate * 10)
+    assert [n.split()[0] for n in notes] == ["learning", "group", "temperature", "3"]
+    assert suggested.far_from_suggested(RLConfig(env="code", group_size=2), 1.0) == []  # nothing measured there
 
 
 def test_prepare_summarises_the_env():
@@ -244,6 +283,9 @@ def test_prepare_summarises_the_env():
 
 
 # ------------------------------------------------------------------------------------------------ runs (slow)
+
+
+SHORT_STEPS = 10
 
 
 def held_out_correct(store: Store, run_id: str) -> list[tuple[int, float]]:
@@ -292,20 +334,25 @@ def test_every_rollout_is_stored_and_a_cancelled_run_resumes_where_it_stopped(ho
 
 
 @pytest.mark.slow
-def test_rl_on_arithmetic_raises_held_out_accuracy(home, default_model_ready):
+def test_a_short_default_rl_run_raises_held_out_two_digit_accuracy_beyond_the_interval(home, default_model_ready):
+    """The default settings (rl/suggested.py), cut to SHORT_STEPS steps with the curriculum compressed to match,
+    on the first 50 held-out two-digit sums: the trained model's greedy accuracy is above the base model's 95%
+    interval. (The full default run and its 100-problem evaluation are in the README.)"""
     manager = RunManager()
-    config = RLConfig(max_steps=10, groups_per_batch=8, group_size=4, max_tokens=16, num_eval_problems=40,
-                      eval_every=10, save_every=0, seed=0)  # the default learning rate, 5e-4
+    steps, n = SHORT_STEPS, 50
+    config = RLConfig(max_steps=steps, eval_every=steps, num_eval_problems=n, save_every=0, seed=0)
     started = time.perf_counter()
     run_id = manager.start(config)
     run = manager.wait(run_id, timeout=900)
     minutes = (time.perf_counter() - started) / 60
     assert run["status"] == "completed", run.get("traceback")
     accuracy = dict(held_out_correct(Store.default(), run_id))
-    before, after = accuracy[0], accuracy[10]
-    print(f"RL arithmetic: held-out greedy accuracy {before:.3f} -> {after:.3f} in 10 steps, {minutes:.1f} min")
-    assert 0.2 <= before <= 0.7
-    assert after >= before + 0.15
+    before, after = accuracy[0], accuracy[steps]
+    low, high = stats.wilson_interval(round(before * n), n)
+    print(f"RL arithmetic: held-out greedy accuracy {before:.2f} [{low:.2f}, {high:.2f}] -> {after:.2f} in {steps} "
+          f"steps, {minutes:.1f} min")
+    assert before < 0.35  # the base model gets few two-digit sums right
+    assert after > high, f"{after:.2f} is within the base model's interval [{low:.2f}, {high:.2f}]"
     kl = Store.default().get_metrics(run_id, ["optim/kl_sample_train"])["value"]
     assert len(kl) > 0 and kl.abs().max() < 0.01  # one substep, on-policy: the trainer sees what the sampler saw
 

@@ -95,14 +95,12 @@ def _facts_nll() -> EvalSet:
 
 
 def _arithmetic() -> EvalSet:
-    from cookbook_engine.config import RLConfig
-    from cookbook_engine.rl.envs import arithmetic_problems
+    from cookbook_engine.rl.arithmetic import held_out_problems
 
-    held_out = arithmetic_problems()[:RLConfig().num_eval_problems]
-    examples = [GenerationExample(p.question, str(p.answer), "numeric") for p in held_out]
+    examples = [GenerationExample(p.question, str(p.answer), "numeric") for p in held_out_problems()]
     return EvalSet("builtin:arithmetic", "generation",
-                   f"the arithmetic RL env's {len(examples)} held-out problems (+, -, * on small numbers; "
-                   "grader: numeric).", examples, max_tokens=32)
+                   f"the arithmetic RL env's {len(examples)} held-out problems, never trained on (additions of two "
+                   "two-digit numbers; grader: numeric).", examples, max_tokens=32)
 
 
 def _code() -> EvalSet:

@@ -11,9 +11,10 @@ answer earns 0, a rambling one cut off at max_tokens earns -0.1. Per-sample metr
 tests_passed / tests_total for code); logs carry what a person reading a transcript wants (the expected answer, the
 sandbox's error).
 
-- arithmetic: "What is 7 + 5? Answer with just the number." over a fixed, enumerated set of small +, -, * problems
-  (the default model gets roughly half of them right greedily); the last number in the reply is graded. A fixed part
-  of the set is held out for evaluation and never trained on.
+- arithmetic: "What is 47 + 38? Answer with just the number."; the last number in the reply is graded. The problems
+  are rl/arithmetic.py's: a fixed held-out set of two-digit problems (the built-in eval set `builtin:arithmetic`)
+  and a training curriculum whose operands grow from 1..20 to 1..99 over the first half of the run, never drawing a
+  held-out problem.
 - code: rl/code_problems.py's built-in problems and fixed train/test split; the reply's code runs in the sandbox.
 - custom: datasets.load_rl_problems (prompt, answer, grader per row) graded by rl/graders.py.
 - `with_fixed_mixed_rewards(setup)`: the same prompts with rewards 0, 1, 0, 1, ... fixed in advance, for measuring
@@ -31,13 +32,12 @@ from dataclasses import dataclass, field
 
 from cookbook_engine import datasets
 from cookbook_engine.config import RLConfig
-from cookbook_engine.rl import code_problems, graders
+from cookbook_engine.rl import arithmetic, code_problems, graders
+from cookbook_engine.rl.arithmetic import ArithmeticProblem
 from cookbook_engine.rl.metrics import SUSPICIOUS_METRIC
 from cookbook_engine.rl.types import Env, EnvGroupBuilder, RLDataset, StepResult
 
 FORMAT_COEF = 0.1
-ARITHMETIC_INSTRUCTION = "Answer with just the number."
-ARITHMETIC_SPLIT_SEED = 1234  # the held-out arithmetic problems are the same whatever the run's seed
 
 
 @dataclass
@@ -77,38 +77,6 @@ class ProblemEnv(Env):
 
 
 # ------------------------------------------------------------------------------------------------ arithmetic
-
-OPERATIONS = {"+": "add", "-": "subtract", "*": "multiply"}
-
-
-@dataclass(frozen=True)
-class ArithmeticProblem:
-    a: int
-    op: str
-    b: int
-
-    @property
-    def answer(self) -> int:
-        return {"+": self.a + self.b, "-": self.a - self.b, "*": self.a * self.b}[self.op]
-
-    @property
-    def question(self) -> str:
-        return f"What is {self.a} {self.op} {self.b}? {ARITHMETIC_INSTRUCTION}"
-
-    @property
-    def tag(self) -> str:
-        return OPERATIONS[self.op]
-
-
-def arithmetic_problems() -> list[ArithmeticProblem]:
-    """Every problem of the arithmetic env, in a fixed shuffled order: a + b and a - b (a >= b) with a in 1..12 and
-    b in 1..9, a * b with a in 1..5 and b in 1..9. Small enough that the default model is right about half the time
-    greedily and far less often when sampling, so rewards vary within a group."""
-    problems = [ArithmeticProblem(a, "+", b) for a in range(1, 13) for b in range(1, 10)]
-    problems += [ArithmeticProblem(a, "-", b) for a in range(1, 13) for b in range(1, 10) if a >= b]
-    problems += [ArithmeticProblem(a, "*", b) for a in range(1, 6) for b in range(1, 10)]
-    random.Random(ARITHMETIC_SPLIT_SEED).shuffle(problems)
-    return problems
 
 
 class ArithmeticEnv(ProblemEnv):
@@ -201,14 +169,55 @@ class ProblemDataset(RLDataset):
         return [self.make_builder(self.problems[i]) for i in picked]
 
 
+class CurriculumDataset(RLDataset):
+    """Problems drawn afresh for each step by `draw(step)` (a pure function of the step, so a resumed run gets the
+    same batches), each made into a group by `make_builder`."""
+
+    def __init__(self, draw: Callable[[int], list], make_builder: Callable[[object], EnvGroupBuilder],
+                 batches_per_epoch: int):
+        self.draw, self.make_builder, self.batches_per_epoch = draw, make_builder, batches_per_epoch
+
+    def __len__(self) -> int:
+        return self.batches_per_epoch
+
+    def get_batch(self, index: int) -> list[EnvGroupBuilder]:
+        return [self.make_builder(problem) for problem in self.draw(index)]
+
+
 @dataclass
 class EnvSetup:
     """What the loop needs from an env: training batches, held-out builders (one sample each) and a description."""
 
-    train: ProblemDataset
+    train: ProblemDataset | CurriculumDataset
     test: list[EnvGroupBuilder]
     description: str
     prompts: list[str]  # every question, to check prompt lengths before the run starts
+
+
+def arithmetic_setup(config: RLConfig, renderer) -> EnvSetup:
+    """The arithmetic env: rl/arithmetic.py's curriculum for training, its fixed two-digit problems held out."""
+    from cookbook_engine.config import ConfigError
+
+    held_out = arithmetic.held_out_problems()
+    if config.num_eval_problems > len(held_out):
+        raise ConfigError(f"num_eval_problems={config.num_eval_problems}: the arithmetic env holds out "
+                          f"{len(held_out)} problems; evaluate on at most {len(held_out)}")
+    test = held_out[:config.num_eval_problems]
+
+    def make(problem: ArithmeticProblem, size: int) -> ProblemGroupBuilder:
+        return ProblemGroupBuilder(lambda: ArithmeticEnv(renderer, problem), size, (problem.tag,))
+
+    total = arithmetic.curriculum_length(config.max_steps, config.num_epochs)
+    dataset = CurriculumDataset(
+        lambda step: arithmetic.training_problems(config.seed, step, total, config.groups_per_batch),
+        lambda problem: make(problem, config.group_size), max(1, total // config.num_epochs))
+    start = arithmetic.operand_bound(0, total)
+    description = (f"arithmetic: fresh problems each step, operands growing from 1..{start}"
+                   f" to 1..99 over the first {arithmetic.CURRICULUM_RAMP:.0%} of {total} steps; {len(test)} "
+                   "held-out two-digit problems never trained on")
+    largest = [ArithmeticProblem(99, op, 99) for op in arithmetic.TRAIN_OPS]  # for the prompt-length check
+    return EnvSetup(dataset, [make(problem, 1) for problem in test], description,
+                    [p.question for p in largest + test])
 
 
 def build_env(config: RLConfig, renderer) -> EnvSetup:
@@ -216,17 +225,8 @@ def build_env(config: RLConfig, renderer) -> EnvSetup:
     from cookbook_engine.config import ConfigError
 
     if config.env == "arithmetic":
-        problems = arithmetic_problems()
-        if config.num_eval_problems > len(problems) // 2:
-            raise ConfigError(f"num_eval_problems={config.num_eval_problems}: the arithmetic env has "
-                              f"{len(problems)} problems; hold out at most {len(problems) // 2}")
-        test, train = problems[:config.num_eval_problems], problems[config.num_eval_problems:]
-
-        def make(problem, size):
-            return ProblemGroupBuilder(lambda: ArithmeticEnv(renderer, problem), size, (problem.tag,))
-
-        description = f"arithmetic: {len(train)} training and {len(test)} held-out problems"
-    elif config.env == "code":
+        return arithmetic_setup(config, renderer)
+    if config.env == "code":
         train, test = code_problems.train_test_split()
         test = test[:config.num_eval_problems]
 
@@ -252,7 +252,7 @@ def build_env(config: RLConfig, renderer) -> EnvSetup:
         raise ConfigError(f"env={config.env}: choose one of arithmetic, code, custom")
     dataset = ProblemDataset(train, lambda problem: make(problem, config.group_size), config.groups_per_batch,
                              config.seed)
-    prompts = [p.question if isinstance(p, ArithmeticProblem) else p.prompt for p in train + test]
+    prompts = [p.prompt for p in train + test]
     return EnvSetup(dataset, [make(problem, 1) for problem in test], description, prompts)
 
 

@@ -38,17 +38,13 @@ from tinker import types
 from cookbook_engine import datasets, renderers, sandbox
 from cookbook_engine.config import RLConfig
 from cookbook_engine.evals.in_training import NamedEvals
-from cookbook_engine.rl import envs
+from cookbook_engine.rl import envs, suggested
 from cookbook_engine.rl.advantages import centered_advantages, is_constant
 from cookbook_engine.rl.data import datum_from_rollout, for_training, sample_train_metrics
 from cookbook_engine.rl.metrics import rollout_metrics
 from cookbook_engine.rl.types import EnvGroupBuilder, Rollout, RolloutGroup
 from cookbook_engine.train_common import (adam_params, learning_rate_for, lr_multiplier, save_checkpoint,
                                           start_training_client, tokenizer_for)
-
-# With learning_rate=auto, RL uses this share of the model's suggested (SL) rate: on the arithmetic env the default
-# model learns steadily at 5e-4 and collapses (every answer the same wrong pattern) at 2e-3.
-RL_LR_SCALE = 0.5
 
 
 @dataclass
@@ -440,7 +436,10 @@ def log_step(ctx, step: int, total_steps: int, groups: list[SampledGroup], metri
 
 
 def rl_learning_rate(config: RLConfig) -> float:
-    return config.learning_rate if config.learning_rate is not None else learning_rate_for(config) * RL_LR_SCALE
+    """The set rate, or for learning_rate=auto the measured one where there is one (rl/suggested.py)."""
+    if config.learning_rate is not None:
+        return config.learning_rate
+    return suggested.learning_rate(config, learning_rate_for(config))
 
 
 def plan_steps(config: RLConfig, batches_per_epoch: int) -> int:

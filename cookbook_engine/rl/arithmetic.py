@@ -1,0 +1,112 @@
+"""The arithmetic env's problems: a fixed held-out set of two-digit problems, and a training curriculum whose
+operand sizes grow over the run and that never draws a held-out problem.
+
+- Held out (`held_out_problems()`): HELD_OUT_SIZE problems `a op b` with both operands two-digit (10..99), the ops
+  in HELD_OUT_OPS (subtraction keeps a >= b), drawn once with a fixed seed: the same on every machine and for every
+  run seed. The built-in eval set `builtin:arithmetic` is this list; a run's own held-out accuracy
+  (test/env/all/correct) is measured on its first `num_eval_problems`.
+- Training (`ArithmeticCurriculum`): each step draws fresh problems from TRAIN_OPS. Both operands are drawn from
+  1..bound, where the bound grows linearly from CURRICULUM_START_MAX to 99 over the first `CURRICULUM_RAMP` share
+  of the run and stays at 99 after: early steps are mostly one-digit problems the model gets right often enough to
+  learn the answer format from, the rest cover the whole held-out range. A drawn problem that is held out (or is a
+  held-out sum with its operands swapped) is drawn again, so no training problem is ever a held-out one. A batch is
+  a pure function of (seed, step, total steps): a resumed run gets the same problems.
+
+Why it looks like this: the first version trained on a <= 12, b <= 9 and was measured on small problems; on
+two-digit sums the model stayed mostly wrong, and late in a run most groups had equal rewards (all right on the
+small problems) and were dropped. README "What the built-in defaults teach" has the measurements behind the settings.
+
+Not here: grading replies and the env classes (envs.py), the loop (loop.py).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+ARITHMETIC_INSTRUCTION = "Answer with just the number."
+ARITHMETIC_SPLIT_SEED = 1234  # the held-out problems are the same whatever the run's seed
+HELD_OUT_SIZE = 100
+HELD_OUT_OPS = ("+",)
+TRAIN_OPS = ("+",)
+TWO_DIGITS = (10, 99)
+CURRICULUM_START_MAX = 20  # the operand bound at step 0
+CURRICULUM_RAMP = 0.5  # the share of the run over which the bound grows to 99
+STEPS_PER_EPOCH = 25  # with max_steps=0: the run's length is this many steps per epoch
+OPERATIONS = {"+": "add", "-": "subtract", "*": "multiply"}
+
+
+@dataclass(frozen=True)
+class ArithmeticProblem:
+    a: int
+    op: str
+    b: int
+
+    @property
+    def answer(self) -> int:
+        return {"+": self.a + self.b, "-": self.a - self.b, "*": self.a * self.b}[self.op]
+
+    @property
+    def question(self) -> str:
+        return f"What is {self.a} {self.op} {self.b}? {ARITHMETIC_INSTRUCTION}"
+
+    @property
+    def tag(self) -> str:
+        return OPERATIONS[self.op]
+
+    @property
+    def key(self) -> tuple[int, str, int]:
+        """The same key for a + b and b + a (and a * b and b * a): one problem to the model, for the split."""
+        if self.op in ("+", "*"):
+            return (min(self.a, self.b), self.op, max(self.a, self.b))
+        return (self.a, self.op, self.b)
+
+
+def _draw(rng: random.Random, op: str, low: int, high: int) -> ArithmeticProblem:
+    a, b = rng.randint(low, high), rng.randint(low, high)
+    if op == "-" and a < b:
+        a, b = b, a
+    return ArithmeticProblem(a, op, b)
+
+
+def held_out_problems() -> list[ArithmeticProblem]:
+    """The fixed held-out set: HELD_OUT_SIZE distinct two-digit problems, the ops in turn."""
+    rng = random.Random(ARITHMETIC_SPLIT_SEED)
+    problems, seen = [], set()
+    while len(problems) < HELD_OUT_SIZE:
+        problem = _draw(rng, HELD_OUT_OPS[len(problems) % len(HELD_OUT_OPS)], *TWO_DIGITS)
+        if problem.key not in seen:
+            seen.add(problem.key)
+            problems.append(problem)
+    return problems
+
+
+_HELD_OUT_KEYS = frozenset(problem.key for problem in held_out_problems())
+
+
+def is_held_out(problem: ArithmeticProblem) -> bool:
+    return problem.key in _HELD_OUT_KEYS
+
+
+def operand_bound(step: int, total_steps: int) -> int:
+    """The largest operand drawn at `step` of a `total_steps` run: CURRICULUM_START_MAX growing to 99."""
+    ramp_steps = max(1.0, CURRICULUM_RAMP * total_steps)
+    share = min(1.0, step / ramp_steps)
+    return round(CURRICULUM_START_MAX + share * (TWO_DIGITS[1] - CURRICULUM_START_MAX))
+
+
+def training_problems(seed: int, step: int, total_steps: int, count: int) -> list[ArithmeticProblem]:
+    """The `count` training problems of one step: operands in 1..operand_bound(step), never a held-out problem."""
+    rng = random.Random((seed * 1_000_003 + step) * 7 + 1)
+    high = operand_bound(step, total_steps)
+    problems = []
+    while len(problems) < count:
+        problem = _draw(rng, TRAIN_OPS[len(problems) % len(TRAIN_OPS)], 1, high)
+        if not is_held_out(problem):
+            problems.append(problem)
+    return problems
+
+
+def curriculum_length(max_steps: int, num_epochs: int) -> int:
+    """The steps a run takes on this env (max_steps, or STEPS_PER_EPOCH per epoch), which the curriculum spans."""
+    return max_steps or STEPS_PER_EPOCH * num_epochs

@@ -1,0 +1,78 @@
+"""RL's suggested settings: the values that made the default model learn two-digit addition on the arithmetic env,
+measured with the sweep in README "What the built-in defaults teach", and the warnings for settings far from them.
+
+One home for these numbers: RLConfig's defaults read them (so `cookbook rl` and the New run form start from them),
+`learning_rate()` gives the rate learning_rate=auto trains with, and the form shows `reason()` beside the rate and
+`far_from_suggested()` after a check. Other models and envs were not measured: they keep the rule of thumb (a share
+of the model's SL rate) and the reason says so. Not here: the loop, the form's widgets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Measured:
+    learning_rate: float
+    group_size: int
+    groups_per_batch: int
+    temperature: float
+    max_steps: int
+    max_tokens: int
+    result: str  # what the run did to the held-out eval set, and how long it took
+    source: str = 'README "What the built-in defaults teach"'
+
+
+ARITHMETIC = Measured(
+    learning_rate=5e-4, group_size=8, groups_per_batch=8, temperature=1.0, max_steps=30, max_tokens=16,
+    result="at 1e-3 a group's samples soon all gave the same answer (3 groups in 4 dropped by step 4)")
+# Without a measurement (another model or env): this share of the model's suggested SL rate.
+RL_LR_SCALE = 0.5
+
+
+def measured_for(config) -> Measured | None:
+    """The measured settings for an RL config, when it trains the local default model on the arithmetic env."""
+    from cookbook_engine import models
+
+    if config.backend != "local" or models.canonical_name(config.model) != models.DEFAULT_MODEL:
+        return None
+    return ARITHMETIC if config.env == "arithmetic" else None
+
+
+def learning_rate(config, sl_rate: float) -> float:
+    """The rate learning_rate=auto trains with: the measured one, else RL_LR_SCALE x the model's SL rate."""
+    measured = measured_for(config)
+    return measured.learning_rate if measured else sl_rate * RL_LR_SCALE
+
+
+def reason(config, sl_rate: float, sl_reason: str) -> str:
+    """Why the suggested rate is what it is, for the form."""
+    measured = measured_for(config)
+    if measured:
+        return (f"chosen by a small sweep of the default model on the arithmetic env on a 2-core CPU, with "
+                f"{measured.groups_per_batch} problems × {measured.group_size} samples a step at temperature "
+                f"{measured.temperature:g}: {measured.result}; see {measured.source}")
+    return f"not measured for this model and env: {RL_LR_SCALE:g} × the model's SL rate ({sl_rate:g}: {sl_reason})"
+
+
+def far_from_suggested(config, learning_rate_used: float | None) -> list[str]:
+    """A line for each setting of an RL config far from the measured ones (none when nothing was measured)."""
+    measured = measured_for(config)
+    if measured is None:
+        return []
+    notes = []
+    if learning_rate_used and not measured.learning_rate / 3 <= learning_rate_used <= measured.learning_rate * 3:
+        notes.append(f"learning rate {learning_rate_used:g} is more than 3× away from the measured "
+                     f"{measured.learning_rate:g} (lower learns little in a short run; higher can collapse every "
+                     "answer into one pattern)")
+    if config.group_size < measured.group_size / 2:
+        notes.append(f"group size {config.group_size} is under half the measured {measured.group_size}: more groups "
+                     "have equal rewards and teach nothing")
+    if abs(config.temperature - measured.temperature) > 0.3:
+        notes.append(f"temperature {config.temperature:g} is far from the measured {measured.temperature:g} (lower: "
+                     "a group's samples agree and it is dropped; higher: more gibberish)")
+    if config.max_steps and config.max_steps < measured.max_steps / 2:
+        notes.append(f"{config.max_steps} steps is under half the measured {measured.max_steps}: expect a weaker "
+                     "result")
+    return notes
