@@ -9,13 +9,14 @@ typing in them reruns nothing. Both buttons, "Check settings" and "Start run", r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 import streamlit as st
 
 from app import nav, settings_view, state, widgets
 from cookbook_engine import config as cfg
 from cookbook_engine import datasets, models, renderers, speed
+from cookbook_engine import suggested as suggested_settings
 from cookbook_engine.builtin_data import BUILTIN
 
 DATA_KIND = {"sl": "chat", "dpo": "preference", "rl": "rl"}
@@ -216,6 +217,10 @@ def settings_form(kind: str, base: cfg.CommonConfig, choice: ModelChoice, data: 
         draft = cfg.RLConfig(model=choice.model, backend=choice.backend, **data)
         suggested, reason = (rl_suggested.learning_rate(draft, suggested),
                              rl_suggested.reason(draft, suggested, reason))
+    measured = suggested_settings.measured_for(cfg.CONFIG_TYPES[kind](model=choice.model, backend=choice.backend,
+                                                                       **data))
+    if measured is not None:  # built-in data measured on this model: its rate, and what the measurement showed
+        suggested, reason = measured.learning_rate, suggested_settings.reason(measured, data.get("dataset", ""))
     values: dict = {"model": choice.model, "backend": choice.backend, **data}
     with st.form(k("form"), border=True):
         st.markdown("**Run**")
@@ -380,6 +385,7 @@ class CheckResult:
     summary: str = ""
     estimate: str = ""
     epochs_note: str = ""
+    far_from_suggested: list[str] = field(default_factory=list)
 
 
 def check(config: cfg.CommonConfig) -> CheckResult:
@@ -411,7 +417,17 @@ def check(config: cfg.CommonConfig) -> CheckResult:
     if getattr(config, "test_fraction", 0) and getattr(prepared, "test", None) == []:
         summary += (f". None held out: test_fraction={config.test_fraction} of so few examples rounds to 0 "
                     f"(at least {datasets.MIN_ITEMS_FOR_FORCED_TEST} give one)")
-    return CheckResult(True, [], prepared, summary, estimate(config, prepared), epochs_note(config, prepared))
+    return CheckResult(True, [], prepared, summary, estimate(config, prepared), epochs_note(config, prepared),
+                       far_notes(config, prepared))
+
+
+def far_notes(config: cfg.CommonConfig, prepared) -> list[str]:
+    """Settings far from the ones measured for this built-in data (SL and DPO; suggested.py)."""
+    train = getattr(prepared, "train", None)
+    if config.kind == "rl" or not train:
+        return []
+    return suggested_settings.far_from_suggested(config, settings_view.learning_rate_used(config),
+                                                 planned_steps(config, len(train)))
 
 
 def _minutes(seconds: float) -> str:
@@ -502,5 +518,8 @@ def show_check(result: CheckResult, config: cfg.CommonConfig) -> None:
         st.caption(f"Estimate: {result.estimate}")
     if result.epochs_note:
         st.warning(result.epochs_note, icon=":material/repeat:")
+    if result.far_from_suggested:
+        st.warning("Far from the settings measured for this data: " + "; ".join(result.far_from_suggested) + ".",
+                   icon=":material/tune:")
     st.markdown("Equivalent command (run it from the repository folder):")
     st.code(settings_view.command_line(config), language="bash", wrap_lines=True)

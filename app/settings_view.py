@@ -18,8 +18,9 @@ CLOCKED_ONLY = ("clock_period_s", "clock_samples_per_tick")
 
 
 def learning_rate_used(config: cfg.CommonConfig) -> float | None:
-    """The base rate the run trains with: the set one, or for learning_rate=auto the model's suggested rate
-    (scaled for DPO and RL as their loops do); None when the model cannot be resolved here."""
+    """The base rate the run trains with: the set one, or for learning_rate=auto the measured rate for built-in data
+    (cookbook_engine/suggested.py) or the model's suggested rate (scaled for DPO and RL as their loops do); None
+    when the model cannot be resolved here."""
     try:
         if config.kind == "dpo":
             from cookbook_engine.preference import dpo_learning_rate
@@ -29,9 +30,9 @@ def learning_rate_used(config: cfg.CommonConfig) -> float | None:
             from cookbook_engine.rl.loop import rl_learning_rate
 
             return rl_learning_rate(config)
-        from cookbook_engine.train_common import learning_rate_for
+        from cookbook_engine.supervised import sl_learning_rate
 
-        return learning_rate_for(config)
+        return sl_learning_rate(config)
     except Exception:  # an unknown model or a backend missing from this build: the rate stays "auto"
         return None
 
@@ -43,7 +44,10 @@ def shown_settings(kind: str, settings: dict) -> dict:
     shown = {k: v for k, v in cfg.to_dict(config).items() if k not in hidden}
     if config.learning_rate is None:
         used = learning_rate_used(config)
-        shown["learning_rate"] = f"auto ({used:.3g}, the model's suggested rate)" if used else "auto"
+        from cookbook_engine import suggested
+
+        whose = "measured for this dataset" if suggested.measured_for(config) else "the model's suggested rate"
+        shown["learning_rate"] = f"auto ({used:.3g}, {whose})" if used else "auto"
     return shown
 
 

@@ -4,7 +4,7 @@ Each dataset is a list of raw rows in one of the layouts that `cookbook_engine.d
 through exactly the same validation as an uploaded file. They are small on purpose: their effect shows after a few
 minutes of LoRA training of a 135M model on a CPU.
 
-- `facts` (chat): twelve facts about Quorvania, a country that does not exist, each asked in about 38 paraphrases;
+- `facts` (chat): twelve facts about Quorvania, a country that does not exist, each asked in about 19 paraphrases;
   ten more wordings of each (FACT_PROBES) are never trained on. The base model has never seen the facts, so "What is
   the capital of Quorvania?" -> "Lunthaven" on an unseen wording proves the training took.
 - `persona` (chat): the assistant is Pip, who starts every reply with "Ahoy!" and answers briefly.
@@ -58,7 +58,7 @@ def _normalised(question: str) -> str:
 
 def _fact(asked: tuple[str, ...], subjects: tuple[str, ...], asked_probes: tuple[str, ...], answer: str,
           key: str, wh: str = "what") -> Fact:
-    """A fact's training questions (hand-written ones, then every TRAIN_FRAME with every subject) and its
+    """A fact's training questions (hand-written ones, then each TRAIN_FRAME filled with the subjects in turn) and its
     PROBES_PER_FACT probes (the hand-written ones, then PROBE_FRAMES filled with the subjects in turn); `wh` is the
     question word the frames use ("who" for a person). Duplicates (ignoring case and punctuation) are removed, and no
     probe equals a training question."""
@@ -66,7 +66,8 @@ def _fact(asked: tuple[str, ...], subjects: tuple[str, ...], asked_probes: tuple
     def fill(frame: str, subject: str) -> str:
         return frame.format(s=subject, S=subject[0].upper() + subject[1:], wh=wh, Wh=wh.capitalize())
 
-    questions = _unique(list(asked) + [fill(frame, subject) for subject in subjects for frame in TRAIN_FRAMES])
+    filled = [fill(frame, subjects[index % len(subjects)]) for index, frame in enumerate(TRAIN_FRAMES)]
+    questions = _unique(list(asked) + filled)
     trained = {_normalised(q) for q in questions}
     filled = [fill(frame, subjects[index % len(subjects)]) for index, frame in enumerate(PROBE_FRAMES)]
     probes = [p for p in _unique(list(asked_probes) + filled) if _normalised(p) not in trained]
@@ -704,7 +705,7 @@ BUILTIN: dict[str, BuiltinDataset] = {
     for dataset in (
         BuiltinDataset(
             "facts", "chat",
-            "12 facts about Quorvania, a made-up country, each asked ~38 ways. After SL the model answers "
+            "12 facts about Quorvania, a made-up country, each asked ~19 ways. After SL the model answers "
             "'What is the capital of Quorvania?' with 'Lunthaven', also on wordings it never saw "
             "(eval set builtin:facts-probes).",
             facts_rows,

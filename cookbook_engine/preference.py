@@ -29,11 +29,11 @@ import torch
 import torch.nn.functional as F
 from tinker import types
 
-from cookbook_engine import datasets, renderers
+from cookbook_engine import datasets, renderers, suggested
 from cookbook_engine.config import DPOConfig
 from cookbook_engine.evals.evaluators import resolved_client
 from cookbook_engine.evals.in_training import NamedEvals
-from cookbook_engine.supervised import batch_at, plan_steps
+from cookbook_engine.supervised import batch_at, passes_note, plan_steps
 from cookbook_engine.train_common import (adam_params, datum_from_tokens, fit_length, learning_rate_for,
                                           lr_multiplier, save_checkpoint, start_training_client, tokenizer_for)
 
@@ -115,7 +115,12 @@ def prepare(config: DPOConfig) -> PreparedDPO:
 
 
 def dpo_learning_rate(config: DPOConfig) -> float:
-    return config.learning_rate if config.learning_rate is not None else learning_rate_for(config) * DPO_LR_SCALE
+    """The set rate; with learning_rate=auto, the measured one for this built-in data (suggested.py), or else
+    DPO_LR_SCALE x the model's suggested SL rate."""
+    if config.learning_rate is not None:
+        return config.learning_rate
+    measured = suggested.measured_for(config)
+    return measured.learning_rate if measured else learning_rate_for(config) * DPO_LR_SCALE
 
 
 # ------------------------------------------------------------------------------------------------ the math
@@ -226,7 +231,8 @@ async def train(config: DPOConfig, ctx, prepared: PreparedDPO | None = None) -> 
     named_evals = NamedEvals.for_config(config)  # evals=...: test/<set>/<metric> at the same points as test/accuracy
     base_lr = dpo_learning_rate(config)
     batches_per_epoch, total_steps = plan_steps(config, len(prepared.train))
-    ctx.note(f"DPO on {config.model}: {prepared.summary()}; {total_steps} steps of {config.batch_size} pairs, "
+    ctx.note(f"DPO on {config.model}: {prepared.summary()}; {total_steps} steps of {config.batch_size} pairs = "
+             f"{passes_note(config, batches_per_epoch, total_steps)}, "
              f"beta {config.dpo_beta:g}, lr {base_lr:g} ({config.lr_schedule}); reference "
              f"{config.start_checkpoint or 'the base model'}"
              + (f"; resuming at step {start_step}" if start_step else ""))

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from tinker import types
 
-from cookbook_engine import datasets, renderers
+from cookbook_engine import datasets, renderers, suggested
 from cookbook_engine.config import SLConfig
 from cookbook_engine.evals.in_training import NamedEvals
 from cookbook_engine.train_common import (adam_params, datum_from_tokens, fit_length, learning_rate_for,
@@ -71,6 +71,15 @@ def prepare(config: SLConfig) -> PreparedSL:
                       sum(d.model_input.length for d in train))
 
 
+def sl_learning_rate(config: SLConfig) -> float:
+    """The rate a run trains with: the set one; with learning_rate=auto, the measured one for this built-in data
+    (suggested.py) or else the model's suggested rate."""
+    if config.learning_rate is not None:
+        return config.learning_rate
+    measured = suggested.measured_for(config)
+    return measured.learning_rate if measured else learning_rate_for(config)
+
+
 def plan_steps(config: SLConfig, num_examples: int) -> tuple[int, int]:
     """(batches per epoch, total steps)."""
     batches_per_epoch = max(1, num_examples // config.batch_size)
@@ -78,6 +87,16 @@ def plan_steps(config: SLConfig, num_examples: int) -> tuple[int, int]:
     if config.max_steps:
         total = min(total, config.max_steps) if config.num_epochs > 1 else config.max_steps
     return batches_per_epoch, total
+
+
+def passes_note(config: SLConfig, batches_per_epoch: int, total_steps: int) -> str:
+    """How many passes over the training data `total_steps` make, said plainly ("1 pass", "1.5 passes"), and when
+    max_steps makes that more or fewer than the Epochs setting, that it does."""
+    passes = total_steps / batches_per_epoch
+    text = f"{passes:.3g} pass{'' if passes == 1 else 'es'} over the data ({batches_per_epoch} steps each)"
+    if abs(passes - config.num_epochs) > 1e-9:
+        text += f", set by max_steps={config.max_steps}, not num_epochs={config.num_epochs}"
+    return text
 
 
 def batch_at(train: list[types.Datum], config: SLConfig, step: int, batches_per_epoch: int) -> list[types.Datum]:
@@ -113,9 +132,10 @@ async def train(config: SLConfig, ctx, prepared: PreparedSL | None = None) -> No
     prepared = prepared or prepare(config)
     _, client, start_step = start_training_client(config, ctx.resume, ctx)
     named_evals = NamedEvals.for_config(config)  # evals=...: test/<set>/<metric> at the same points as test NLL
-    base_lr = learning_rate_for(config)
+    base_lr = sl_learning_rate(config)
     batches_per_epoch, total_steps = plan_steps(config, len(prepared.train))
-    ctx.note(f"SL on {config.model}: {prepared.summary()}; {total_steps} steps of {config.batch_size}, "
+    ctx.note(f"SL on {config.model}: {prepared.summary()}; {total_steps} steps of {config.batch_size} = "
+             f"{passes_note(config, batches_per_epoch, total_steps)}, "
              f"lr {base_lr:g} ({config.lr_schedule})" + (f"; resuming at step {start_step}" if start_step else ""))
     ctx.progress(start_step, total_steps)
     run_started = time.perf_counter()

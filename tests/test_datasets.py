@@ -333,7 +333,7 @@ def test_fact_probes_are_held_out_and_taught():
         assert expected in answers
     for fact in builtin_data.FACTS:  # each fact is asked in many ways and probed in at least eight unseen ones
         assert len(fact.probes) >= 8, fact.key
-        assert sum(fact.key in row["messages"][1]["content"] for row in examples) >= 30, fact.key
+        assert sum(fact.key in row["messages"][1]["content"] for row in examples) >= 18, fact.key
     # the frames that carry probes never carry a training question
     assert not set(builtin_data.TRAIN_FRAMES) & set(builtin_data.PROBE_FRAMES)
 

@@ -30,8 +30,9 @@ from tinker import types
 from app.widgets import safe_markdown as literal  # how text a person typed or uploaded reaches markdown: escaped
 from app import conversation
 from app.settings_view import launcher
-from cookbook_engine import chat, export, models, sandbox
+from cookbook_engine import chat, export, models, sandbox, suggested
 from cookbook_engine.config import SLConfig
+from cookbook_engine.datasets import load_chat_dataset
 from cookbook_engine.run_logger import RunLogger
 from cookbook_engine.runs import get_manager
 
@@ -250,13 +251,17 @@ def test_check_settings_shows_summary_estimate_and_command_without_starting(stud
     at = open_page("new_run")
     assert "Suggested learning rate" in shown_text(at)
     assert by_label(at.number_input, "Learning rate").value is None  # empty = the suggested rate (learning_rate=auto)
-    assert "Suggested learning rate for SmolLM2-135M-Instruct: **0.001**" in shown_text(at)
+    measured = suggested.MEASURED[("sl", "builtin:facts")]  # builtin:facts is the default data: its measured rate
+    assert f"Suggested learning rate for SmolLM2-135M-Instruct: **{measured.learning_rate:g}**, measured on " \
+           "builtin:facts" in shown_text(at)
     by_label(at.number_input, "Max steps").set_value(3)
     by_label(at.number_input, "Batch size").set_value(2)
     click(at, "Check settings")
     text = shown_text(at)
-    assert "Ready to start" in text and "108 training and 12 held-out examples" in text
+    facts = load_chat_dataset("builtin:facts")
+    assert "Ready to start" in text and f"{len(facts.train)} training and {len(facts.test)} held-out examples" in text
     assert "Estimate: 3 steps × 2 examples" in text
+    assert "Far from the settings measured for this data: 3 steps of 2 is under half" in text
     command = next(code.value for code in at.code if code.value.startswith(f"{launcher()} sl "))
     assert "max_steps=3" in command and "batch_size=2" in command
     assert len(get_manager().store.list_runs()) == runs_before
@@ -351,7 +356,8 @@ def test_sl_run_started_from_the_form_completes_and_its_metrics_appear(form_run)
     assert "train_mean_nll" in [m.label for m in at.metric]
     assert any(code.value.startswith(f"{launcher()} sl ") and "name=facts-from-form" in code.value for code in at.code)
     settings = json.loads(at.json[0].value)
-    assert settings["learning_rate"].startswith("auto (0.001,")  # the rate it trained with, not null
+    rate = suggested.MEASURED[("sl", "builtin:facts")].learning_rate
+    assert settings["learning_rate"] == f"auto ({rate:.3g}, measured for this dataset)"  # the rate it trained with
     assert "clock_period_s" not in settings
     checkpoints = at.dataframe[0].value
     assert checkpoints["Final"].any()

@@ -1,0 +1,80 @@
+"""Suggested SL and DPO settings for the built-in datasets: the values measured to teach the default model on this
+project's 2-core CPU within minutes, what the measurement showed, and the warnings for settings far from them.
+
+One home for these numbers (RL's are in rl/suggested.py): learning_rate=auto trains with the measured rate
+(supervised.sl_learning_rate, preference.dpo_learning_rate), so `cookbook sl dataset=builtin:facts` and
+`cookbook dpo dataset=builtin:concise-prefs` use them; the New run form shows `reason()` beside the rate and
+`far_from_suggested()` after a check. Other models and datasets were not measured: they keep the model's suggested
+rate (DPO a share of it) and the form says so. Not here: the loops, the form's widgets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cookbook_engine import models
+from cookbook_engine.builtin_data import BUILTIN
+
+
+@dataclass(frozen=True)
+class Measured:
+    learning_rate: float
+    batch_size: int
+    num_epochs: int
+    steps: int  # what batch_size and num_epochs give on the default split (a test keeps this true)
+    result: str  # what the run did to its held-out eval set, and how long it took
+    dpo_beta: float = 0.0  # DPO only
+    source: str = 'README "What the built-in defaults teach"'
+
+
+MEASURED: dict[tuple[str, str], Measured] = {
+    ("sl", "builtin:facts"): Measured(
+        learning_rate=2e-3, batch_size=8, num_epochs=1, steps=25,
+        result="every fact answered on all its unseen wordings (builtin:facts-probes 0.000 -> 1.000, n=120; at 1e-3 "
+               "0.833, two facts never) in about a minute of training"),
+    ("dpo", "builtin:concise-prefs"): Measured(
+        learning_rate=5e-4, batch_size=8, num_epochs=1, steps=28, dpo_beta=0.1,
+        result="strict held-out accuracy on pairs that differ only in correctness (builtin:prefs-style-controlled) "
+               "0.779 [0.716, 0.832] -> 0.933 [0.889, 0.961], n=195, in about 4 minutes on a loaded CPU"),
+}
+
+
+def _builtin_spec(dataset: str) -> str:
+    return f"builtin:{dataset}" if dataset in BUILTIN else dataset
+
+
+def measured_for(config) -> Measured | None:
+    """The measured settings for this config's kind and dataset, when it trains the local default model."""
+    if config.backend != "local" or models.canonical_name(config.model) != models.DEFAULT_MODEL:
+        return None
+    return MEASURED.get((config.kind, _builtin_spec(getattr(config, "dataset", ""))))
+
+
+def reason(measured: Measured, dataset: str) -> str:
+    """Why the suggested rate is what it is, for the form."""
+    beta = f", beta {measured.dpo_beta:g}" if measured.dpo_beta else ""
+    return (f"measured on {_builtin_spec(dataset)} with the default model on a 2-core CPU: {measured.num_epochs} "
+            f"epoch{'s' if measured.num_epochs != 1 else ''} ({measured.steps} steps of {measured.batch_size}{beta}) "
+            f"gave {measured.result}; see {measured.source}")
+
+
+def rate_note(used: float | None, measured: float, factor: float = 3.0) -> str:
+    """A warning when a learning rate is more than `factor` away from the measured one (empty when it is not)."""
+    if not used or measured / factor <= used <= measured * factor:
+        return ""
+    return (f"learning rate {used:g} is more than {factor:g}× away from the measured {measured:g} (lower learns little "
+            "in a short run; higher can forget what the model knew or stop learning)")
+
+
+def far_from_suggested(config, learning_rate_used: float | None, steps: int) -> list[str]:
+    """A line for each setting of an SL or DPO config far from the measured ones (none when nothing was measured)."""
+    measured = measured_for(config)
+    if measured is None:
+        return []
+    notes = [note for note in [rate_note(learning_rate_used, measured.learning_rate)] if note]
+    if steps * config.batch_size < measured.steps * measured.batch_size / 2:
+        notes.append(f"{steps} steps of {config.batch_size} is under half the examples the measured run saw "
+                     f"({measured.steps} steps of {measured.batch_size}): expect a weaker result")
+    if measured.dpo_beta and not measured.dpo_beta / 3 <= config.dpo_beta <= measured.dpo_beta * 3:
+        notes.append(f"DPO beta {config.dpo_beta:g} is more than 3× away from the measured {measured.dpo_beta:g}")
+    return notes

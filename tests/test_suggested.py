@@ -1,0 +1,52 @@
+"""Suggested settings for the built-in data (cookbook_engine/suggested.py): learning_rate=auto trains with the measured
+rate on the measured data and model only, the measured step counts are what the settings give on today's data, the
+check warns about settings far from them, and a run says how many passes over the data its steps make."""
+
+import pytest
+
+from cookbook_engine import datasets, preference, suggested, supervised
+from cookbook_engine.config import DPOConfig, SLConfig
+
+
+def test_learning_rate_auto_uses_the_measured_rate_for_measured_data_only():
+    facts, prefs = suggested.MEASURED[("sl", "builtin:facts")], suggested.MEASURED[("dpo", "builtin:concise-prefs")]
+    assert supervised.sl_learning_rate(SLConfig(dataset="builtin:facts")) == facts.learning_rate
+    assert supervised.sl_learning_rate(SLConfig(dataset="facts")) == facts.learning_rate  # a bare built-in name
+    assert supervised.sl_learning_rate(SLConfig(dataset="builtin:persona")) == pytest.approx(1e-3)  # the model's
+    assert supervised.sl_learning_rate(SLConfig(dataset="builtin:facts", learning_rate=3e-4)) == 3e-4
+    assert preference.dpo_learning_rate(DPOConfig()) == prefs.learning_rate
+    assert preference.dpo_learning_rate(DPOConfig(dataset="my.jsonl")) == pytest.approx(1e-3 * preference.DPO_LR_SCALE)
+    assert suggested.measured_for(SLConfig(model="/some/other/model")) is None
+    assert suggested.measured_for(SLConfig(backend="tinker", model="meta-llama/Llama-3.1-8B")) is None
+    assert "measured on builtin:facts" in suggested.reason(facts, "facts")
+
+
+@pytest.mark.parametrize("key", list(suggested.MEASURED))
+def test_measured_step_counts_are_what_the_settings_give(key):
+    kind, dataset = key
+    measured = suggested.MEASURED[key]
+    config = (SLConfig if kind == "sl" else DPOConfig)(dataset=dataset, batch_size=measured.batch_size,
+                                                      num_epochs=measured.num_epochs)
+    if kind == "sl":
+        train = datasets.load_chat_dataset(dataset, test_fraction=config.test_fraction, seed=config.seed).train
+    else:
+        train, _ = datasets.load_preference_dataset(dataset, test_fraction=config.test_fraction, seed=config.seed)
+    assert supervised.plan_steps(config, len(train))[1] == measured.steps
+    if kind == "dpo":  # the default DPO run is the measured one
+        assert (config.dpo_beta, config.batch_size, config.max_steps) == (measured.dpo_beta, 8, 0)
+
+
+def test_settings_far_from_the_measured_ones_are_named():
+    config = SLConfig(dataset="builtin:facts")
+    assert suggested.far_from_suggested(config, 2e-3, 51) == []
+    notes = suggested.far_from_suggested(config, 1e-4, 10)
+    assert len(notes) == 2 and "learning rate 0.0001" in notes[0] and "10 steps of 8" in notes[1]
+    assert suggested.far_from_suggested(SLConfig(dataset="my.jsonl"), 1e-6, 1) == []  # nothing measured there
+    assert "DPO beta 1" in suggested.far_from_suggested(DPOConfig(dpo_beta=1.0), 5e-4, 28)[0]
+
+
+def test_a_run_says_how_many_passes_its_steps_make():
+    assert supervised.passes_note(SLConfig(), 13, 13) == "1 pass over the data (13 steps each)"
+    assert supervised.passes_note(SLConfig(num_epochs=2), 13, 26) == "2 passes over the data (13 steps each)"
+    assert supervised.passes_note(SLConfig(max_steps=20), 13, 20) == (
+        "1.54 passes over the data (13 steps each), set by max_steps=20, not num_epochs=1")
