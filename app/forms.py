@@ -422,9 +422,14 @@ def check(config: cfg.CommonConfig) -> CheckResult:
 
 
 def far_notes(config: cfg.CommonConfig, prepared) -> list[str]:
-    """Settings far from the ones measured for this built-in data (SL and DPO; suggested.py)."""
+    """Settings far from the ones measured for this built-in data (SL and DPO: suggested.py) or env (RL:
+    rl/suggested.py)."""
+    if config.kind == "rl":
+        from cookbook_engine.rl import suggested as rl_suggested
+
+        return rl_suggested.far_from_suggested(config, settings_view.learning_rate_used(config))
     train = getattr(prepared, "train", None)
-    if config.kind == "rl" or not train:
+    if not train:
         return []
     return suggested_settings.far_from_suggested(config, settings_view.learning_rate_used(config),
                                                  planned_steps(config, len(train)))
@@ -519,7 +524,8 @@ def show_check(result: CheckResult, config: cfg.CommonConfig) -> None:
     if result.epochs_note:
         st.warning(result.epochs_note, icon=":material/repeat:")
     if result.far_from_suggested:
-        st.warning("Far from the settings measured for this data: " + "; ".join(result.far_from_suggested) + ".",
+        st.warning("Far from the settings measured for this " + ("env" if config.kind == "rl" else "data") + ": "
+                   + "; ".join(result.far_from_suggested) + ".",
                    icon=":material/tune:")
     st.markdown("Equivalent command (run it from the repository folder):")
     st.code(settings_view.command_line(config), language="bash", wrap_lines=True)

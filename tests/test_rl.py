@@ -275,6 +275,9 @@ def test_the_default_rl_settings_are_the_measured_ones_and_far_settings_are_name
     notes = suggested.far_from_suggested(far, measured.learning_rate * 10)
     assert [n.split()[0] for n in notes] == ["learning", "group", "temperature", "3"]
     assert suggested.far_from_suggested(RLConfig(env="code", group_size=2), 1.0) == []  # nothing measured there
+    from app import forms  # what the New run form shows after a check
+
+    assert forms.far_notes(far, None) == notes[1:] and forms.far_notes(config, None) == []  # auto: the measured rate
 
 
 def test_prepare_summarises_the_env():
