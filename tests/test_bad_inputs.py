@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from cookbook_engine import cli
+from cookbook_engine import cli, suggested
 from storage import Store
 from test_studio_apptest import by_label, click  # the studio tests' helpers
 
@@ -151,7 +151,9 @@ def test_studio_form_refuses_bad_settings_with_one_message_each(home, default_mo
     at = open_page("new_run")
     learning_rate = by_label(at.number_input, "Learning rate")
     assert learning_rate.value is None  # empty = the suggested rate (learning_rate=auto)
-    assert "Suggested learning rate for SmolLM2-135M-Instruct: **0.001**" in "\n".join(c.value for c in at.caption)
+    measured = suggested.MEASURED[("sl", "builtin:facts")].learning_rate  # the default data's measured rate
+    assert f"Suggested learning rate for SmolLM2-135M-Instruct: **{measured:g}**" in "\n".join(
+        c.value for c in at.caption)
     learning_rate.set_value(0.0)
     assert "learning_rate=0.0: must be positive" in form_error(at)
 
