@@ -182,7 +182,7 @@ def export_then_delete_the_run(studio: str, page) -> None:
     wait_idle(page)
     page.goto(f"{studio}/checkpoints")
     page.get_by_role("heading", name="Exports").wait_for()
-    assert page.get_by_text("-merged", exact=False).count() >= 1
+    page.get_by_text("-merged", exact=False).first.wait_for(timeout=60_000)  # the list streams in after the heading
     shot(page, "checkpoints-exports")
 
     page.goto(f"{studio}/runs")
