@@ -1,0 +1,128 @@
+"""The learning report: do the three built-in default runs teach, on held-out questions, within minutes?
+
+What it does: runs each default exactly as a new user would (the `cookbook` CLI in a fresh studio home, so the wall
+time includes loading the model), then `cookbook eval models=base,RUN_ID` on its held-out eval set, and prints one
+table: base and trained accuracy with their 95% intervals, the training minutes, the target and whether it is met.
+The SFT row also reports the worst fact (the share of that fact's unseen wordings answered right), since its target
+is per fact. Not a timed test: the minutes depend on the machine and its load (recorded with the results).
+
+Run: .venv/bin/python benchmarks/learning.py [--only sft,dpo,rl]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import common
+
+
+@dataclass(frozen=True)
+class Default:
+    key: str
+    what: str
+    command: list[str]  # the cookbook arguments of the default run
+    eval_set: str
+    target: float  # accuracy on the eval set (per fact for SFT)
+    target_text: str
+    minutes_budget: float
+
+
+DEFAULTS = (
+    Default("sft", "SFT demo (README quick start)", ["sl", "dataset=builtin:facts"], "builtin:facts-probes", 0.9,
+            ">= 0.9 of unseen wordings, every fact", 1.5),
+    Default("dpo", "DPO default", ["dpo", "dataset=builtin:concise-prefs"], "builtin:prefs-style-controlled", 0.85,
+            ">= 0.85, above base outside both intervals", 10.0),
+    Default("rl", "RL default", ["rl", "env=arithmetic"], "builtin:arithmetic", 0.6,
+            ">= 0.6 greedy, within 10 min", 10.0),
+)
+
+
+def cookbook(args: list[str], home: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COOKBOOK_HOME": str(home)}
+    result = subprocess.run([sys.executable, "-m", "cookbook_engine.cli", *args], env=env, cwd=common.REPO,
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"cookbook {' '.join(args)} failed:\n{result.stderr[-3000:]}")
+    return result
+
+
+def train(default: Default, home: Path) -> tuple[str, float]:
+    """Run the default; returns its run id and wall minutes."""
+    started = time.perf_counter()
+    cookbook(default.command + [f"name=learning-{default.key}"], home)
+    minutes = (time.perf_counter() - started) / 60
+    runs = json.loads(cookbook(["runs", "--json"], home).stdout)
+    run = next(r for r in runs if r["name"] == f"learning-{default.key}")
+    return run["run_id"], minutes
+
+
+def evaluate(run_id: str, eval_set: str, home: Path) -> dict[str, dict]:
+    """{"base": {...}, "trained": {...}}: accuracy, its interval and the per-example outcomes."""
+    rows = json.loads(cookbook(["eval", f"models=base,{run_id}", f"evals={eval_set}", "--json"], home).stdout)
+    os.environ["COOKBOOK_HOME"] = str(home)
+    from storage.evals import EvalStore
+
+    store = EvalStore()
+    eval_id = store.list_jobs()[0]["eval_id"]
+    examples = store.examples(eval_id, eval_set)
+    found = {}
+    for row in rows:
+        if row["metric"] != "accuracy":
+            continue
+        side = "base" if row["model"] == "base" else "trained"
+        mine = examples[examples["model"] == row["model"]]
+        found[side] = {"accuracy": row["value"], "low": row["low"], "high": row["high"], "n": row["n"],
+                       "by_reference": mine.groupby("reference")["correct"].mean().to_dict()}
+    return found
+
+
+def met(default: Default, result: dict) -> bool:
+    base, trained = result["base"], result["trained"]
+    if default.key == "sft":
+        return min(trained["by_reference"].values()) >= default.target
+    if default.key == "dpo":
+        return trained["accuracy"] >= default.target and trained["low"] > base["high"]
+    return trained["accuracy"] >= default.target and result["minutes"] <= default.minutes_budget
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="sft,dpo,rl")
+    args = parser.parse_args()
+    os.environ.setdefault("COOKBOOK_MODEL_CACHE", str(common.REPO / ".test-cache" / "models"))  # shared with tests
+    payload: dict = {"load_average_start": common.load_average()}
+    rows = []
+    for default in DEFAULTS:
+        if default.key not in args.only.split(","):
+            continue
+        home = Path(tempfile.mkdtemp(prefix=f"cookbook-learning-{default.key}-"))
+        load = common.load_average()
+        run_id, minutes = train(default, home)
+        result = {"run_id": run_id, "minutes": minutes, "load_average_at_start": load,
+                  "command": "cookbook " + " ".join(default.command), **evaluate(run_id, default.eval_set, home)}
+        result["met"] = met(default, result)
+        payload[default.key] = result
+        base, trained = result["base"], result["trained"]
+        worst = min(trained["by_reference"].items(), key=lambda item: item[1])
+        rows.append([default.what, f"`{result['command']}`", default.eval_set,
+                     f"{base['accuracy']:.2f} [{base['low']:.2f}, {base['high']:.2f}]",
+                     f"{trained['accuracy']:.2f} [{trained['low']:.2f}, {trained['high']:.2f}]"
+                     + (f"; worst fact {worst[1]:.2f} ({worst[0]})" if default.key == "sft" else ""),
+                     f"{minutes:.1f}", f"{load[0]:.1f}", default.target_text, "yes" if result["met"] else "NO"])
+        print(rows[-1], flush=True)
+    common.print_table("Built-in defaults: held-out accuracy before and after (95% intervals)",
+                       ["default", "command", "eval set", "base", "trained", "train min (wall)", "load at start",
+                        "target", "met"], rows)
+    common.write_result("learning", payload)
+
+
+if __name__ == "__main__":
+    main()
