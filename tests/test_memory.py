@@ -91,7 +91,10 @@ def test_the_estimate_covers_a_measured_full_micro_batch_without_asking_for_much
         train = [type("D", (), {"model_input": type("M", (), {"length": 2048})()})()]
 
     estimate = memory.estimate(config, Full, shape, model_loaded=False).total
-    assert peak < estimate < 1.5 * peak, (peak / memory.GB, estimate / memory.GB)
+    assert peak < estimate, (peak / memory.GB, estimate / memory.GB)
+    # and not wildly above what it measured on an idle machine (4.56 GB; a busy machine's reclaim can only lower the
+    # peak seen here, so the bound is against that figure, not this run's)
+    assert estimate < 1.5 * 4.56 * memory.GB, estimate / memory.GB
 
 
 @pytest.mark.slow
