@@ -297,17 +297,25 @@ def held_out_correct(store: Store, run_id: str) -> list[tuple[int, float]]:
 
 
 @pytest.mark.slow
-def test_every_rollout_is_stored_and_a_cancelled_run_resumes_where_it_stopped(home, default_model_ready):
+def test_every_rollout_is_stored_and_a_cancelled_run_resumes_where_it_stopped(home, default_model_ready,
+                                                                              monkeypatch):
+    from cookbook_engine.runs import RunContext
+
     manager = RunManager()
     config = RLConfig(max_steps=4, groups_per_batch=2, group_size=3, max_tokens=8, num_eval_problems=4,
                       eval_every=0, save_every=0, lora_rank=4, loss_fn="ppo", num_substeps=2)
+    progress = RunContext.progress
+
+    def stop_after_step_two(context, step, total):  # as Stop pressed then: steps this small outrun a polling test
+        progress(context, step, total)
+        if step == 2:
+            manager.cancel(context.run_id)
+
+    monkeypatch.setattr(RunContext, "progress", stop_after_step_two)
     run_id = manager.start(config)
     store = Store.default()
-    deadline = time.time() + 300
-    while (store.get_run(run_id)["step"] or 0) < 2 and time.time() < deadline:
-        time.sleep(0.2)
-    manager.cancel(run_id)
     run = manager.wait(run_id, timeout=300)
+    monkeypatch.setattr(RunContext, "progress", progress)  # the resumed run goes to the end
     assert run["status"] == "cancelled", run.get("traceback")
     stopped_at = store.last_checkpoint(run_id)["step"]
     assert 2 <= stopped_at < 4
