@@ -5,9 +5,10 @@ numbers and what to change.
 How the estimate is made (measured on SmolLM2-135M-Instruct, fp32, this project's 2-core machines): a process with
 the model loaded holds ~0.45 GB besides the weights (Python, torch, transformers); a LoRA forward/backward keeps, per
 token of its micro-batch (at most MAX_TOKENS_PER_MICROBATCH), about 12 hidden + 4 intermediate + 3 key/value floats
-per layer for the backward pass plus two vocabulary-sized rows for the loss: 2.0 MB a token for this model, where a
-2,048-token micro-batch measured 4.1-4.3 GB above the loaded process (tests/test_memory.py checks the estimate
-against a measured peak). The weights count once per process: runs in one process share one model worker, and
+per layer for the backward pass plus six vocabulary-sized rows for the loss (logits, softmax, gradients: what the
+standard path holds; the packed CPU path needs less): 2.8 MB a token for this model, where a 2,048-token micro-batch
+measured 3.6-5.1 GB above the loaded process, the higher figure inside a long test session (tests/test_memory.py
+checks the estimate against a measured peak). The weights count once per process: runs in one process share one model worker, and
 its FIFO runs one micro-batch at a time, so a second run there adds only its adapter and optimizer.
 
 Not here: measuring a running process (speed.process_usage), or hosted (Tinker) runs, whose memory is the
@@ -90,7 +91,7 @@ def estimate(config: cfg.CommonConfig, prepared, shape: ModelShape, model_loaded
 
     tokens = min(MAX_TOKENS_PER_MICROBATCH, _largest_batch_tokens(config, prepared))
     per_token = FP32 * (shape.layers * (12 * shape.hidden + 4 * shape.intermediate + 3 * shape.kv_width)
-                        + 2 * shape.vocab)
+                        + 6 * shape.vocab)  # the standard path keeps logits, softmax, gradients and copies
     activations = tokens * per_token
     if config.kind == "rl":  # the sampler's key/value cache for a whole batch of samples, and its merged weights
         rows = config.groups_per_batch * config.group_size
