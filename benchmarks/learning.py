@@ -6,6 +6,9 @@ table: base and trained accuracy with their 95% intervals, the training minutes,
 The SFT row also reports the worst fact (the share of that fact's unseen wordings answered right), since its target
 is per fact. Not a timed test: the minutes depend on the machine and its load (recorded with the results).
 
+The table also replaces the one between the `learning-table` markers in benchmarks/README.md (with the date, the
+machine and the load), so the README shows the latest full run; `--only` runs leave the README alone.
+
 Run: .venv/bin/python benchmarks/learning.py [--only sft,dpo,rl]
 """
 
@@ -93,6 +96,27 @@ def met(default: Default, result: dict) -> bool:
     return trained["accuracy"] >= default.target and result["minutes"] <= default.minutes_budget
 
 
+README = common.REPO / "benchmarks" / "README.md"
+TABLE_START, TABLE_END = "<!-- learning-table:start -->", "<!-- learning-table:end -->"
+
+
+def markdown_table(header: list[str], rows: list[list[str]], machine: dict, load_start: list[float]) -> str:
+    lines = [f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {machine['cpu']} ({machine['cores']} cores, "
+             f"{machine['memory_gib']} GiB, torch {machine['torch']}), load average {load_start[0]:.1f} at the start, "
+             "by `benchmarks/learning.py` (`results/learning.json`):", "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def write_readme_table(table: str) -> None:
+    """Replace the table between the markers in benchmarks/README.md (the markers must be there)."""
+    text = README.read_text()
+    start, end = text.index(TABLE_START) + len(TABLE_START), text.index(TABLE_END)
+    README.write_text(text[:start] + "\n" + table + "\n" + text[end:])
+    print(f"wrote the table into {README.relative_to(common.REPO)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="sft,dpo,rl")
@@ -118,10 +142,12 @@ def main() -> None:
                      + (f"; worst fact {worst[1]:.2f} ({worst[0]})" if default.key == "sft" else ""),
                      f"{minutes:.1f}", f"{load[0]:.1f}", default.target_text, "yes" if result["met"] else "NO"])
         print(rows[-1], flush=True)
-    common.print_table("Built-in defaults: held-out accuracy before and after (95% intervals)",
-                       ["default", "command", "eval set", "base", "trained", "train min (wall)", "load at start",
-                        "target", "met"], rows)
+    header = ["default", "command", "eval set", "base", "trained", "train min (wall)", "load at start", "target",
+              "met"]
+    common.print_table("Built-in defaults: held-out accuracy before and after (95% intervals)", header, rows)
     common.write_result("learning", payload)
+    if {d.key for d in DEFAULTS} <= set(args.only.split(",")):
+        write_readme_table(markdown_table(header, rows, common.machine(), payload["load_average_start"]))
 
 
 if __name__ == "__main__":
