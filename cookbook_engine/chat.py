@@ -27,7 +27,7 @@ from tinker import types
 
 from cookbook_engine import models, renderers
 from cookbook_engine.backends import service_client
-from storage import Store
+from storage import RunStore, Store
 
 ACTIVE_STATUSES = ("queued", "running", "cancelling")
 FIRST_CHUNK_TOKENS = 8
@@ -66,7 +66,7 @@ def base_target(model: str = models.DEFAULT_MODEL, backend: str = "local") -> Ch
     return ChatTarget(f"base:{backend}:{model}", f"Base model · {short}{where}", "base", model, backend)
 
 
-def list_targets(store: Store | None = None) -> list[ChatTarget]:
+def list_targets(store: RunStore | None = None) -> list[ChatTarget]:
     """Base models first (the default and every base model a run used), then the latest weights of each active
     run, then every saved checkpoint with sampler weights, newest first."""
     store = store or Store.default()
@@ -111,7 +111,7 @@ class Weights:
     description: str = ""  # for people, e.g. "newest saved weights, step 4"
 
 
-def newest_saved_checkpoint(run_id: str, store: Store | None = None) -> dict:
+def newest_saved_checkpoint(run_id: str, store: RunStore | None = None) -> dict:
     """The run's newest checkpoint with sampler weights; ChatError when it has saved none yet."""
     store = store or Store.default()
     run = store.get_run(run_id)
@@ -147,7 +147,7 @@ def _resolved(client):
     return client.result() if hasattr(client, "result") else client
 
 
-def open_weights(target: ChatTarget, store: Store | None = None) -> Weights:
+def open_weights(target: ChatTarget, store: RunStore | None = None) -> Weights:
     """A new sampling client for the target. For "latest": the live weights of a run training in this process,
     else the newest weights the run has saved."""
     store = store or Store.default()
@@ -201,7 +201,7 @@ class Reply:
 
 
 def stream_reply(target: ChatTarget, messages: list[dict], params: ChatParams | None = None,
-                 store: Store | None = None, weights: Weights | None = None,
+                 store: RunStore | None = None, weights: Weights | None = None,
                  reply: Reply | None = None) -> Iterator[str]:
     """Yield the assistant's reply to `messages` piece by piece (the pieces join into the whole reply), sampled
     from `weights` (default: `open_weights(target)`, fresh for this reply). With a `reply` that already holds
@@ -251,6 +251,6 @@ def stream_reply(target: ChatTarget, messages: list[dict], params: ChatParams | 
 
 
 def reply(target: ChatTarget, messages: list[dict], params: ChatParams | None = None,
-          store: Store | None = None) -> str:
+          store: RunStore | None = None) -> str:
     """The whole reply at once."""
     return "".join(stream_reply(target, messages, params, store))

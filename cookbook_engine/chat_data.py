@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from cookbook_engine import datasets, paths
-from storage import Store
+from storage import RunStore
 
 
 class ChatDataError(ValueError):
@@ -35,13 +35,13 @@ def preference_row(prompt: list[dict], chosen: str, rejected: str) -> dict:
             "rejected": [{"role": "assistant", "content": rejected}]}
 
 
-def appendable(store: Store, kind: str) -> list[dict]:
+def appendable(store: RunStore, kind: str) -> list[dict]:
     """The uploaded datasets of this kind ("chat" or "preference") that rows can be appended to (JSONL files)."""
     return [d for d in store.list_datasets()
             if d["kind"] == kind and d["source"] == "upload" and str(d["path"]).endswith(".jsonl")]
 
 
-def append_rows(store: Store, name: str, kind: str, rows: list[dict]) -> int:
+def append_rows(store: RunStore, name: str, kind: str, rows: list[dict]) -> int:
     """Append rows to the uploaded dataset `name`, or make it (a new JSONL file) if there is none; returns the
     dataset's row count afterwards."""
     if not rows:

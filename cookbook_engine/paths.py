@@ -1,8 +1,9 @@
 """Where the studio keeps its files: the home folder and the fixed layout below it.
 
 The home folder holds the DuckDB file, run folders (checkpoints, metrics.jsonl, ...), the model cache and
-uploads. It defaults to a per-user folder and is set by the COOKBOOK_HOME environment variable. This module
-only computes paths, creates folders and measures their size; it reads and writes nothing else.
+uploads. It defaults to a per-user folder and is set by the COOKBOOK_HOME environment variable: finding the home
+and the DuckDB file in it is storage.home's (storage needs it and must not import the engine), re-exported here.
+This module only computes paths, creates folders and measures their size; it reads and writes nothing else.
 """
 
 from __future__ import annotations
@@ -10,37 +11,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from storage.home import HomeError, db_path, home
 
-class HomeError(OSError):
-    """The studio home folder cannot be created or written; the message names the folder and the reason."""
-
-
-def home() -> Path:
-    """The studio home folder, created if missing; a clear HomeError when it cannot be written."""
-    configured = os.environ.get("COOKBOOK_HOME")
-    if configured:
-        path = Path(configured).expanduser()
-    else:
-        base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-        path = Path(base) / "cookbook-studio"
-    try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    except OSError as exc:
-        raise HomeError(f"studio home {path}: cannot create it ({exc.strerror or exc}); set COOKBOOK_HOME to a "
-                        "writable folder") from exc
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise HomeError(f"studio home {path}: not writable; set COOKBOOK_HOME to a writable folder")
-    return path.resolve()
+__all__ = ["HomeError", "db_path", "home", "human_size", "make_files_private", "models_dir", "run_dir", "runs_dir",
+           "size_of", "uploads_dir"]
 
 
 def make_files_private() -> None:
     """From now on, files and folders this process (and the processes it starts) creates are its user's only:
     0600 and 0700. The CLI and the studio call it first: the home holds runs, uploaded data, weights and logs."""
     os.umask(0o077)
-
-
-def db_path() -> Path:
-    return home() / "studio.duckdb"
 
 
 def runs_dir() -> Path:

@@ -2,7 +2,8 @@
 
 The run folder gets `config.json` (indent 2), `metrics.jsonl` (one `{"step": step, **metrics}` per line) and
 `checkpoints.jsonl` (`{"name", "batch", "state_path", "sampler_path", **loop_state}`), so cookbook users' own
-tools read our runs. Each line is flushed as it is written: a crash loses at most the step in flight. This
+tools read our runs; a metric value is cleaned once (storage/metrics.py) and the file and the store get the same
+value. Each line is flushed as it is written: a crash loses at most the step in flight. This
 module holds no SQL (that is storage/) and no training logic; it does not decide when to log.
 """
 
@@ -14,19 +15,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from storage import Store, clean_metrics
+from storage import RunStore, clean_metrics, json_default
 
 METRICS_FILE = "metrics.jsonl"
 CHECKPOINTS_FILE = "checkpoints.jsonl"
 CONFIG_FILE = "config.json"
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, Path):
-        return str(value)
-    if hasattr(value, "item") and callable(value.item):
-        return value.item()
-    raise TypeError(f"value of type {type(value).__name__} is not JSON serialisable: {value!r}")
 
 
 def _as_step(step: Any, where: str) -> int:
@@ -40,7 +33,7 @@ def _as_step(step: Any, where: str) -> int:
 
 
 def _append_line(path: Path, record: dict[str, Any]) -> None:
-    line = json.dumps(record, default=_json_default)
+    line = json.dumps(record, default=json_default)
     with path.open("a", encoding="utf-8") as file:
         file.write(line + "\n")
         file.flush()
@@ -49,12 +42,12 @@ def _append_line(path: Path, record: dict[str, Any]) -> None:
 class RunLogger:
     """Logs one run. Every call writes through at once; there is nothing to close."""
 
-    def __init__(self, store: Store, run_id: str, log_dir: str | Path):
+    def __init__(self, store: RunStore, run_id: str, log_dir: str | Path) -> None:
         self.store = store
         self.run_id = run_id
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.latest: dict[str, float] = {}  # the last step's metrics (the run log's per-step lines quote them)
+        self.latest: dict[str, float] = {}  # the last step's finite metrics (the run log's per-step lines quote them)
 
     @property
     def metrics_path(self) -> Path:
@@ -71,18 +64,19 @@ class RunLogger:
     def write_config(self, config: dict[str, Any]) -> None:
         """Write config.json (indent 2), replacing any earlier one."""
         try:
-            text = json.dumps(config, indent=2, default=_json_default)
+            text = json.dumps(config, indent=2, default=json_default)
         except TypeError as exc:
             raise TypeError(f"config of run {self.run_id!r} cannot be written to {self.config_path}: {exc}") from exc
         self.config_path.write_text(text + "\n", encoding="utf-8")
 
     def log_metrics(self, step: int, metrics: dict[str, Any]) -> None:
-        """One step's metrics (numpy/torch scalars become floats) to metrics.jsonl and to the store."""
+        """One step's metrics to metrics.jsonl and to the store, cleaned once (storage.clean_metrics: numpy/torch
+        scalars become floats, NaN and inf become null in the file and NULL in the store)."""
         step = _as_step(step, f"metrics step of run {self.run_id!r}")
         cleaned = clean_metrics(metrics, f"metrics of run {self.run_id!r} at step {step}")
         _append_line(self.metrics_path, {"step": step, **cleaned})
-        self.store.log_metrics(self.run_id, step, cleaned)
-        self.latest = cleaned
+        self.store.log_metrics(self.run_id, step, cleaned)  # a CleanMetrics: the store does not clean it again
+        self.latest = {name: value for name, value in cleaned.items() if value is not None}
 
     def log_checkpoint(self, *, step: int, name: str, kind: str, state_path: str | None = None,
                        sampler_path: str | None = None, loop_state: dict[str, Any] | None = None) -> None:

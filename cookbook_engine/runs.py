@@ -25,7 +25,7 @@ from typing import Any, Callable
 from cookbook_engine import config as cfg
 from cookbook_engine import memory, paths, secrets
 from cookbook_engine.run_logger import RunLogger
-from storage import Store, StoreClient
+from storage import RunStore, StoreClient
 
 ACTIVE = ("queued", "running", "cancelling")
 FINISHED = ("completed", "failed", "cancelled", "interrupted")
@@ -44,7 +44,7 @@ class RunContext:
     """What a loop gets besides its config: where to log, whether to stop, where to resume from."""
 
     run_id: str
-    store: Store | StoreClient
+    store: RunStore
     logger: RunLogger
     log_dir: Path
     cancel_event: threading.Event = field(default_factory=threading.Event)
@@ -126,7 +126,7 @@ def preflight(config: cfg.CommonConfig) -> Any:
 
 
 class RunManager:
-    def __init__(self, store: Store | StoreClient | None = None):
+    def __init__(self, store: RunStore | None = None):
         self.store = store or StoreClient.default()
         self._threads: dict[str, threading.Thread] = {}
         self._contexts: dict[str, RunContext] = {}

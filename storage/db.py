@@ -7,14 +7,14 @@ retries with jittered backoff (5 ms doubling to 200 ms) for up to 30 s, then rai
 file. Inside one process a per-path RLock serialises threads. DuckDB runs glibc's malloc_trim(0) on every open and
 close, which costs a training process its freed activation memory, so training processes and the studio use
 storage.service.StoreClient (these methods, executed in a helper process that buffers the hot-path writes and
-applies them with `write_batch`); `Store` itself serves short-lived commands, tests and that helper. Not here:
-file layout (cookbook_engine.paths) and the JSON-lines files of a run folder (cookbook_engine.run_logger).
+applies them with `write_batch`); `Store` itself serves short-lived commands, tests and that helper. Both offer
+storage.interface.RunStore. Not here: metric cleaning (storage/metrics.py), the file layout (storage/home.py,
+cookbook_engine.paths) and the JSON-lines files of a run folder (cookbook_engine.run_logger).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import random
 import socket
@@ -30,6 +30,8 @@ import duckdb
 import pandas as pd
 import pyarrow as pa
 
+from storage.home import db_path
+from storage.metrics import clean_metrics, finite_or_none, json_default, metric_value
 from storage.schema import (
     BACKENDS,
     CHECKPOINT_KINDS,
@@ -69,42 +71,9 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
-def metric_value(value: Any, where: str) -> float:
-    """A metric value as a float: numpy/torch scalars and 1-element tensors are unwrapped, bools become 0/1."""
-    if hasattr(value, "item") and callable(value.item):
-        try:
-            value = value.item()
-        except (ValueError, RuntimeError) as exc:
-            raise TypeError(f"{where}: expected a scalar, got an array/tensor of shape "
-                            f"{getattr(value, 'shape', '?')}") from exc
-    if isinstance(value, (bool, int, float)):
-        return float(value)
-    raise TypeError(f"{where}: expected a number, got {type(value).__name__} {value!r}")
-
-
-def clean_metrics(metrics: Mapping[str, Any], where: str) -> dict[str, float]:
-    """Check a metrics dict (str -> number) and return it with plain float values."""
-    if not isinstance(metrics, Mapping):
-        raise TypeError(f"{where}: metrics must be a dict of name -> number, got {type(metrics).__name__}")
-    cleaned = {}
-    for name, value in metrics.items():
-        if not isinstance(name, str) or not name:
-            raise TypeError(f"{where}: metric names must be non-empty strings, got {name!r}")
-        cleaned[name] = metric_value(value, f"{where}, metric {name!r}")
-    return cleaned
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, Path):
-        return str(value)
-    if hasattr(value, "item") and callable(value.item):
-        return value.item()
-    raise TypeError(f"value of type {type(value).__name__} is not JSON serialisable: {value!r}")
-
-
 def _to_json(value: Any, where: str) -> str:
     try:
-        return json.dumps(value, default=_json_default)
+        return json.dumps(value, default=json_default)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"{where}: {exc}") from exc
 
@@ -257,8 +226,7 @@ def transcripts_table(run_id: str, rows: list[dict[str, Any]]) -> pa.Table:
             _check_int(row[key], f"{key} of {where}")
         for key in ("reward", "advantage"):
             value = row.get(key)
-            value = None if value is None else metric_value(value, f"{key} of {where}")
-            columns[key].append(value if value is None or math.isfinite(value) else None)
+            columns[key].append(None if value is None else finite_or_none(metric_value(value, f"{key} of {where}")))
         for key in ("step", "group_idx", "sample_idx", "prompt", "completion", "stop_reason"):
             columns[key].append(row.get(key))
         columns["metrics"].append(_to_json(row.get("metrics") or {}, f"metrics of {where}"))
@@ -317,9 +285,7 @@ class Store:
     @classmethod
     def default(cls) -> Store:
         """The store in the studio home folder (COOKBOOK_HOME)."""
-        from cookbook_engine import paths
-
-        return cls(paths.db_path())
+        return cls(db_path())
 
     def __repr__(self) -> str:
         return f"Store({str(self.path)!r})"

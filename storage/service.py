@@ -61,6 +61,7 @@ from storage.db import (
     metrics_table,
     transcripts_table,
 )
+from storage.home import db_path
 
 FLUSH_INTERVAL_S = 2.0  # buffered writes wait at most this long; polled statuses are at most this old
 STATUS_REFRESH_S = 5.0  # polled statuses are re-read at least this often even when nothing is written
@@ -169,9 +170,7 @@ class StoreClient:
     @classmethod
     def default(cls) -> StoreClient:
         """The client for the store in the studio home folder (COOKBOOK_HOME)."""
-        from cookbook_engine import paths
-
-        return cls(paths.db_path())
+        return cls(db_path())
 
     def __repr__(self) -> str:
         return f"StoreClient({str(self.path)!r})"
