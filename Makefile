@@ -1,5 +1,5 @@
 # The README's two commands. Both set the machine up first if needed (idempotent, fast the second time).
-.PHONY: setup run test demo
+.PHONY: setup run test lint demo
 
 setup:
 	@./scripts/setup.sh
@@ -8,10 +8,15 @@ setup:
 run: setup
 	@./scripts/run.sh
 
-# The whole test suite.
-test: setup
+# The whole test suite, after the lint step (a lint or type error fails it before any test runs).
+test: setup lint
 	@./scripts/browser-deps.sh
 	@./scripts/test.sh
+
+# The linter (ruff, its rules in pyproject.toml) and the type checker (mypy over cookbook_engine, storage and app).
+lint: setup
+	@.venv/bin/ruff check .
+	@.venv/bin/mypy
 
 # A short command-line demo: LoRA SL of the default model on a built-in dataset (one epoch, 25 steps of 8, about a
 # minute of training; the settings measured in README "What the built-in defaults teach").

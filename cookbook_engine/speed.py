@@ -14,6 +14,7 @@ Not here: the UI (app/forms.py formats the estimate), or timing hosted (Tinker) 
 from __future__ import annotations
 
 import json
+import logging
 import statistics
 import threading
 import time
@@ -25,6 +26,7 @@ from cookbook_engine import models, paths
 CALIBRATION_TOKENS = 64  # per sequence; two sequences per forward/backward
 RECENT_STEPS = 5  # the ETA uses the median of the last few step times
 MEASUREMENT_MAX_AGE_S = 6 * 3600.0  # a machine's load changes: measure again after this long
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -118,7 +120,7 @@ def _calibrate_quietly(model: str) -> None:
     try:
         calibrate(model)
     except Exception:  # the estimate keeps the idle-machine figures; nothing else depends on this
-        pass
+        log.info("calibrating %s failed; the estimate keeps the idle-machine figures", model, exc_info=True)
 
 
 # ---------------------------------------------------------------------------------------------- a run's own timing

@@ -63,9 +63,11 @@ def run_server(port: int = DEFAULT_PORT, *, record: bool = True, log_level: str 
     """Serve until interrupted (Ctrl-C); then the open sessions' runs are marked interrupted."""
     import uvicorn
 
+    from cookbook_engine.log import setup_logging
     from cookbook_engine.serve.app import create_app
     from cookbook_engine.serve.state import ServerState
 
+    setup_logging()  # also when called without the CLI; uvicorn's own lines take the same format (log_config=None)
     state = ServerState(record=record)
     app = create_app(state)
     url = f"http://{HOST}:{port}"
@@ -73,7 +75,7 @@ def run_server(port: int = DEFAULT_PORT, *, record: bool = True, log_level: str 
     print(f"cookbook serve: the tinker API on {url} (Ctrl-C stops it). In another shell:\n"
           f"  export TINKER_BASE_URL={url} TINKER_API_KEY={LOCAL_API_KEY}", flush=True)
     try:
-        uvicorn.run(app, host=HOST, port=port, log_level=log_level)
+        uvicorn.run(app, host=HOST, port=port, log_level=log_level, log_config=None)
     finally:
         state.finish_all()
         try:
