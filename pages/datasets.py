@@ -5,6 +5,7 @@ from pathlib import Path
 import streamlit as st
 
 from app import charts, data_views, forms, state, widgets
+from app import datasets_view as view
 from cookbook_engine import datasets, renderers
 from cookbook_engine.config import TRAIN_ON
 
@@ -20,26 +21,20 @@ with st.expander("Upload a dataset", expanded=not store.list_datasets(), icon=":
     c1, c2, c3 = st.columns([2, 1, 1], vertical_alignment="bottom")
     default_name = Path(upload.name).stem if upload else ""
     name = c1.text_input("Name", value=default_name, key=f"dataset-name-{default_name}")
-    kind_choice = c2.selectbox("Kind", ["detect", "chat", "preference", "rl"], key="dataset-kind",
+    kind_choice = c2.selectbox("Kind", view.KIND_CHOICES, key="dataset-kind",
                                help="Detected from the columns unless you pick one.")
     add = c3.button("Validate and add", type="primary", disabled=upload is None, icon=":material/check:",
                     width="stretch")
     if add and upload is not None:
-        if not name.strip():
-            widgets.error_text("Give the dataset a name.")
-        elif any(d["name"] == name.strip() for d in store.list_datasets()):
-            widgets.error_text(f"A dataset named {name.strip()!r} exists already; pick another name or delete it "
-                               "first.")
+        if problem := view.name_problem(name, store.list_datasets()):
+            widgets.error_text(problem)
         else:
             saved, result, problem = None, None, None
             with st.status(f"Checking every row of {widgets.safe_markdown(upload.name)}…") as status:
                 try:
-                    saved = datasets.save_upload(upload.name, upload.getvalue())
-                    result = data_views.validate(str(saved), None if kind_choice == "detect" else kind_choice)
+                    saved, result = view.save_and_validate(upload.name, upload.getvalue(), kind_choice)
                     status.update(label=f"{result.num_rows} valid rows", state="complete")
                 except datasets.DatasetError as exc:
-                    if saved is not None:
-                        saved.unlink(missing_ok=True)
                     status.update(label="The file has problems", state="error")
                     problem = str(exc)
             if problem:  # outside the status box, which folds away: every bad line, in plain sight
@@ -47,45 +42,34 @@ with st.expander("Upload a dataset", expanded=not store.list_datasets(), icon=":
                                                "again (nothing was added; the list below is unchanged)."),
                          icon=":material/error:")
                 widgets.plain_text(problem, code=True)
-            if result:
-                store.register_dataset(name.strip(), kind=result.kind, source="upload", path=str(saved),
-                                       num_rows=result.num_rows, meta={"filename": upload.name})
-                widgets.notice(widgets.safe_markdown(f"Added {name.strip()}: {result.num_rows} {result.kind} rows "
-                                                     f"({result.detail})."))
-                st.session_state["dataset-browse"] = f"upload:{name.strip()}"
+            if saved is not None and result is not None:
+                widgets.notice(widgets.safe_markdown(view.register_upload(store, name, saved, result, upload.name)))
+                st.session_state["dataset-browse"] = view.upload_key(name.strip())
                 st.rerun()
 
 # --- browse ---------------------------------------------------------------------------------------------------
-entries = {f"builtin:{d['name']}": {"label": f"{d['name']} · built-in {d['kind']}", "spec": f"builtin:{d['name']}",
-                                    "kind": d["kind"], "rows": d["num_rows"], "about": d["description"]}
-           for d in datasets.list_builtin()}
-for d in store.list_datasets():
-    entries[f"upload:{d['name']}"] = {"label": f"{d['name']} · uploaded {d['kind']}", "spec": d["path"],
-                                      "kind": d["kind"], "rows": d["num_rows"],
-                                      "about": f"from {(d.get('meta') or {}).get('filename', d['path'])}",
-                                      "name": d["name"]}
+entries = view.browse_entries(datasets.list_builtin(), store.list_datasets())
 if st.session_state.get("dataset-browse") not in entries:
     st.session_state["dataset-browse"] = next(iter(entries))
 st.subheader("Your datasets")
 c1, c2 = st.columns([3, 1], vertical_alignment="bottom")
-chosen = c1.selectbox("Dataset", list(entries), format_func=lambda k: entries[k]["label"], key="dataset-browse")
+chosen = c1.selectbox("Dataset", list(entries), format_func=lambda key: entries[key].label, key="dataset-browse")
 entry = entries[chosen]
-if chosen.startswith("upload:") and c2.button("Remove from the list", icon=":material/delete:", width="stretch"):
-    store.delete_dataset(entry["name"])
-    Path(entry["spec"]).unlink(missing_ok=True)
-    widgets.notice(widgets.safe_markdown(f"Removed {entry['name']}."))
+if entry.uploaded and c2.button("Remove from the list", icon=":material/delete:", width="stretch"):
+    view.remove_upload(store, entry)
+    widgets.notice(widgets.safe_markdown(f"Removed {entry.name}."))
     st.rerun()
-st.caption(widgets.safe_markdown(f"{entry['rows']} rows · {entry['kind']} data · {entry['about']}"))
+st.caption(widgets.safe_markdown(entry.caption))
 
 preview, tokens_tab = st.tabs(["Preview", "Tokens and loss mask"])
 with preview:
     try:
-        st.dataframe(data_views.preview_frame(entry["spec"]), hide_index=True, width="stretch")
+        st.dataframe(data_views.preview_frame(entry.spec), hide_index=True, width="stretch")
         st.caption("The first 50 rows, as stored.")
     except datasets.DatasetError as exc:
         widgets.error_text(str(exc))
 with tokens_tab:
-    if entry["kind"] != "chat":
+    if entry.kind != "chat":
         st.info("The token view is for chat (SL) data; preference and RL data are rendered at training time.",
                 icon=":material/info:")
         st.stop()
@@ -93,28 +77,24 @@ with tokens_tab:
     renderer_name = c1.selectbox("Renderer", renderers.renderer_names(), key="dataset-renderer",
                                  help="auto = the default model's chat template")
     train_on = c2.selectbox("Train on", list(TRAIN_ON), format_func=forms.TRAIN_ON_LABELS.get, key="dataset-train-on")
-    version = data_views.version(entry["spec"])
+    version = data_views.version(entry.spec)
     try:
         with st.spinner("Tokenizing…"):
             state.ensure_default_model()
-            stats = data_views.token_stats(entry["spec"], version, renderer_name, train_on)
-            examples = data_views.chat_examples(entry["spec"], version)
+            stats = data_views.token_stats(entry.spec, version, renderer_name, train_on)
+            examples = data_views.chat_examples(entry.spec, version)
     except (datasets.DatasetError, renderers.RendererError) as exc:
         widgets.error_text(str(exc))
         st.stop()
-    c1, c2, c3, c4 = st.columns(4)
-    c1.metric("Examples", len(stats), border=True)
-    c2.metric("Total tokens", f"{int(stats['tokens'].sum()):,}", border=True)
-    c3.metric("Trained tokens", f"{int(stats['trained'].sum()):,}", border=True)
-    c4.metric("Longest example", f"{int(stats['tokens'].max()):,}", border=True)
+    for column, (label, value) in zip(st.columns(4), view.token_totals(stats)):
+        column.metric(label, value, border=True)
     if len(stats) >= data_views.MAX_EXAMPLES_FOR_STATS:
         st.caption(f"Statistics over the first {data_views.MAX_EXAMPLES_FOR_STATS} examples.")
     st.plotly_chart(charts.length_histogram(list(stats["tokens"])), key="length-hist", config={"displaylogo": False})
     index = st.number_input(f"Example (1-{len(examples)})", 1, len(examples), 1, key=f"example-{chosen}") - 1
     renderer = renderers.get_renderer(renderer_name, data_views.tokenizer())
     tokens, weights = renderer.build_supervised_example(examples[index], train_on)
-    st.caption(f"{len(tokens)} tokens, {sum(1 for w in weights if w > 0)} trained (green). "
-               "· is a space, ↵ a newline.")
+    st.caption(view.mask_caption(tokens, weights))
     st.dataframe(data_views.token_grid(tokens, weights), width="stretch")
     with st.expander("The conversation"):
         for message in examples[index]:

@@ -1,10 +1,9 @@
 """Run: one run's live charts, progress, config, checkpoints, log, and its error if it failed."""
 
-from pathlib import Path
-
+import pandas as pd
 import streamlit as st
 
-from app import actions, charts, nav, settings_view, state, timing, widgets
+from app import actions, charts, nav, run_view, settings_view, state, timing, widgets
 from cookbook_engine import config as cfg
 
 store = state.store()
@@ -31,10 +30,8 @@ with badge_column:
 def live_header(run_id: str) -> None:
     """Kind, model, age, elapsed time, time left and the training process's CPU and memory, refreshed live."""
     run = state.store().get_run(run_id)
-    details = [widgets.KIND_LABEL[run["kind"]], run["base_model"], f"backend {run['backend']}",
-               f"created {widgets.age(run['created_at'])}", *timing.time_facts(run, timing.run_timing(store, run))]
-    if run.get("parent_run_id"):
-        details.append(f"started from {run['parent_run_id']}")
+    details = run_view.header_facts(run, widgets.KIND_LABEL[run["kind"]], widgets.age(run["created_at"]),
+                                    timing.time_facts(run, timing.run_timing(store, run)))
     st.caption(" · ".join(widgets.safe_markdown(d) for d in details))
     usage = timing.usage_text(run)
     if usage:
@@ -75,9 +72,9 @@ if run["status"] in ("failed", "interrupted") and run.get("error"):
             st.code(run["traceback"], language=None)
 
 
-def chart_grid(metrics, groups: list[tuple[str, list[str]]], per_row: int, prefix: str) -> None:
-    for i in range(0, len(groups), per_row):
-        for column, (title, names) in zip(st.columns(per_row), groups[i:i + per_row]):
+def chart_grid(metrics: pd.DataFrame, groups: run_view.ChartGroups, per_row: int, prefix: str) -> None:
+    for row in run_view.rows_of(groups, per_row):
+        for column, (title, names) in zip(st.columns(per_row), row):
             column.plotly_chart(charts.metrics_chart(metrics, names, title), key=f"{prefix}-{title}",
                                 config={"displaylogo": False})
 
@@ -97,17 +94,13 @@ def live_overview(run_id: str, was_active: bool) -> None:
         st.info("No metrics yet: the first ones appear when the first step finishes." if active
                 else "This run logged no metrics.", icon=":material/hourglass_top:")
         return
-    main, more, timing_groups = charts.metric_groups(sorted(metrics["name"].unique()))
-    latest = metrics.dropna(subset=["value"]).groupby("name").last()["value"]
-    firsts = metrics.dropna(subset=["value"]).groupby("name").first()["value"]
-    cards = charts.card_metrics(list(latest.index))
-    for column, name in zip(st.columns(max(1, len(cards))), cards):
-        delta = latest[name] - firsts[name] if name in firsts else None
-        column.metric(name, widgets.format_value(latest[name]),
-                      delta=None if not delta else f"{delta:+.3g}", delta_color="off", border=True)
-    chart_grid(metrics, main, 2, "chart")
-    for label, groups, prefix in ((f"More metrics ({len(more)} charts)", more, "more"),
-                                  ("Timing and throughput", timing_groups, "sys")):
+    cards = run_view.metric_cards(metrics)
+    for column, card in zip(st.columns(max(1, len(cards))), cards):
+        column.metric(card.name, card.value, delta=card.delta, delta_color="off", border=True)
+    layout = run_view.chart_layout(metrics)
+    chart_grid(metrics, layout.main, 2, "chart")
+    for label, groups, prefix in ((f"More metrics ({len(layout.more)} charts)", layout.more, "more"),
+                                  ("Timing and throughput", layout.timing, "sys")):
         if groups:
             with st.expander(label):
                 chart_grid(metrics, groups, 3, prefix)
@@ -127,18 +120,12 @@ with config_tab:
 with checkpoints_tab:
     checkpoints = store.list_checkpoints(run_id)
     if not checkpoints:
-        save_every = run["config"].get("save_every")
-        st.info(f"No checkpoints yet (this run saves every {save_every} steps and at the end)." if save_every
-                else "No checkpoints yet (this run saves at the end).", icon=":material/info:")
+        st.info(run_view.no_checkpoints_text(run["config"]), icon=":material/info:")
     else:
-        st.dataframe([{"Step": c["step"], "Name": c["name"], "Kind": c["kind"],
-                       "Final": bool((c.get("loop_state") or {}).get("final")), "Saved": widgets.age(c["created_at"]),
-                       "State path": c.get("state_path") or "", "Sampler path": c.get("sampler_path") or ""}
-                      for c in checkpoints], hide_index=True, width="stretch")
+        st.dataframe(run_view.checkpoint_rows(checkpoints, widgets.age), hide_index=True, width="stretch")
         nav.link("checkpoints", "Export or download a checkpoint", ":material/download:", run=run_id)
 with log_tab:
-    log_file = Path(run["log_dir"]) / "log.txt"
-    lines = log_file.read_text(encoding="utf-8", errors="replace").splitlines()[-300:] if log_file.exists() else []
+    lines = run_view.log_tail(run["log_dir"])
     if lines:
         st.code("\n".join(lines), language=None)
     else:
