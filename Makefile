@@ -13,7 +13,7 @@ test: setup lint
 	@./scripts/browser-deps.sh
 	@./scripts/test.sh
 
-# The linter (ruff, its rules in pyproject.toml) and the type checker (mypy over cookbook_engine, storage and app).
+# The linter (ruff, its rules in pyproject.toml) and the type checker (mypy over cookbook_engine, storage, app, pages).
 lint: setup
 	@.venv/bin/ruff check .
 	@.venv/bin/mypy
