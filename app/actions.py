@@ -9,28 +9,27 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import forms, nav, notices, state, widgets
+from app import nav, notices, state, state_keys, widgets
 from cookbook_engine import paths
-
-RESUMABLE = ("cancelled", "failed", "interrupted")
-SELECTION_GENERATION = "runs-table-generation"  # bumped to clear the runs table's selection (after a delete)
+from storage import statuses
+from storage.input_error import BAD_INPUT
 
 
 def runs_table_key() -> str:
     """The runs table's widget key: a new one starts with nothing selected."""
-    return f"runs-table-{st.session_state.get(SELECTION_GENERATION, 0)}"
+    return state_keys.runs_table(st.session_state.get(state_keys.RUNS_TABLE_GENERATION, 0))
 
 
 def clear_selection() -> None:
-    st.session_state[SELECTION_GENERATION] = st.session_state.get(SELECTION_GENERATION, 0) + 1
+    st.session_state[state_keys.RUNS_TABLE_GENERATION] = st.session_state.get(state_keys.RUNS_TABLE_GENERATION, 0) + 1
 
 
 def can_stop(run: dict) -> bool:
-    return run["status"] in ("queued", "running")
+    return run["status"] in statuses.STOPPABLE
 
 
 def can_resume(run: dict) -> bool:
-    return run["status"] in RESUMABLE
+    return run["status"] in statuses.RESUMABLE
 
 
 def stop(runs: list[dict]) -> None:
@@ -52,7 +51,7 @@ def resume(runs: list[dict]) -> None:
             state.manager().resume(run["run_id"])
             notices.watch(run["run_id"])
             resumed.append(run["name"])
-        except (KeyError, ValueError, ImportError, *forms.input_errors()) as exc:
+        except (KeyError, ValueError, ImportError, *BAD_INPUT) as exc:
             problems.append(f"{run['name']}: {str(exc).strip(chr(39))}")
     if problems:
         widgets.notice("Could not resume " + widgets.safe_markdown("; ".join(problems)), "error")
@@ -64,24 +63,24 @@ def duplicate(run: dict) -> None:
     """Open the New run page with this run's settings filled in."""
     config = dict(run["config"])
     config["name"] = ""
-    st.session_state["new_run_base"] = {"kind": run["kind"], "config": config, "name": run["name"]}
-    st.session_state["form_generation"] = st.session_state.get("form_generation", 0) + 1
+    st.session_state[state_keys.NEW_RUN_BASE] = {"kind": run["kind"], "config": config, "name": run["name"]}
+    st.session_state[state_keys.FORM_GENERATION] = st.session_state.get(state_keys.FORM_GENERATION, 0) + 1
     nav.go("new_run")
 
 
 def ask_delete(runs: list[dict], origin: str) -> None:
     """Remember which runs to delete and redraw the page: `confirm_pending_delete()` then asks in a dialog."""
-    st.session_state["pending_delete"] = {"ids": [r["run_id"] for r in runs], "origin": origin}
+    st.session_state[state_keys.PENDING_DELETE] = {"ids": [r["run_id"] for r in runs], "origin": origin}
     st.rerun()
 
 
 def _forget_pending_delete() -> None:
-    st.session_state.pop("pending_delete", None)
+    st.session_state.pop(state_keys.PENDING_DELETE, None)
 
 
 def confirm_pending_delete() -> None:
     """Show the confirmation dialog while a delete is pending (call once per page run, outside fragments)."""
-    pending = st.session_state.get("pending_delete")
+    pending = st.session_state.get(state_keys.PENDING_DELETE)
     if not pending:
         return
     runs = [run for run in (state.store().get_run(run_id) for run_id in pending["ids"]) if run is not None]
@@ -108,7 +107,7 @@ def _what(found: list) -> str:
 
 @st.dialog("Delete runs?", on_dismiss=_forget_pending_delete)
 def _confirm_delete(runs: list[dict], origin: str) -> None:
-    active = [r for r in runs if state.manager().is_alive(r["run_id"]) or r["status"] in widgets.ACTIVE]
+    active = [r for r in runs if state.manager().is_alive(r["run_id"]) or r["status"] in statuses.ACTIVE]
     deletable = [r for r in runs if r not in active]
     if active:
         st.warning("Stop these first: " + ", ".join(widgets.safe_markdown(r["name"]) for r in active),

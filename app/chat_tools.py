@@ -7,9 +7,10 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app import conversation, state, widgets
+from app import conversation, state, state_keys, widgets
 from app.conversation import PaneReply, Turn
 from cookbook_engine import chat, chat_data
+from storage.input_error import BAD_INPUT
 
 NEW_DATASET = "New dataset…"
 DEFAULT_DPO_DATASET = "chat-preferences"
@@ -72,8 +73,7 @@ def reply_view(turn: Turn, pane: str, current: chat.ChatTarget, side_by_side: bo
                        "under the conversation.")
 
 
-def stream(pane_reply: PaneReply, messages: list[dict], params: chat.ChatParams, store,
-           input_errors: tuple[type[BaseException], ...]) -> None:
+def stream(pane_reply: PaneReply, messages: list[dict], params: chat.ChatParams, store) -> None:
     """Generate (or continue) one reply, drawing it as it grows; its text is kept in the conversation after every
     chunk, so an interruption loses nothing."""
     try:
@@ -84,7 +84,7 @@ def stream(pane_reply: PaneReply, messages: list[dict], params: chat.ChatParams,
         pieces = chat.stream_reply(pane_reply.target, messages, params, store, weights=weights,
                                    reply=pane_reply.reply)
         st.write_stream(widgets.safe_markdown_stream(pieces))
-    except (chat.ChatError, *input_errors) as exc:
+    except BAD_INPUT as exc:
         pane_reply.error = str(exc)
         widgets.error_text(str(exc))
 
@@ -98,7 +98,7 @@ def data_tools(turns: list[Turn], panes: dict[str, chat.ChatTarget], side_by_sid
     with st.expander("Add turns to a dataset (fix the replies, then train on them)", icon=":material/playlist_add:"):
         add_to_dataset(turns, panes, side_by_side, system_prompt, store)
     if side_by_side:
-        st.text_input("DPO dataset for “Prefer this reply”", DEFAULT_DPO_DATASET, key="chat-dpo-dataset",
+        st.text_input("DPO dataset for “Prefer this reply”", DEFAULT_DPO_DATASET, key=state_keys.CHAT_DPO_DATASET,
                       help="Each click appends a pair to this uploaded dataset (made when it does not exist).")
 
 
@@ -151,7 +151,7 @@ def prefer(index: int, pane: str, system_prompt: str) -> None:
     """"Prefer this reply" (a button callback): append the pair to the DPO dataset named on the page."""
     turns = conversation.history()
     prompt, chosen, rejected = conversation.preference_pair(turns, index, pane, system_prompt)
-    name = st.session_state.get("chat-dpo-dataset") or DEFAULT_DPO_DATASET
+    name = st.session_state.get(state_keys.CHAT_DPO_DATASET) or DEFAULT_DPO_DATASET
     try:
         count = chat_data.append_rows(state.store(), name, "preference",
                                       [chat_data.preference_row(prompt, chosen, rejected)])

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 import streamlit as st
 
+from app import state_keys
 from cookbook_engine import chat
 
-HISTORY_KEY = "chat-history"
 PANES = ("a", "b")
 FINISH_MARK = {  # reply.finish -> (icon, what a person reads under the reply)
     "length": (":material/content_cut:", "cut at the max tokens limit: raise Max tokens for longer replies"),
@@ -44,11 +44,11 @@ class Turn:
 
 
 def history() -> list[Turn]:
-    return st.session_state.setdefault(HISTORY_KEY, [])
+    return st.session_state.setdefault(state_keys.CHAT_HISTORY, [])
 
 
 def clear() -> None:
-    st.session_state[HISTORY_KEY] = []
+    st.session_state[state_keys.CHAT_HISTORY] = []
 
 
 def send(text: str, targets: dict[str, chat.ChatTarget]) -> None:

@@ -13,11 +13,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 import streamlit as st
 
-from app import nav, settings_view, state, widgets
+from app import nav, settings_view, state, state_keys, widgets
 from cookbook_engine import config as cfg
 from cookbook_engine import datasets, models, renderers, speed
 from cookbook_engine import suggested as suggested_settings
 from cookbook_engine.builtin_data import BUILTIN
+from storage import statuses
+from storage.input_error import BAD_INPUT
 
 DATA_KIND = {"sl": "chat", "dpo": "preference", "rl": "rl"}
 SOURCES = ("Built-in", "Uploaded", "Hugging Face", "File path")
@@ -51,7 +53,7 @@ class ModelChoice:
 
 def base_config(kind: str) -> cfg.CommonConfig:
     """The config the form starts from: a duplicated run's settings, or the defaults."""
-    duplicate = st.session_state.get("new_run_base")
+    duplicate = st.session_state.get(state_keys.NEW_RUN_BASE)
     if duplicate and duplicate["kind"] == kind:
         return cfg.from_dict(kind, duplicate["config"])
     return cfg.CONFIG_TYPES[kind]()
@@ -59,7 +61,7 @@ def base_config(kind: str) -> cfg.CommonConfig:
 
 def key(kind: str, name: str) -> str:
     """Widget keys change when a run is duplicated, so the widgets take the duplicated values as defaults."""
-    return f"{kind}-{st.session_state.get('form_generation', 0)}-{name}"
+    return f"{kind}-{st.session_state.get(state_keys.FORM_GENERATION, 0)}-{name}"
 
 
 # ---------------------------------------------------------------------------------------- model
@@ -364,19 +366,6 @@ def _rl_fields(base: cfg.RLConfig, values: dict, k) -> None:
 # ---------------------------------------------------------------------------------------- checking
 
 
-def input_errors() -> tuple[type[BaseException], ...]:
-    """Exceptions that mean bad input (shown as a message), not a bug."""
-    errors: list[type[BaseException]] = [cfg.ConfigError, datasets.DatasetError, models.ModelError,
-                                         renderers.RendererError, FileNotFoundError]
-    try:
-        from cookbook_engine.backends.tinker import TinkerUnavailable
-
-        errors.append(TinkerUnavailable)
-    except ImportError:
-        pass
-    return tuple(errors)
-
-
 @dataclass
 class CheckResult:
     ok: bool
@@ -406,7 +395,7 @@ def check(config: cfg.CommonConfig) -> CheckResult:
                     status.update(label="Preparing the default model (first time only, about 20 s)…")
                 state.ensure_default_model()
             prepared = runs.preflight(config)
-        except input_errors() as exc:
+        except BAD_INPUT as exc:
             status.update(label="The check found a problem", state="error")
             return CheckResult(False, [str(exc)])
         except ImportError as exc:
@@ -471,7 +460,7 @@ def estimate(config: cfg.CommonConfig, prepared) -> str:
         return (f"{text}; roughly {_minutes(seconds)} on an idle 2-core CPU (this machine's own speed is being "
                 "measured: check again in a minute).")
     measured = datetime.fromtimestamp(rate.measured_at).strftime("%H:%M")
-    busy = sum(r["status"] in widgets.ACTIVE for r in state.store().list_runs())
+    busy = sum(r["status"] in statuses.ACTIVE for r in state.store().list_runs())
     # runs on this machine take turns computing (compute_lease.py), so while `busy` others train, each gets a share
     sharing = (f" {busy} run{'s' if busy != 1 else ''} training now {'take' if busy != 1 else 'takes'} turns with "
                f"it on the CPU: while {'they run' if busy != 1 else 'it runs'}, expect up to "

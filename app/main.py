@@ -16,6 +16,7 @@ import streamlit as st  # noqa: E402
 from app import nav, notices, state  # noqa: E402
 from cookbook_engine import compute_lease  # noqa: E402
 from cookbook_engine.paths import make_files_private  # noqa: E402
+from storage import statuses  # noqa: E402
 
 make_files_private()  # also set by `cookbook studio`; here for a studio started with `streamlit run`
 compute_lease.set_process_label("the studio")
@@ -28,13 +29,12 @@ page = st.navigation(nav.sections())
 
 with st.sidebar:
     st.caption("**Cookbook Studio** · post-train language models with SL, DPO and RL")
-    active = [r for r in state.store().list_runs() if r["status"] in ("queued", "running", "cancelling")]
+    active = [r for r in state.store().list_runs() if r["status"] in statuses.ACTIVE]
     if active:  # counted from storage, so runs started from the command line show too
         st.caption(f":material/progress_activity: {len(active)} run{'s' if len(active) != 1 else ''} training")
     status, _ = state.default_model_status()
-    if status != "ready":
-        st.caption(":material/hourglass_top: default model: " + {"preparing": "being prepared", "failed": "failed",
-                                                                 "missing": "not prepared"}[status])
+    if status != state.ModelState.READY:
+        st.caption(":material/hourglass_top: default model: " + state.MODEL_STATE_LABEL[status])
 
 st.fragment(run_every=3 if notices.watching() else None)(notices.toast_finished_runs)()  # toasts for my runs
 

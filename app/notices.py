@@ -6,24 +6,25 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import state, widgets
+from app import state, state_keys, widgets
+from storage.statuses import RunStatus
 
-WATCHED = "watched-runs"
-FINISHED_TOAST = {"completed": ("finished", ":material/check_circle:"), "failed": ("failed", ":material/error:"),
-                  "cancelled": ("stopped", ":material/stop_circle:"),
-                  "interrupted": ("was interrupted", ":material/warning:")}
+FINISHED_TOAST = {RunStatus.COMPLETED: ("finished", ":material/check_circle:"),
+                  RunStatus.FAILED: ("failed", ":material/error:"),
+                  RunStatus.CANCELLED: ("stopped", ":material/stop_circle:"),
+                  RunStatus.INTERRUPTED: ("was interrupted", ":material/warning:")}  # one per terminal status
 
 
 def watch(run_id: str) -> None:
-    st.session_state.setdefault(WATCHED, set()).add(run_id)
+    st.session_state.setdefault(state_keys.WATCHED_RUNS, set()).add(run_id)
 
 
 def watching() -> bool:
-    return bool(st.session_state.get(WATCHED))
+    return bool(st.session_state.get(state_keys.WATCHED_RUNS))
 
 
 def toast_finished_runs() -> None:
-    watched = st.session_state.setdefault(WATCHED, set())
+    watched = st.session_state.setdefault(state_keys.WATCHED_RUNS, set())
     for run_id in sorted(watched):
         run = state.store().get_run(run_id)
         if run is None:

@@ -16,6 +16,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 from cookbook_engine import models, paths
@@ -24,6 +25,29 @@ from storage import StoreClient
 
 TINKER_KEY_ENV = "TINKER_API_KEY"
 TINKER_STATUS_TTL_S = 120.0
+
+
+class ModelState(StrEnum):
+    """Where the default model's one-time preparation stands."""
+
+    READY = "ready"
+    PREPARING = "preparing"
+    FAILED = "failed"
+    MISSING = "missing"
+
+
+MODEL_STATE_LABEL = {ModelState.READY: "ready", ModelState.PREPARING: "being prepared", ModelState.FAILED: "failed",
+                     ModelState.MISSING: "not prepared"}
+
+
+class TinkerState(StrEnum):
+    """What the studio knows about the hosted Tinker service."""
+
+    NO_KEY = "no_key"
+    CHECKING = "checking"
+    OK = "ok"
+    ERROR = "error"
+    UNAVAILABLE = "unavailable"  # this build has no Tinker backend
 
 
 def manager() -> RunManager:
@@ -103,20 +127,20 @@ def start_default_model_preparation(retry: bool = False) -> None:
         _prep_thread.start()
 
 
-def default_model_status() -> tuple[str, str]:
-    """("ready" | "preparing" | "failed" | "missing", a sentence for people)."""
+def default_model_status() -> tuple[ModelState, str]:
+    """(the state, a sentence for people)."""
     if models.default_model_ready():
-        return "ready", f"{models.DEFAULT_MODEL} is ready (local, CPU)"
+        return ModelState.READY, f"{models.DEFAULT_MODEL} is ready (local, CPU)"
     if _prep_error:
-        return "failed", f"preparing {models.DEFAULT_MODEL} failed: {_prep_error}"
+        return ModelState.FAILED, f"preparing {models.DEFAULT_MODEL} failed: {_prep_error}"
     preparing = _prep_thread is not None and _prep_thread.is_alive()
     if not preparing:
         with _exclusive(blocking=False) as free:
             preparing = not free
     if preparing:
-        return "preparing", (f"{models.DEFAULT_MODEL} is being prepared: converted once into the model cache "
-                             "(about 20 s), then it loads in a second")
-    return "missing", f"{models.DEFAULT_MODEL} is not prepared yet"
+        return ModelState.PREPARING, (f"{models.DEFAULT_MODEL} is being prepared: converted once into the model cache "
+                                      "(about 20 s), then it loads in a second")
+    return ModelState.MISSING, f"{models.DEFAULT_MODEL} is not prepared yet"
 
 
 def preparation_seconds() -> float:
@@ -150,7 +174,7 @@ def home_usage() -> dict[str, int]:
 
 @dataclass
 class TinkerStatus:
-    state: str  # "no_key" | "checking" | "ok" | "error" | "unavailable"
+    state: TinkerState
     message: str
     models: list[str] = field(default_factory=list)
     checked_at: float = 0.0
@@ -198,11 +222,11 @@ def _probe_tinker() -> None:
         ok = bool(_field(result, "ok", False))
         names = [str(m) for m in (_field(result, "models", None) or [])]
         message = _field(result, "message", "") or ("reachable" if ok else _field(result, "reason", "unreachable"))
-        status = TinkerStatus("ok" if ok else "error", str(message), names, time.monotonic())
+        status = TinkerStatus(TinkerState.OK if ok else TinkerState.ERROR, str(message), names, time.monotonic())
     except ImportError:
-        status = TinkerStatus("unavailable", "this build has no Tinker backend", [], time.monotonic())
+        status = TinkerStatus(TinkerState.UNAVAILABLE, "this build has no Tinker backend", [], time.monotonic())
     except Exception as exc:
-        status = TinkerStatus("error", f"{type(exc).__name__}: {exc}", [], time.monotonic())
+        status = TinkerStatus(TinkerState.ERROR, f"{type(exc).__name__}: {exc}", [], time.monotonic())
     with _tinker_lock:
         _tinker_status = status
 
@@ -211,8 +235,8 @@ def tinker_status() -> TinkerStatus:
     """The hosted backend's status, probed on a background thread (never on the page's thread); cached 2 min."""
     global _tinker_thread
     if not tinker_key_present():
-        return TinkerStatus("no_key", f"no {TINKER_KEY_ENV} set: hosted models are off; local training works. "
-                                      "Enter a key here or set it before starting the studio.")
+        return TinkerStatus(TinkerState.NO_KEY, f"no {TINKER_KEY_ENV} set: hosted models are off; local training "
+                                                "works. Enter a key here or set it before starting the studio.")
     with _tinker_lock:
         status = _tinker_status
         fresh = status is not None and time.monotonic() - status.checked_at < TINKER_STATUS_TTL_S
@@ -220,7 +244,7 @@ def tinker_status() -> TinkerStatus:
             _tinker_thread = threading.Thread(target=_probe_tinker, name="probe-tinker", daemon=True)
             _tinker_thread.start()
     if status is None:
-        return TinkerStatus("checking", "checking the Tinker service…")
+        return TinkerStatus(TinkerState.CHECKING, "checking the Tinker service…")
     return status
 
 

@@ -13,8 +13,7 @@ from datetime import datetime, timezone
 import pandas as pd
 
 from cookbook_engine import compute_lease, paths, speed
-
-ACTIVE = ("queued", "running", "cancelling")
+from storage import statuses
 
 
 @dataclass
@@ -34,7 +33,7 @@ def _seconds_between(start, end) -> float | None:
 def run_timing(store, run: dict) -> RunTiming:
     """Elapsed time for any run; ETA and seconds per step for an active one (from its `time/total` metric)."""
     elapsed = _seconds_between(run.get("started_at"), run.get("finished_at"))
-    if run["status"] not in ACTIVE:
+    if run["status"] not in statuses.ACTIVE:
         return RunTiming(elapsed, None, None)
     frame = store.get_metrics(run["run_id"], ["time/total"])
     durations = speed.step_seconds(list(zip(frame["step"].astype(int), frame["value"].astype(float))))
@@ -46,10 +45,10 @@ def time_facts(run: dict, timing: RunTiming) -> list[str]:
     """'ran 2 min 10 s', 'about 3 min 05 s left', '1.9 s per step' as they apply."""
     facts = []
     if timing.elapsed_s is not None:
-        facts.append(("running for " if run["status"] in ACTIVE else "ran ") + speed.clock(timing.elapsed_s))
+        facts.append(("running for " if run["status"] in statuses.ACTIVE else "ran ") + speed.clock(timing.elapsed_s))
     if timing.eta_s is not None:
         facts.append(f"about {speed.clock(timing.eta_s)} left")
-    elif run["status"] in ACTIVE:
+    elif run["status"] in statuses.ACTIVE:
         facts.append("time left: known after two steps")
     if timing.step_s is not None:
         facts.append(f"{timing.step_s:.1f} s per step")
@@ -71,7 +70,7 @@ def usage_text(run: dict) -> str:
 def turn_text(run: dict) -> str:
     """"taking turns: X is computing now" while another process on this machine holds the compute lease and this
     active run's process waits for it; empty otherwise."""
-    if run["status"] not in ACTIVE or run.get("owner_host") not in (None, socket.gethostname()):
+    if run["status"] not in statuses.ACTIVE or run.get("owner_host") not in (None, socket.gethostname()):
         return ""
     holder = compute_lease.holder_now()
     if holder is None or not run.get("owner_pid") or holder[1] == run["owner_pid"]:
@@ -93,6 +92,6 @@ def table_times(store, runs: list[dict]) -> dict[str, dict]:
 
 def _usage(run: dict) -> dict | None:
     """The live resource use of the process training an active run on this machine (None otherwise)."""
-    if run["status"] not in ACTIVE or run.get("owner_host") not in (None, socket.gethostname()):
+    if run["status"] not in statuses.ACTIVE or run.get("owner_host") not in (None, socket.gethostname()):
         return None
     return speed.process_usage(run.get("owner_pid"))

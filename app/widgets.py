@@ -11,25 +11,24 @@ from datetime import datetime, timezone
 import pandas as pd
 import streamlit as st
 
-from cookbook_engine.runs import KEY_METRIC  # noqa: F401  (one home for each kind's key metric; pages use it here)
+from app import state_keys
+from cookbook_engine.metric_names import KEY_METRIC, key_metric
+from storage.statuses import RunStatus
 
 KIND_LABEL = {"sl": "SL", "dpo": "DPO", "rl": "RL"}
-STATUS_STYLE = {  # status -> (badge color, icon)
-    "queued": ("gray", ":material/schedule:"),
-    "running": ("blue", ":material/progress_activity:"),
-    "cancelling": ("orange", ":material/pause_circle:"),
-    "completed": ("green", ":material/check_circle:"),
-    "failed": ("red", ":material/error:"),
-    "cancelled": ("gray", ":material/stop_circle:"),
-    "interrupted": ("orange", ":material/warning:"),
+STATUS_STYLE = {  # status -> (badge color, icon, color of its text in the runs table)
+    RunStatus.QUEUED: ("gray", ":material/schedule:", "#6b7280"),
+    RunStatus.RUNNING: ("blue", ":material/progress_activity:", "#1d4ed8"),
+    RunStatus.CANCELLING: ("orange", ":material/pause_circle:", "#c2410c"),
+    RunStatus.COMPLETED: ("green", ":material/check_circle:", "#15803d"),
+    RunStatus.FAILED: ("red", ":material/error:", "#b91c1c"),
+    RunStatus.CANCELLED: ("gray", ":material/stop_circle:", "#6b7280"),
+    RunStatus.INTERRUPTED: ("orange", ":material/warning:", "#c2410c"),
 }
-STATUS_TEXT_COLOR = {"queued": "#6b7280", "running": "#1d4ed8", "cancelling": "#c2410c", "completed": "#15803d",
-                     "failed": "#b91c1c", "cancelled": "#6b7280", "interrupted": "#c2410c"}
-ACTIVE = ("queued", "running", "cancelling")
 
 
 def status_badge(status: str) -> None:
-    color, icon = STATUS_STYLE.get(status, ("gray", None))
+    color, icon, _ = STATUS_STYLE.get(status, ("gray", None, ""))
     st.badge(status, color=color, icon=icon)
 
 
@@ -62,7 +61,7 @@ def step_text(run: dict) -> str:
 
 def progress_fraction(run: dict) -> float:
     step, total = run.get("step") or 0, run.get("total_steps") or 0
-    if run.get("status") == "completed":
+    if run.get("status") == RunStatus.COMPLETED:
         return 1.0
     return min(1.0, step / total) if total else 0.0
 
@@ -79,7 +78,7 @@ def runs_frame(runs: list[dict], key_values: dict[str, float],
     rows = []
     times = times or {}
     for run in runs:
-        metric = KEY_METRIC.get(run["kind"], "")
+        metric = key_metric(run["kind"])
         value = key_values.get(run["run_id"])
         rows.append({
             "Run": run["name"],
@@ -101,8 +100,8 @@ def runs_frame(runs: list[dict], key_values: dict[str, float],
 
 def styled_runs(frame: pd.DataFrame):
     """The runs table with each status in its color."""
-    return frame.style.map(lambda status: f"color: {STATUS_TEXT_COLOR.get(status, '#1f2330')}; font-weight: 600",
-                           subset=["Status"])
+    return frame.style.map(lambda status: f"color: {STATUS_STYLE.get(status, (None, None, '#1f2330'))[2]}; "
+                                          "font-weight: 600", subset=["Status"])
 
 
 RUNS_COLUMN_CONFIG = {
@@ -111,8 +110,8 @@ RUNS_COLUMN_CONFIG = {
     "Step": st.column_config.TextColumn("Step", width="small"),
     "Age": st.column_config.TextColumn("Age", width="small"),
     "Progress": st.column_config.ProgressColumn("Progress", min_value=0.0, max_value=1.0, format="percent"),
-    "Key metric": st.column_config.TextColumn("Key metric", help="train_mean_nll (SL), dpo_loss (DPO), "
-                                              "env/all/reward/total (RL), at the latest step"),
+    "Key metric": st.column_config.TextColumn("Key metric", help=", ".join(
+        f"{metric} ({KIND_LABEL[kind]})" for kind, metric in KEY_METRIC.items()) + ", at the latest step"),
     "Elapsed": st.column_config.TextColumn("Elapsed", width="small", help="Time since the run started (to when it "
                                            "ended)"),
     "Left": st.column_config.TextColumn("Left", width="small", help="Time left, from the run's own recent step times"),
@@ -131,7 +130,7 @@ def key_metric_values(store, runs: list[dict]) -> dict[str, float]:
     count, and the orphan check at most every few seconds)."""
     signature = (str(getattr(store, "path", "")),
                  tuple((r["run_id"], r["status"], r.get("step")) for r in runs))
-    cached = st.session_state.get("_key_metric_values")
+    cached = st.session_state.get(state_keys.KEY_METRIC_VALUES)
     if cached is not None and cached[0] == signature:
         return cached[1]
     values: dict[str, float] = {}
@@ -139,7 +138,7 @@ def key_metric_values(store, runs: list[dict]) -> dict[str, float]:
         ids = [r["run_id"] for r in runs if r["kind"] == kind]
         if ids:
             values.update(store.last_metrics(ids, metric))
-    st.session_state["_key_metric_values"] = (signature, values)
+    st.session_state[state_keys.KEY_METRIC_VALUES] = (signature, values)
     return values
 
 
@@ -161,11 +160,11 @@ def run_picker(label: str, runs: list[dict], key: str, default_id: str | None = 
 
 def notice(message: str, kind: str = "success") -> None:
     """Queue a message to show once at the top of the next page drawn (survives st.switch_page)."""
-    st.session_state["_notice"] = (kind, message)
+    st.session_state[state_keys.NOTICE] = (kind, message)
 
 
 def show_notice() -> None:
-    queued = st.session_state.pop("_notice", None)
+    queued = st.session_state.pop(state_keys.NOTICE, None)
     if queued:
         kind, message = queued
         {"success": st.success, "info": st.info, "warning": st.warning, "error": st.error}[kind](message)

@@ -27,14 +27,14 @@ from tinker import types
 
 from cookbook_engine import models, renderers
 from cookbook_engine.backends import service_client
-from storage import RunStore, Store
+from storage import RunStore, Store, statuses
+from storage.input_error import InputError
 
-ACTIVE_STATUSES = ("queued", "running", "cancelling")
 FIRST_CHUNK_TOKENS = 8
 MAX_CHUNK_TOKENS = 128
 
 
-class ChatError(ValueError):
+class ChatError(InputError, ValueError):
     """A chat target that cannot answer (a run in another process that saved nothing yet, a missing checkpoint);
     the message says why."""
 
@@ -80,7 +80,7 @@ def list_targets(store: RunStore | None = None) -> list[ChatTarget]:
             seen.add(target.key)
             targets.append(target)
     for run in run_rows:
-        if run["status"] in ACTIVE_STATUSES:
+        if run["status"] in statuses.ACTIVE:
             step = f"step {run['step']}" if run.get("step") is not None else "starting"
             targets.append(ChatTarget(f"latest:{run['run_id']}", f"Latest weights · {run['name']} ({run['status']}, "
                                       f"{step})", "latest", run["base_model"], run["backend"], None, run["run_id"],
@@ -121,7 +121,7 @@ def newest_saved_checkpoint(run_id: str, store: RunStore | None = None) -> dict:
     if not saved:
         every = (run.get("config") or {}).get("save_every")
         when = f"it saves every {every} steps" if every else "it saves only at the end"
-        if run["status"] not in ACTIVE_STATUSES:
+        if run["status"] not in statuses.ACTIVE:
             raise ChatError(f"run {run['name']}: it saved no weights ({run['status']} before its first save)")
         raise ChatError(f"run {run['name']}: it trains in another process (e.g. the CLI), so only its saved weights "
                         f"can be reached, and it has saved none yet ({when}); chat with it after its first save")
@@ -162,7 +162,7 @@ def open_weights(target: ChatTarget, store: RunStore | None = None) -> Weights:
         from cookbook_engine.runs import get_manager
 
         manager = get_manager()
-        live = _live_weights(run, manager) if run["status"] in ACTIVE_STATUSES else None
+        live = _live_weights(run, manager) if run["status"] in statuses.ACTIVE else None
         if live is not None:
             return live
         here = manager.is_alive(target.run_id)
@@ -173,7 +173,7 @@ def open_weights(target: ChatTarget, store: RunStore | None = None) -> Weights:
         path, step, source = checkpoint["sampler_path"], int(checkpoint["step"]), "saved"
         why = ("the run is starting or just ended" if here else
                "the run trains in another process, e.g. the CLI, so its live weights are out of reach"
-               if run["status"] in ACTIVE_STATUSES else f"the run is {run['status']}")
+               if run["status"] in statuses.ACTIVE else f"the run is {run['status']}")
         description = f"newest saved weights, step {step} ({why})"
     else:
         path, source, description = target.model_path, "checkpoint", target.label

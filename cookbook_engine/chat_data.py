@@ -18,9 +18,10 @@ from pathlib import Path
 
 from cookbook_engine import datasets, paths
 from storage import RunStore
+from storage.input_error import InputError
 
 
-class ChatDataError(ValueError):
+class ChatDataError(InputError, ValueError):
     """Rows that cannot be appended (a non-JSONL dataset, a dataset of another kind, an invalid row)."""
 
 

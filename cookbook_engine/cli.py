@@ -32,35 +32,17 @@ def _bad_input(message: str) -> int:
     return EXIT_BAD_INPUT
 
 
-def _input_errors() -> tuple[type[BaseException], ...]:
-    from cookbook_engine.config import ConfigError
-    from cookbook_engine.datasets import DatasetError
-    from cookbook_engine.models import ModelError
-    from cookbook_engine.renderers import RendererError
-
-    from cookbook_engine.paths import HomeError
-
-    errors: list[type[BaseException]] = [ConfigError, DatasetError, ModelError, RendererError, FileNotFoundError,
-                                         HomeError]
-    try:
-        from cookbook_engine.backends.tinker import TinkerUnavailable
-
-        errors.append(TinkerUnavailable)
-    except ImportError:
-        pass
-    return tuple(errors)
-
-
 def run_training(kind: str, args: list[str]) -> int:
     from cookbook_engine import config as cfg
     from cookbook_engine.runs import preflight
+    from storage.input_error import BAD_INPUT
 
     dry_run = "--dry-run" in args
     args = [a for a in args if a != "--dry-run"]
     try:
         config = cfg.parse_overrides(kind, args)
         prepared = preflight(config)
-    except _input_errors() as exc:
+    except BAD_INPUT as exc:
         return _bad_input(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
     if dry_run:
         print(cfg.dumps(config))
@@ -85,7 +67,9 @@ def _follow(config, prepared) -> int:
 
 def _watch(manager, run_id: str, notes: list[str]) -> int:
     from cookbook_engine import compute_lease
+    from cookbook_engine.metric_names import key_metric
     from cookbook_engine.progress import progress_display
+    from storage import statuses
     from storage.service import FLUSH_INTERVAL_S
 
     bar = progress_display(sys.stderr)  # a bar on a terminal, a line every 30 s or tenth of the run otherwise
@@ -106,9 +90,9 @@ def _watch(manager, run_id: str, notes: list[str]) -> int:
                 read_at = time.monotonic()
                 run = manager.store.get_run(run_id)
                 if run.get("step") is not None:
-                    key = manager.store.last_metrics([run_id], _key_metric(run["kind"])).get(run_id)
+                    key = manager.store.last_metrics([run_id], key_metric(run["kind"])).get(run_id)
                     bar.update(run["step"], run.get("total_steps"),
-                               f"{_key_metric(run['kind'])}={key:.4f}" if key is not None else "")
+                               f"{key_metric(run['kind'])}={key:.4f}" if key is not None else "")
             if not alive:
                 break
             time.sleep(0.5)
@@ -121,16 +105,11 @@ def _watch(manager, run_id: str, notes: list[str]) -> int:
         print(notes.pop(0), file=sys.stderr)
     run = manager.store.get_run(run_id)
     print(f"run {run_id}: {run['status']}" + (f" ({run['error']})" if run.get("error") else ""), file=sys.stderr)
-    return 0 if run["status"] in ("completed", "cancelled") else 1
-
-
-def _key_metric(kind: str) -> str:
-    from cookbook_engine.runs import KEY_METRIC
-
-    return KEY_METRIC.get(kind, "train_mean_nll")
+    return 0 if run["status"] in statuses.ENDED_AS_ASKED else 1
 
 
 def list_runs(as_json: bool) -> int:
+    from cookbook_engine.metric_names import key_metric
     from storage import Store
 
     store = Store.default()
@@ -138,10 +117,10 @@ def list_runs(as_json: bool) -> int:
     runs = store.list_runs()
     keys = {}
     for kind in ("sl", "dpo", "rl"):
-        keys.update(store.last_metrics([r["run_id"] for r in runs if r["kind"] == kind], _key_metric(kind)))
+        keys.update(store.last_metrics([r["run_id"] for r in runs if r["kind"] == kind], key_metric(kind)))
     if as_json:
         rows = [{k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in r.items()} | {
-            "key_metric": _key_metric(r["kind"]), "key_metric_value": keys.get(r["run_id"])} for r in runs]
+            "key_metric": key_metric(r["kind"]), "key_metric_value": keys.get(r["run_id"])} for r in runs]
         print(json.dumps(rows, indent=2, default=str))
         return 0
     if not runs:
@@ -151,7 +130,7 @@ def list_runs(as_json: bool) -> int:
     for r in runs:
         step = f"{r.get('step') or 0}/{r.get('total_steps') or '?'}"
         value = keys.get(r["run_id"])
-        metric = f"{_key_metric(r['kind'])}={value:.4f}" if value is not None else ""
+        metric = f"{key_metric(r['kind'])}={value:.4f}" if value is not None else ""
         print(f"{r['run_id']:34} {r['kind']:4} {r['status']:11} {step:>9}  {metric:>22}  {r['base_model']}")
     return 0
 
@@ -169,15 +148,16 @@ def resume_run(run_id: str) -> int:
 
 
 def cancel_run(run_id: str) -> int:
-    from storage import Store
+    from storage import Store, statuses
+    from storage.statuses import RunStatus
 
     store = Store.default()
     run = store.get_run(run_id)
     if run is None:
         return _bad_input(f"run {run_id}: not found")
-    if run["status"] not in ("queued", "running"):
+    if run["status"] not in statuses.STOPPABLE:
         return _bad_input(f"run {run_id}: not running (status {run['status']})")
-    store.update_run(run_id, status="cancelling")
+    store.update_run(run_id, status=RunStatus.CANCELLING)
     print(f"run {run_id}: asked to stop after its current step")
     return 0
 

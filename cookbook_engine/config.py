@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from cookbook_engine import device
 from cookbook_engine.models import DEFAULT_MODEL
 from cookbook_engine.rl.suggested import ARITHMETIC as RL_MEASURED
+from storage.input_error import InputError
 
 BACKENDS = ("local", "tinker", "clocked")
 SCHEDULES = ("linear", "cosine", "constant")
@@ -28,7 +29,7 @@ RL_LOSSES = ("importance_sampling", "ppo")
 GRADERS = ("exact", "numeric", "contains", "regex", "python_tests")
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError, ValueError):
     """A bad setting; the message names the setting and what is wrong with it."""
 
 

@@ -37,6 +37,7 @@ from urllib.parse import urlparse
 
 from cookbook_engine import paths
 from cookbook_engine.builtin_data import BUILTIN, builtin_rows
+from storage.input_error import InputError
 
 ROLES = ("system", "user", "assistant", "tool")
 FILE_TYPES = (".jsonl", ".json", ".csv", ".parquet")
@@ -57,7 +58,7 @@ PREFERENCE_COLUMNS_EXPECTED = "chosen + rejected (+ prompt)"
 RL_COLUMNS_EXPECTED = "prompt (or question) + answer (+ grader)"
 
 
-class DatasetError(ValueError):
+class DatasetError(InputError, ValueError):
     """Data that cannot be used. str() starts with the file (or dataset) name, then where and what is wrong."""
 
 

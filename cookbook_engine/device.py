@@ -19,10 +19,12 @@ from typing import Callable
 
 import torch
 
+from storage.input_error import InputError
+
 DEVICES = ("auto", "cpu", "cuda", "mps")
 
 
-class DeviceError(ValueError):
+class DeviceError(InputError, ValueError):
     """A device was asked for that this machine does not have; the message says what there is."""
 
 

@@ -18,12 +18,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cookbook_engine import models, paths
+from storage.input_error import InputError
 
 ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json")
 SOURCE_SUFFIX = ".source.json"  # beside each export: which checkpoint it came from (so deleting a run finds it)
 
 
-class ExportError(ValueError):
+class ExportError(InputError, ValueError):
     """A checkpoint that cannot be exported; the message names it and says why."""
 
 

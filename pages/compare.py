@@ -4,6 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from app import charts, settings_view, state, widgets
+from cookbook_engine.metric_names import key_metric
 
 st.title("Compare runs")
 store = state.store()
@@ -28,10 +29,10 @@ metric_names = sorted({name for run_id in chosen for name in store.metric_names(
 if not metric_names:
     st.info("These runs have no metrics yet.", icon=":material/hourglass_top:")
 else:
-    key_metric = widgets.KEY_METRIC.get(by_id[chosen[0]]["kind"])
+    first_key_metric = key_metric(by_id[chosen[0]]["kind"])
     c1, c2, c3 = st.columns([2, 2, 1], vertical_alignment="bottom")
     metric = c1.selectbox("Metric", metric_names, key="compare-metric",
-                          index=metric_names.index(key_metric) if key_metric in metric_names else 0)
+                          index=metric_names.index(first_key_metric) if first_key_metric in metric_names else 0)
     smoothing = c2.slider("Smoothing", 0.0, 0.99, 0.0, 0.01, key="compare-smoothing",
                           help="Exponential moving average, as in TensorBoard; the raw curve stays faint behind.")
     log_y = c3.toggle("Log scale", key="compare-log")

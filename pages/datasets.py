@@ -4,7 +4,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from app import charts, data_views, forms, state, widgets
+from app import charts, data_views, forms, state, state_keys, widgets
 from app import datasets_view as view
 from cookbook_engine import datasets, renderers
 from cookbook_engine.config import TRAIN_ON
@@ -44,16 +44,17 @@ with st.expander("Upload a dataset", expanded=not store.list_datasets(), icon=":
                 widgets.plain_text(problem, code=True)
             if saved is not None and result is not None:
                 widgets.notice(widgets.safe_markdown(view.register_upload(store, name, saved, result, upload.name)))
-                st.session_state["dataset-browse"] = view.upload_key(name.strip())
+                st.session_state[state_keys.DATASET_BROWSE] = view.upload_key(name.strip())
                 st.rerun()
 
 # --- browse ---------------------------------------------------------------------------------------------------
 entries = view.browse_entries(datasets.list_builtin(), store.list_datasets())
-if st.session_state.get("dataset-browse") not in entries:
-    st.session_state["dataset-browse"] = next(iter(entries))
+if st.session_state.get(state_keys.DATASET_BROWSE) not in entries:
+    st.session_state[state_keys.DATASET_BROWSE] = next(iter(entries))
 st.subheader("Your datasets")
 c1, c2 = st.columns([3, 1], vertical_alignment="bottom")
-chosen = c1.selectbox("Dataset", list(entries), format_func=lambda key: entries[key].label, key="dataset-browse")
+chosen = c1.selectbox("Dataset", list(entries), format_func=lambda key: entries[key].label,
+                      key=state_keys.DATASET_BROWSE)
 entry = entries[chosen]
 if entry.uploaded and c2.button("Remove from the list", icon=":material/delete:", width="stretch"):
     view.remove_upload(store, entry)

@@ -5,13 +5,12 @@ models disagree, and each checkpoint's lineage with buttons that start the next 
 import plotly.graph_objects as go
 import streamlit as st
 
-from app import nav, state, widgets
+from app import nav, state, state_keys, widgets
 from cookbook_engine import datasets, lineage
 from cookbook_engine.evals import jobs, report, sets, targets
 from cookbook_engine.evals.evaluators import EvalSettings
+from storage import statuses
 from storage.evals import EvalStore
-
-ACTIVE = ("queued", "running", "cancelling")
 
 st.title("Evaluate")
 st.caption("Score the base model and any checkpoint on the same eval sets. Every number comes with its 95% interval "
@@ -78,11 +77,11 @@ eval_id = st.selectbox("Evaluation", list(by_id), index=list(by_id).index(wanted
                                              f"{', '.join(by_id[i]['models'])} on {', '.join(by_id[i]['eval_sets'])}")
 
 
-@st.fragment(run_every=2 if by_id[eval_id]["status"] in ACTIVE else None)
+@st.fragment(run_every=2 if by_id[eval_id]["status"] in statuses.ACTIVE else None)
 def progress_line() -> None:
     job = store.get_job(eval_id)
     total = job["total"] or 1
-    if job["status"] in ACTIVE:
+    if job["status"] in statuses.ACTIVE:
         done = manager.examples_done(eval_id)
         done = job["done"] if done is None else done
         st.progress(min(1.0, done / total), text=f"{job['status']}: {done} of {total} examples")
@@ -94,10 +93,10 @@ def progress_line() -> None:
         if job.get("error"):
             widgets.error_text(job["error"])
     finished_pairs = len(store.results([eval_id]))
-    seen_pairs = st.session_state.setdefault(f"pairs-{eval_id}", finished_pairs)
+    seen_pairs = st.session_state.setdefault(state_keys.eval_pairs_seen(eval_id), finished_pairs)
     if by_id[eval_id]["status"] != job["status"] or finished_pairs != seen_pairs:
         by_id[eval_id] = job
-        st.session_state[f"pairs-{eval_id}"] = finished_pairs
+        st.session_state[state_keys.eval_pairs_seen(eval_id)] = finished_pairs
         st.rerun()  # the whole page: the leaderboard grows as each model finishes an eval set
 
 
@@ -160,7 +159,7 @@ for row in results:
     for column, kind in ((c2, "dpo"), (c3, "rl")):
         if column.button(f"{kind.upper()} from this checkpoint", key=f"next-{kind}-{row['model']}",
                          disabled=not state_path, help=None if state_path else "no saved state at this step"):
-            st.session_state["new_run_base"] = {"kind": kind, "name": run["name"],
+            st.session_state[state_keys.NEW_RUN_BASE] = {"kind": kind, "name": run["name"],
                                                 "config": lineage.next_stage(kind, run, state_path)}
-            st.session_state["form_generation"] = st.session_state.get("form_generation", 0) + 1
+            st.session_state[state_keys.FORM_GENERATION] = st.session_state.get(state_keys.FORM_GENERATION, 0) + 1
             nav.go("new_run")

@@ -3,7 +3,11 @@
 import streamlit as st
 
 from app import nav, state, widgets
+from app.state import MODEL_STATE_LABEL, ModelState, TinkerState
 from cookbook_engine import paths, sandbox, serve
+from cookbook_engine.metric_names import key_metric
+from storage import statuses
+from storage.statuses import RunStatus
 
 st.title("Cookbook Studio")
 st.caption("Post-train language models with supervised fine-tuning, DPO and RL: on this machine's CPU with the "
@@ -17,27 +21,29 @@ def backend_status() -> None:
     c1, c2, c3 = st.columns(3)
     with c1.container(border=True):
         st.markdown("**Local backend** · default model")
-        icon = {"ready": ":material/check_circle:", "preparing": ":material/hourglass_top:",
-                "failed": ":material/error:", "missing": ":material/radio_button_unchecked:"}[model_state]
-        label = {"ready": "ready", "preparing": "being prepared", "failed": "failed", "missing": "not prepared"}
-        st.badge(label[model_state], icon=icon, color={"ready": "green", "preparing": "orange", "failed": "red",
-                                                       "missing": "gray"}[model_state])
+        icon = {ModelState.READY: ":material/check_circle:", ModelState.PREPARING: ":material/hourglass_top:",
+                ModelState.FAILED: ":material/error:", ModelState.MISSING: ":material/radio_button_unchecked:"}
+        color = {ModelState.READY: "green", ModelState.PREPARING: "orange", ModelState.FAILED: "red",
+                 ModelState.MISSING: "gray"}
+        st.badge(MODEL_STATE_LABEL[model_state], icon=icon[model_state], color=color[model_state])
         st.caption(model_message)
-        if model_state == "preparing":
+        if model_state == ModelState.PREPARING:
             seconds = state.preparation_seconds()
             st.progress(min(0.95, seconds / 25), text=f"Converting the packaged weights into the model cache: "
                                                        f"{seconds:.0f} s so far, about 20 s in all")
-        if model_state in ("failed", "missing") and st.button("Prepare the default model", key="prepare"):
+        needs_preparing = model_state in (ModelState.FAILED, ModelState.MISSING)
+        if needs_preparing and st.button("Prepare the default model", key="prepare"):
             state.start_default_model_preparation(retry=True)
             st.rerun()
     with c2.container(border=True):
         st.markdown("**Tinker backend** · hosted models")
-        color = {"ok": "green", "checking": "orange", "no_key": "gray", "error": "red", "unavailable": "gray"}
-        label = {"ok": "connected", "checking": "checking", "no_key": "no API key", "error": "unreachable",
-                 "unavailable": "not in this build"}
+        color = {TinkerState.OK: "green", TinkerState.CHECKING: "orange", TinkerState.NO_KEY: "gray",
+                 TinkerState.ERROR: "red", TinkerState.UNAVAILABLE: "gray"}
+        label = {TinkerState.OK: "connected", TinkerState.CHECKING: "checking", TinkerState.NO_KEY: "no API key",
+                 TinkerState.ERROR: "unreachable", TinkerState.UNAVAILABLE: "not in this build"}
         st.badge(label[tinker.state], color=color[tinker.state])
         st.caption(tinker.message + (f" · {len(tinker.models)} models" if tinker.models else ""))
-        if tinker.state != "unavailable":
+        if tinker.state != TinkerState.UNAVAILABLE:
             with st.popover("Tinker API key", icon=":material/key:"):
                 key = st.text_input("API key", type="password", key="tinker-key",
                                     help="Kept in this studio process's memory until it stops; never saved.")
@@ -55,7 +61,7 @@ def backend_status() -> None:
             st.code(serving.env_line, language="bash")
     with c3:
         sandbox_status()
-    if model_state == "preparing" or tinker.state == "checking":
+    if model_state == ModelState.PREPARING or tinker.state == TinkerState.CHECKING:
         st.caption("This box refreshes by itself.")
 
 
@@ -88,14 +94,15 @@ def sandbox_status() -> None:
             st.caption("Not a proof against a determined attacker: the kernel is shared with the studio.")
 
 
-waiting = state.default_model_status()[0] == "preparing" or state.tinker_status().state == "checking"
+waiting = (state.default_model_status()[0] == ModelState.PREPARING
+           or state.tinker_status().state == TinkerState.CHECKING)
 st.fragment(run_every=2 if waiting else None)(backend_status)()
 
 
 def runs_at_a_glance(store, runs: list[dict]) -> None:
-    running = [r for r in runs if r["status"] in widgets.ACTIVE]
-    finished = [r for r in runs if r["status"] == "completed"]
-    failed = [r for r in runs if r["status"] in ("failed", "interrupted")]
+    running = [r for r in runs if r["status"] in statuses.ACTIVE]
+    finished = [r for r in runs if r["status"] == RunStatus.COMPLETED]
+    failed = [r for r in runs if r["status"] in statuses.WENT_WRONG]
     c1, c2, c3, c4 = st.columns(4)
     c1.metric("Running", len(running), border=True)
     c2.metric("Finished", len(finished), border=True)
@@ -111,7 +118,7 @@ def next_steps(runs: list[dict]) -> None:
         st.caption("SL on a built-in dataset takes a few minutes on this CPU; watch the loss fall live.")
         nav.link("new_run", "Start a new run")
     with c2.container(border=True):
-        if any(r["status"] == "completed" for r in runs):
+        if any(r["status"] == RunStatus.COMPLETED for r in runs):
             st.markdown("**Chat with what you trained**")
             st.caption("Compare the base model and your checkpoint side by side.")
         else:
@@ -140,7 +147,7 @@ def recent_runs(store, runs: list[dict]) -> None:
                 with c2:
                     widgets.status_badge(run["status"])
                 value = values.get(run["run_id"])
-                metric = "" if value is None else f" · {widgets.KEY_METRIC[run['kind']]} {widgets.format_value(value)}"
+                metric = "" if value is None else f" · {key_metric(run['kind'])} {widgets.format_value(value)}"
                 c3.caption(f"step {widgets.step_text(run)}{metric}")
                 with c4:
                     nav.link("run", "Open", ":material/open_in_new:", run=run["run_id"])

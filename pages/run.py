@@ -3,8 +3,10 @@
 import pandas as pd
 import streamlit as st
 
-from app import actions, charts, nav, run_view, settings_view, state, timing, widgets
+from app import actions, charts, nav, run_view, settings_view, state, state_keys, timing, widgets
 from cookbook_engine import config as cfg
+from storage import statuses
+from storage.statuses import RunStatus
 
 store = state.store()
 runs = store.list_runs()
@@ -14,13 +16,13 @@ if not runs:
     widgets.empty_state("No runs yet.", "new_run", "Start a new run")
     st.stop()
 
-requested = st.query_params.get("run") or st.session_state.get("last_run")
+requested = st.query_params.get("run") or st.session_state.get(state_keys.LAST_RUN)
 title_column, badge_column, picker_column = st.columns([5, 1.2, 2.5], vertical_alignment="bottom")
 with picker_column:
     run_id = widgets.run_picker("Run", runs, key=f"run-picker-{requested}", default_id=requested)
 if run_id != st.query_params.get("run"):
     st.query_params["run"] = run_id
-st.session_state["last_run"] = run_id
+st.session_state[state_keys.LAST_RUN] = run_id
 run = store.get_run(run_id)
 title_column.title(widgets.safe_markdown(run["name"]))
 with badge_column:
@@ -41,7 +43,7 @@ def live_header(run_id: str) -> None:
         st.caption(f":material/hourglass_top: {widgets.safe_markdown(turn)}")
 
 
-st.fragment(run_every=2 if run["status"] in widgets.ACTIVE else None)(live_header)(run_id)
+st.fragment(run_every=2 if run["status"] in statuses.ACTIVE else None)(live_header)(run_id)
 
 # --- actions --------------------------------------------------------------------------------------------------
 c1, c2, c3, c4, c5, c6 = st.columns(6)
@@ -56,8 +58,8 @@ if c3.button("Duplicate", icon=":material/content_copy:", width="stretch",
              help="Open the New run form with this run's settings"):
     actions.duplicate(run)
 if c4.button("Chat with it", icon=":material/chat:", width="stretch",
-             disabled=run["status"] not in widgets.ACTIVE and not store.list_checkpoints(run_id)):
-    st.session_state["chat_target_request"] = run_id
+             disabled=run["status"] not in statuses.ACTIVE and not store.list_checkpoints(run_id)):
+    st.session_state[state_keys.CHAT_TARGET_REQUEST] = run_id
     nav.go("chat")
 if c5.button("Transcripts", icon=":material/forum:", width="stretch", disabled=run["kind"] != "rl"):
     nav.go("transcripts", run=run_id)
@@ -65,7 +67,7 @@ if c6.button("Delete", icon=":material/delete:", width="stretch"):
     actions.ask_delete([run], "run")
 actions.confirm_pending_delete()
 
-if run["status"] in ("failed", "interrupted") and run.get("error"):
+if run["status"] in statuses.WENT_WRONG and run.get("error"):
     widgets.error_text(run["error"])
     if run.get("traceback"):
         with st.expander("Traceback"):
@@ -81,12 +83,12 @@ def chart_grid(metrics: pd.DataFrame, groups: run_view.ChartGroups, per_row: int
 
 def live_overview(run_id: str, was_active: bool) -> None:
     run = state.store().get_run(run_id)  # state.store(): a run whose process died shows as interrupted
-    active = run["status"] in widgets.ACTIVE
+    active = run["status"] in statuses.ACTIVE
     if was_active and not active:
         st.rerun()  # finished: redraw the whole page (status, buttons, checkpoints) and stop refreshing
     progress = widgets.progress_fraction(run)
     label = f"step {widgets.step_text(run)}" if run.get("total_steps") else "starting…"
-    if run["status"] == "queued":
+    if run["status"] == RunStatus.QUEUED:
         label = "queued: waiting for the model worker"
     st.progress(progress, text=label)
     metrics = store.get_metrics(run_id)
@@ -110,7 +112,7 @@ def live_overview(run_id: str, was_active: bool) -> None:
 
 overview, config_tab, checkpoints_tab, log_tab = st.tabs(["Overview", "Config", "Checkpoints", "Log"])
 with overview:
-    is_active = run["status"] in widgets.ACTIVE
+    is_active = run["status"] in statuses.ACTIVE
     st.fragment(run_every=2 if is_active else None)(live_overview)(run_id, is_active)
 with config_tab:
     config = cfg.from_dict(run["kind"], run["config"])

@@ -3,7 +3,9 @@ age; stop, resume, duplicate, delete."""
 
 import streamlit as st
 
-from app import actions, nav, state, timing, widgets
+from app import actions, nav, state, state_keys, timing, widgets
+from storage import statuses
+from storage.statuses import RunStatus
 
 c1, c2 = st.columns([5, 1], vertical_alignment="bottom")
 c1.title("Runs")
@@ -11,8 +13,8 @@ with c2:
     nav.link("new_run", "New run", ":material/add_circle:")
 widgets.show_notice()
 
-FILTERS = {"All": None, "Active": widgets.ACTIVE, "Completed": ("completed",),
-           "Failed": ("failed", "interrupted"), "Cancelled": ("cancelled",)}
+FILTERS = {"All": None, "Active": statuses.ACTIVE, "Completed": (RunStatus.COMPLETED,),
+           "Failed": statuses.WENT_WRONG, "Cancelled": (RunStatus.CANCELLED,)}
 show = st.segmented_control("Show", list(FILTERS), default="All", required=True, key="runs-filter",
                             label_visibility="collapsed")
 
@@ -21,7 +23,7 @@ def runs_table() -> None:
     """Re-read every few seconds, active runs or not: a run started from the CLI appears without a click."""
     store = state.store()
     all_runs = store.list_runs()
-    now_active = any(r["status"] in widgets.ACTIVE for r in all_runs)
+    now_active = any(r["status"] in statuses.ACTIVE for r in all_runs)
     wanted = FILTERS[show]
     runs = [r for r in all_runs if wanted is None or r["status"] in wanted]
     if not runs:
@@ -29,8 +31,8 @@ def runs_table() -> None:
                             "new_run", "Start a new run")
         return
     frame = widgets.runs_frame(runs, widgets.key_metric_values(store, runs), timing.table_times(store, runs))
-    if st.session_state.get("runs-table-rows") != list(frame["run_id"]):  # rows moved: a selection would shift
-        st.session_state["runs-table-rows"] = list(frame["run_id"])
+    if st.session_state.get(state_keys.RUNS_TABLE_ROWS) != list(frame["run_id"]):  # rows moved: a selection would shift
+        st.session_state[state_keys.RUNS_TABLE_ROWS] = list(frame["run_id"])
         actions.clear_selection()
     event = st.dataframe(widgets.styled_runs(frame), key=actions.runs_table_key(), on_select="rerun",
                          selection_mode="multi-row", hide_index=True, column_config=widgets.RUNS_COLUMN_CONFIG,

@@ -6,8 +6,7 @@ import streamlit as st
 
 from app import widgets
 from cookbook_engine.evals import sweeps
-
-ACTIVE = ("queued", "running", "cancelling")
+from storage import statuses
 
 st.title("Sweeps")
 st.caption("Train several configurations in turn and evaluate each on the same eval sets. Settings are the "
@@ -35,24 +34,24 @@ sweep_id = st.selectbox("Sweep", list(by_id), index=list(by_id).index(wanted) if
                         format_func=lambda i: f"{by_id[i]['name']} · {by_id[i]['status']}")
 
 
-@st.fragment(run_every=3 if by_id[sweep_id]["status"] in ACTIVE else None)
+@st.fragment(run_every=3 if by_id[sweep_id]["status"] in statuses.ACTIVE else None)
 def sweep_table() -> None:
     sweep = runner.store.get_sweep(sweep_id)
     c1, c2 = st.columns([4, 1], vertical_alignment="center")
     with c1:
         widgets.status_badge(sweep["status"])
-    if sweep["status"] in ("queued", "running") and runner.is_alive(sweep_id):
+    if sweep["status"] in statuses.STOPPABLE and runner.is_alive(sweep_id):
         if c2.button("Cancel sweep", icon=":material/stop:", width="stretch"):
             runner.cancel(sweep_id)
             st.rerun()
-    elif sweep["status"] in ("cancelled", "failed", "interrupted") or (
-            sweep["status"] in ACTIVE and not runner.is_alive(sweep_id)):
+    elif sweep["status"] in statuses.RESUMABLE or (
+            sweep["status"] in statuses.ACTIVE and not runner.is_alive(sweep_id)):
         if c2.button("Resume sweep", icon=":material/play_arrow:", width="stretch"):
             runner.resume(sweep_id)
             st.rerun()
     if sweep.get("error"):
         widgets.error_text(sweep["error"])
-    done = sum(m["status"] in ("completed", "failed", "cancelled") for m in sweep["members"])
+    done = sum(m["status"] in statuses.TERMINAL for m in sweep["members"])
     st.caption(f"{done} of {len(sweep['members'])} members finished · evaluated on "
                f"{', '.join(sweep['spec'].get('evals') or ['nothing'])}")
     table = sweeps.table(runner.store, sweep_id)

@@ -30,6 +30,7 @@ import duckdb
 import pandas as pd
 import pyarrow as pa
 
+from storage import statuses
 from storage.home import db_path
 from storage.metrics import clean_metrics, finite_or_none, json_default, metric_value
 from storage.schema import (
@@ -40,10 +41,9 @@ from storage.schema import (
     MIGRATIONS,
     RUN_COLUMNS,
     RUN_KINDS,
-    RUN_STATUSES,
     SCHEMA_VERSION_TABLE,
-    TERMINAL_STATUSES,
 )
+from storage.statuses import RunStatus
 
 DEFAULT_LOCK_WAIT_S = 30.0
 _FIRST_BACKOFF_S = 0.005
@@ -177,8 +177,8 @@ def clean_run_fields(run_id: str, fields: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(f"update_run({run_id!r}): unknown or read-only fields {unknown}; "
                          f"allowed: {sorted(_UPDATABLE_RUN_COLUMNS)}")
     if "status" in fields:
-        _check_choice(fields["status"], RUN_STATUSES, f"status of run {run_id!r}")
-        if fields["status"] in TERMINAL_STATUSES:
+        _check_choice(fields["status"], statuses.ALL, f"status of run {run_id!r}")
+        if fields["status"] in statuses.TERMINAL:
             fields.setdefault("finished_at", utcnow())
     if "kind" in fields:
         _check_choice(fields["kind"], RUN_KINDS, f"kind of run {run_id!r}")
@@ -322,13 +322,14 @@ class Store:
     # ---------------------------------------------------------------------------------------------------- runs
 
     def create_run(self, run_id: str, *, name: str, kind: str, backend: str, base_model: str,
-                   config: dict, log_dir: str | Path, status: str = "queued", parent_run_id: str | None = None,
+                   config: dict, log_dir: str | Path, status: str = RunStatus.QUEUED,
+                   parent_run_id: str | None = None,
                    parent_checkpoint: str | None = None, total_steps: int | None = None) -> None:
         if not isinstance(run_id, str) or not run_id:
             raise ValueError(f"run_id must be a non-empty string, got {run_id!r}")
         _check_choice(kind, RUN_KINDS, f"kind of run {run_id!r}")
         _check_choice(backend, BACKENDS, f"backend of run {run_id!r}")
-        _check_choice(status, RUN_STATUSES, f"status of run {run_id!r}")
+        _check_choice(status, statuses.ALL, f"status of run {run_id!r}")
         _check_int(total_steps, f"total_steps of run {run_id!r}", optional=True)
         if not isinstance(config, dict):
             raise TypeError(f"config of run {run_id!r} must be a dict, got {type(config).__name__}")
@@ -359,10 +360,10 @@ class Store:
         now = utcnow()
         with self._transaction() as con:
             updated = con.execute(
-                "UPDATE runs SET status = 'running', started_at = coalesce(started_at, ?), finished_at = NULL, "
+                "UPDATE runs SET status = ?, started_at = coalesce(started_at, ?), finished_at = NULL, "
                 "error = NULL, traceback = NULL, owner_pid = ?, owner_host = ?, updated_at = ? "
                 "WHERE run_id = ? RETURNING run_id",
-                [now, owner_pid or os.getpid(), socket.gethostname(), now, run_id]).fetchall()
+                [RunStatus.RUNNING, now, owner_pid or os.getpid(), socket.gethostname(), now, run_id]).fetchall()
             if not updated:
                 raise KeyError(f"no run {run_id!r} in {self.path}")
 
@@ -399,13 +400,13 @@ class Store:
         with self._transaction() as con:
             owned = con.execute(
                 "SELECT run_id, owner_pid FROM runs WHERE owner_host = ? AND owner_pid IS NOT NULL "
-                "AND status IN ('running', 'cancelling', 'queued') ORDER BY run_id", [host]).fetchall()
+                "AND list_contains(?, status) ORDER BY run_id", [host, list(statuses.ACTIVE)]).fetchall()
             orphans = [(run_id, pid) for run_id, pid in owned if not _pid_alive(pid)]
             for run_id, pid in orphans:
                 con.execute(
-                    "UPDATE runs SET status = 'interrupted', finished_at = ?, updated_at = ?, error = ? "
-                    "WHERE run_id = ?",
-                    [now, now, f"interrupted: its process {pid} on {host} ended without finishing the run", run_id])
+                    "UPDATE runs SET status = ?, finished_at = ?, updated_at = ?, error = ? WHERE run_id = ?",
+                    [RunStatus.INTERRUPTED, now, now,
+                     f"interrupted: its process {pid} on {host} ended without finishing the run", run_id])
         return [run_id for run_id, _ in orphans]
 
     # ------------------------------------------------------------------------------------------------- metrics

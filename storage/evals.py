@@ -16,8 +16,9 @@ from typing import Any
 
 import pandas as pd
 
+from storage import statuses
 from storage.db import Store, _dicts, _parse_json_column, _to_json, utcnow
-from storage.schema import RUN_STATUSES, TERMINAL_STATUSES
+from storage.statuses import RunStatus
 
 _JOB_FIELDS = frozenset({"status", "started_at", "finished_at", "done", "total", "error", "owner_pid"})
 _SWEEP_FIELDS = frozenset({"status", "finished_at", "error", "owner_pid"})
@@ -44,8 +45,8 @@ class EvalStore:
             if con.execute("SELECT 1 FROM eval_jobs WHERE eval_id = ?", [eval_id]).fetchone():
                 raise ValueError(f"evaluation {eval_id!r} already exists in {self.store.path}")
             con.execute("INSERT INTO eval_jobs (eval_id, name, status, models, eval_sets, settings, created_at, "
-                        "updated_at, done, total, sweep_id) VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, 0, ?, ?)",
-                        [eval_id, name, _to_json(models, "models"), _to_json(eval_sets, "eval_sets"),
+                        "updated_at, done, total, sweep_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)",
+                        [eval_id, name, RunStatus.QUEUED, _to_json(models, "models"), _to_json(eval_sets, "eval_sets"),
                          _to_json(settings, "settings"), now, now, total, sweep_id])
 
     def update_job(self, eval_id: str, **fields: Any) -> None:
@@ -53,11 +54,11 @@ class EvalStore:
         if unknown:
             raise ValueError(f"update_job({eval_id!r}): unknown fields {unknown}; allowed: {sorted(_JOB_FIELDS)}")
         if "status" in fields:
-            if fields["status"] not in RUN_STATUSES:
-                raise ValueError(f"status of evaluation {eval_id!r} must be one of {', '.join(RUN_STATUSES)}")
-            if fields["status"] in TERMINAL_STATUSES:
+            if fields["status"] not in statuses.ALL:
+                raise ValueError(f"status of evaluation {eval_id!r} must be one of {', '.join(statuses.ALL)}")
+            if fields["status"] in statuses.TERMINAL:
                 fields.setdefault("finished_at", utcnow())
-            if fields["status"] == "running":
+            if fields["status"] == RunStatus.RUNNING:
                 fields.setdefault("owner_pid", os.getpid())
         fields["updated_at"] = utcnow()
         columns = sorted(fields)
@@ -95,11 +96,11 @@ class EvalStore:
         from storage.db import _pid_alive
 
         with self._transaction() as con:
-            rows = con.execute("SELECT eval_id, owner_pid FROM eval_jobs WHERE status IN "
-                               "('queued', 'running', 'cancelling') AND owner_pid IS NOT NULL").fetchall()
+            rows = con.execute("SELECT eval_id, owner_pid FROM eval_jobs WHERE list_contains(?, status) "
+                               "AND owner_pid IS NOT NULL", [list(statuses.ACTIVE)]).fetchall()
         dead = [eval_id for eval_id, pid in rows if not _pid_alive(int(pid))]
         for eval_id in dead:
-            self.update_job(eval_id, status="interrupted", error="the process running it ended")
+            self.update_job(eval_id, status=RunStatus.INTERRUPTED, error="the process running it ended")
         return dead
 
     # ------------------------------------------------------------------------------------------------ results
@@ -148,8 +149,8 @@ class EvalStore:
         with self._transaction() as con:
             source = con.execute(
                 "SELECT r.eval_id, r.model, r.eval_set FROM eval_results r JOIN eval_jobs j USING (eval_id) "
-                "WHERE r.result_key = ? AND j.status = 'completed' AND r.eval_id <> ? "
-                "ORDER BY r.created_at DESC LIMIT 1", [result_key, eval_id]).fetchone()
+                "WHERE r.result_key = ? AND j.status = ? AND r.eval_id <> ? "
+                "ORDER BY r.created_at DESC LIMIT 1", [result_key, RunStatus.COMPLETED, eval_id]).fetchone()
             if source is None:
                 return None
             self._delete_pair(con, key)
@@ -196,12 +197,13 @@ class EvalStore:
         now = utcnow()
         with self._transaction() as con:
             con.execute("INSERT INTO sweeps (sweep_id, name, status, spec, created_at, updated_at) "
-                        "VALUES (?, ?, 'queued', ?, ?, ?)", [sweep_id, name, _to_json(spec, "sweep spec"), now, now])
+                        "VALUES (?, ?, ?, ?, ?, ?)",
+                        [sweep_id, name, RunStatus.QUEUED, _to_json(spec, "sweep spec"), now, now])
             for index, member in enumerate(members):
                 con.execute("INSERT INTO sweep_members (sweep_id, idx, kind, settings, config, status) "
-                            "VALUES (?, ?, ?, ?, ?, 'queued')",
+                            "VALUES (?, ?, ?, ?, ?, ?)",
                             [sweep_id, index, member["kind"], _to_json(member["settings"], "member settings"),
-                             _to_json(member["config"], "member config")])
+                             _to_json(member["config"], "member config"), RunStatus.QUEUED])
 
     def update_sweep(self, sweep_id: str, **fields: Any) -> None:
         self._update("sweeps", _SWEEP_FIELDS, "sweep_id = ?", [sweep_id], fields, f"sweep {sweep_id!r}")
@@ -215,11 +217,11 @@ class EvalStore:
         unknown = sorted(set(fields) - allowed)
         if unknown:
             raise ValueError(f"{what}: unknown fields {unknown}; allowed: {sorted(allowed)}")
-        if fields.get("status") is not None and fields["status"] not in RUN_STATUSES:
-            raise ValueError(f"{what}: status must be one of {', '.join(RUN_STATUSES)}")
+        if fields.get("status") is not None and fields["status"] not in statuses.ALL:
+            raise ValueError(f"{what}: status must be one of {', '.join(statuses.ALL)}")
         if table == "sweeps":
             fields["updated_at"] = utcnow()
-            if fields.get("status") in TERMINAL_STATUSES:
+            if fields.get("status") in statuses.TERMINAL:
                 fields.setdefault("finished_at", utcnow())
         columns = sorted(fields)
         with self._transaction() as con:

@@ -8,9 +8,7 @@ text only; it opens no connection. Timestamps are TIMESTAMP in UTC; JSON values 
 from __future__ import annotations
 
 RUN_KINDS = ("sl", "dpo", "rl")
-# 'cancelling' is a request: another process (the studio) asks the owner of a running run to stop.
-RUN_STATUSES = ("queued", "running", "cancelling", "completed", "failed", "cancelled", "interrupted")
-TERMINAL_STATUSES = ("completed", "failed", "cancelled", "interrupted")
+# The allowed statuses (of runs, evaluation jobs, sweeps and sweep members) live in storage/statuses.py.
 BACKENDS = ("local", "tinker", "clocked")
 CHECKPOINT_KINDS = ("state", "sampler", "both")
 DATASET_KINDS = ("chat", "preference", "rl")

@@ -62,6 +62,7 @@ from storage.db import (
     transcripts_table,
 )
 from storage.home import db_path
+from storage.statuses import RunStatus
 
 FLUSH_INTERVAL_S = 2.0  # buffered writes wait at most this long; polled statuses are at most this old
 STATUS_REFRESH_S = 5.0  # polled statuses are re-read at least this often even when nothing is written
@@ -256,7 +257,8 @@ class StoreClient:
         return self._call("schema_version")
 
     def create_run(self, run_id: str, *, name: str, kind: str, backend: str, base_model: str,
-                   config: dict, log_dir: str | Path, status: str = "queued", parent_run_id: str | None = None,
+                   config: dict, log_dir: str | Path, status: str = RunStatus.QUEUED,
+                   parent_run_id: str | None = None,
                    parent_checkpoint: str | None = None, total_steps: int | None = None) -> None:
         self._call("create_run", run_id, name=name, kind=kind, backend=backend, base_model=base_model,
                    config=config, log_dir=log_dir, status=status, parent_run_id=parent_run_id,

@@ -37,6 +37,7 @@ from tinker.lib.public_interfaces.custom_loss import LossHandle
 from cookbook_engine import compute_lease, device, models
 from cookbook_engine.backends import compat, fast_ops, losses, sampler
 from cookbook_engine.backends.protocol import ClientFuture, LocalFuture
+from storage.statuses import SessionEnd
 
 ATTN_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj"]
 MLP_MODULES = ["gate_proj", "up_proj", "down_proj"]
@@ -783,14 +784,14 @@ class LocalServiceClient:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self.close("errored" if exc_type is not None and not issubclass(exc_type, KeyboardInterrupt)
-                   else "interrupted" if exc_type is not None else "success")
+        self.close(SessionEnd.ERRORED if exc_type is not None and not issubclass(exc_type, KeyboardInterrupt)
+                   else SessionEnd.INTERRUPTED if exc_type is not None else SessionEnd.SUCCESS)
 
-    def close(self, status: str = "success", detail: str | None = None) -> LocalFuture:
+    def close(self, status: str = SessionEnd.SUCCESS, detail: str | None = None) -> LocalFuture:
         """End the session: free its training clients' adapters (their checkpoints stay on disk); later requests
         on its clients fail with a clear error."""
-        if status not in ("success", "errored", "interrupted"):
-            raise ValueError(f"close: status must be success, errored or interrupted, got {status!r}")
+        if status not in tuple(SessionEnd):
+            raise ValueError(f"close: status must be {', '.join(SessionEnd)}, got {status!r}")
         if not self.closed:
             self.closed = True
             self.close_status, self.close_detail = status, detail

@@ -32,6 +32,7 @@ from tinker.lib.base_url import DEFAULT_BASE_URL, resolve_base_url
 
 from cookbook_engine import models, secrets
 from cookbook_engine.backends.protocol import ClientFuture, map_future
+from storage.input_error import InputError
 
 CAPABILITIES_PATH = "/api/v1/get_server_capabilities"  # the SDK's RestClient.get_server_capabilities endpoint
 AUTH_HEADER = "X-API-Key"  # the SDK's ApiKeyAuthProvider sends the key in this header
@@ -41,7 +42,7 @@ PROBE_CACHE_S = 10.0  # a probe's answer is reused this long (the studio reruns 
 REASONS = ("missing_key", "bad_key", "unreachable")
 
 
-class TinkerUnavailable(ValueError):
+class TinkerUnavailable(InputError, ValueError):
     """The Tinker service cannot be used: `reason` is "missing_key", "bad_key" or "unreachable"."""
 
     def __init__(self, reason: str, message: str):

@@ -14,16 +14,9 @@ import sys
 import time
 
 from cookbook_engine.cli import _bad_input
-
-
-def _input_errors() -> tuple[type[BaseException], ...]:
-    from cookbook_engine.datasets import DatasetError
-    from cookbook_engine.evals.jobs import EvalRequestError
-    from cookbook_engine.evals.sets import EvalSetError
-    from cookbook_engine.evals.targets import TargetError
-    from cookbook_engine.models import ModelError
-
-    return EvalRequestError, EvalSetError, TargetError, DatasetError, ModelError, FileNotFoundError
+from storage import statuses
+from storage.input_error import BAD_INPUT
+from storage.statuses import RunStatus
 
 
 def eval_command(args: list[str]) -> int:
@@ -33,7 +26,7 @@ def eval_command(args: list[str]) -> int:
     args = [a for a in args if a != "--json"]
     try:
         prepared = jobs.prepare(jobs.parse_request(args))
-    except _input_errors() as exc:
+    except BAD_INPUT as exc:
         return _bad_input(str(exc).splitlines()[0])
     manager = jobs.get_eval_manager()
     notes: list[str] = []
@@ -42,10 +35,10 @@ def eval_command(args: list[str]) -> int:
           f"{prepared.total_examples} examples", file=sys.stderr)
     job = follow(manager, eval_id, notes)
     print_results([eval_id], as_json)
-    if job["status"] != "completed":
+    if job["status"] != RunStatus.COMPLETED:
         print(f"evaluation {eval_id}: {job['status']}" + (f" ({job['error']})" if job.get("error") else ""),
               file=sys.stderr)
-    return 0 if job["status"] in ("completed", "cancelled") else 1
+    return 0 if job["status"] in statuses.ENDED_AS_ASKED else 1
 
 
 def follow(manager, eval_id: str, notes: list[str]) -> dict:
@@ -108,7 +101,6 @@ def list_evals() -> int:
 
 def sweep_command(args: list[str]) -> int:
     """`cookbook sweep FILE [--dry-run]` or `cookbook sweep --resume SWEEP_ID`."""
-    from cookbook_engine.config import ConfigError
     from cookbook_engine.evals import sweeps
 
     dry_run = "--dry-run" in args
@@ -124,7 +116,7 @@ def sweep_command(args: list[str]) -> int:
         return _bad_input("usage: cookbook sweep FILE [--dry-run]  |  cookbook sweep --resume SWEEP_ID")
     try:
         plan = sweeps.plan(sweeps.load_file(args[0]), where=args[0])
-    except (sweeps.SweepError, ConfigError) + _input_errors() as exc:
+    except BAD_INPUT as exc:
         return _bad_input(str(exc).splitlines()[0])
     if dry_run:
         keys = sweeps.varying_keys([{"settings": m.settings} for m in plan.members])
@@ -155,4 +147,4 @@ def _follow_sweep(runner, sweep_id: str) -> int:
     print(sweeps.table(runner.store, sweep_id).to_string(index=False))
     print(f"sweep {sweep_id}: {sweep['status']}" + (f" ({sweep['error']})" if sweep.get("error") else ""),
           file=sys.stderr)
-    return 0 if sweep["status"] in ("completed", "cancelled") else 1
+    return 0 if sweep["status"] in statuses.ENDED_AS_ASKED else 1

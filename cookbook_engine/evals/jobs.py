@@ -26,14 +26,17 @@ from datetime import datetime, timezone
 from cookbook_engine import models, renderers
 from cookbook_engine.evals import evaluators, sets, targets
 from cookbook_engine.evals.evaluators import EvalCancelled, EvalResult, EvalSettings
+from storage import statuses
 from storage.evals import EvalStore
+from storage.input_error import InputError
+from storage.statuses import RunStatus
 
 PROGRESS_WRITE_EVERY_S = 2.0
 CANCEL_POLL_EVERY_S = 1.0
 SETTING_KEYS = ("max_examples", "max_tokens", "samples", "temperature", "seed", "concurrency")
 
 
-class EvalRequestError(ValueError):
+class EvalRequestError(InputError, ValueError):
     """Bad `cookbook eval` arguments or studio choices; the message names the setting."""
 
 
@@ -144,7 +147,7 @@ class _Job:
         if not self.cancel_event.is_set() and time.monotonic() - self._polled_at >= CANCEL_POLL_EVERY_S:
             self._polled_at = time.monotonic()
             job = self.store.get_job(self.eval_id)
-            if job is None or job["status"] == "cancelling":
+            if job is None or job["status"] == RunStatus.CANCELLING:
                 self.cancel_event.set()
         return self.cancel_event.is_set()
 
@@ -220,13 +223,15 @@ class EvalManager:
     def _execute(self, prepared: PreparedEval, job: _Job) -> None:
         store = self.store
         try:
-            store.update_job(job.eval_id, status="running", started_at=datetime.now(timezone.utc).replace(tzinfo=None))
+            store.update_job(job.eval_id, status=RunStatus.RUNNING,
+                             started_at=datetime.now(timezone.utc).replace(tzinfo=None))
             asyncio.run(evaluate_all(prepared, job))
-            store.update_job(job.eval_id, status="completed", done=job.done)
+            store.update_job(job.eval_id, status=RunStatus.COMPLETED, done=job.done)
         except EvalCancelled:
-            store.update_job(job.eval_id, status="cancelled", done=job.done)
+            store.update_job(job.eval_id, status=RunStatus.CANCELLED, done=job.done)
         except BaseException as exc:  # a failing evaluation must never take the process down with it
-            store.update_job(job.eval_id, status="failed", done=job.done, error=f"{type(exc).__name__}: {exc}")
+            store.update_job(job.eval_id, status=RunStatus.FAILED, done=job.done,
+                             error=f"{type(exc).__name__}: {exc}")
             job.note(f"evaluation failed: {type(exc).__name__}: {exc}")
 
     def cancel(self, eval_id: str) -> None:
@@ -234,8 +239,8 @@ class EvalManager:
         if job is not None:
             job.cancel_event.set()
         row = self.store.get_job(eval_id)
-        if row and row["status"] in ("queued", "running"):
-            self.store.update_job(eval_id, status="cancelling")
+        if row and row["status"] in statuses.STOPPABLE:
+            self.store.update_job(eval_id, status=RunStatus.CANCELLING)
 
     def wait(self, eval_id: str, timeout: float | None = None) -> dict:
         thread = self._threads.get(eval_id)

@@ -28,12 +28,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, is_dataclass
 
 from cookbook_engine import builtin_data, datasets
+from storage.input_error import InputError
 
 KINDS = ("generation", "classification", "preference", "nll")
 BUILTIN_PREFIX = "builtin:"
 
 
-class EvalSetError(ValueError):
+class EvalSetError(InputError, ValueError):
     """An eval set that cannot be loaded; the message names the set and what is wrong."""
 
 

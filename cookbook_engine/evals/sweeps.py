@@ -37,14 +37,17 @@ import pandas as pd
 from cookbook_engine import config as cfg
 from cookbook_engine.evals import jobs, report, sets
 from cookbook_engine.evals.evaluators import EvalSettings
+from cookbook_engine.metric_names import key_metric
+from storage import statuses
 from storage.evals import EvalStore
+from storage.input_error import InputError
+from storage.statuses import RunStatus
 
 POLL_S = 1.0
 SPEC_KEYS = ("name", "kind", "base", "grid", "configs", "evals", "max_examples", "concurrency", "include_base")
-TRAINING_METRIC = {"sl": "train_mean_nll", "dpo": "dpo_loss", "rl": "env/all/reward/total"}
 
 
-class SweepError(ValueError):
+class SweepError(InputError, ValueError):
     """A sweep file or member that cannot be used; the message names the file, the member and the setting."""
 
 
@@ -171,7 +174,7 @@ class SweepRunner:
             raise SweepError(f"sweep {sweep_id}: not found")
         if self.is_alive(sweep_id):
             raise SweepError(f"sweep {sweep_id}: still running")
-        if sweep["status"] == "completed":
+        if sweep["status"] == RunStatus.COMPLETED:
             raise SweepError(f"sweep {sweep_id}: already completed")
         self._launch(sweep_id)
         return sweep_id
@@ -180,8 +183,8 @@ class SweepRunner:
         if sweep_id in self._stop:
             self._stop[sweep_id].set()
         sweep = self.store.get_sweep(sweep_id)
-        if sweep and sweep["status"] in ("queued", "running"):
-            self.store.update_sweep(sweep_id, status="cancelling")
+        if sweep and sweep["status"] in statuses.STOPPABLE:
+            self.store.update_sweep(sweep_id, status=RunStatus.CANCELLING)
 
     def wait(self, sweep_id: str, timeout: float | None = None) -> dict:
         thread = self._threads.get(sweep_id)
@@ -203,27 +206,28 @@ class SweepRunner:
         self.notes.append(message)
 
     def _stopping(self, sweep_id: str) -> bool:
-        if not self._stop[sweep_id].is_set() and self.store.get_sweep(sweep_id)["status"] == "cancelling":
+        if not self._stop[sweep_id].is_set() and self.store.get_sweep(sweep_id)["status"] == RunStatus.CANCELLING:
             self._stop[sweep_id].set()
         return self._stop[sweep_id].is_set()
 
     def _execute(self, sweep_id: str) -> None:
         try:
-            self.store.update_sweep(sweep_id, status="running", error=None)
+            self.store.update_sweep(sweep_id, status=RunStatus.RUNNING, error=None)
             sweep = self.store.get_sweep(sweep_id)
             if sweep["spec"].get("include_base", True) and sweep["spec"].get("evals"):
                 self._evaluate(sweep, "base", None)
             self._train_all(sweep)
             stopped = self._stop[sweep_id].is_set()
-            self.store.update_sweep(sweep_id, status="cancelled" if stopped else "completed")
-            self._note(f"sweep {sweep_id}: {'cancelled' if stopped else 'completed'}")
+            status = RunStatus.CANCELLED if stopped else RunStatus.COMPLETED
+            self.store.update_sweep(sweep_id, status=status)
+            self._note(f"sweep {sweep_id}: {status}")
         except BaseException as exc:  # the sweep fails; its members keep their own statuses
-            self.store.update_sweep(sweep_id, status="failed", error=f"{type(exc).__name__}: {exc}")
+            self.store.update_sweep(sweep_id, status=RunStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
             self._note(f"sweep {sweep_id} failed: {type(exc).__name__}: {exc}")
 
     def _train_all(self, sweep: dict) -> None:
         sweep_id = sweep["sweep_id"]
-        todo = [m for m in sweep["members"] if m["status"] != "completed"]
+        todo = [m for m in sweep["members"] if m["status"] != RunStatus.COMPLETED]
         active: dict[int, dict] = {}
         while (todo or active) and not self._stopping(sweep_id):
             while todo and len(active) < int(sweep["spec"].get("concurrency", 1)):
@@ -244,7 +248,7 @@ class SweepRunner:
         index = member["idx"]
         try:
             run = self.runs.store.get_run(member["run_id"]) if member.get("run_id") else None
-            if run is not None and run["status"] == "completed":
+            if run is not None and run["status"] == RunStatus.COMPLETED:
                 return True  # trained before the sweep stopped; only its evaluation is missing
             if run is not None:
                 self.runs.resume(member["run_id"])
@@ -252,30 +256,30 @@ class SweepRunner:
                 config = cfg.from_dict(member["kind"], member["config"])
                 config.name = config.name or f"{self.store.get_sweep(sweep_id)['name']} #{index}"
                 member["run_id"] = self.runs.start(config)
-            self.store.update_member(sweep_id, index, status="running", run_id=member["run_id"], error=None)
+            self.store.update_member(sweep_id, index, status=RunStatus.RUNNING, run_id=member["run_id"], error=None)
             self._note(f"member {index}: run {member['run_id']} ({_settings_text(member['settings'])})")
             return True
         except Exception as exc:  # bad data, a missing checkpoint, ...: this member fails, the others go on
-            self.store.update_member(sweep_id, index, status="failed", error=f"{type(exc).__name__}: {exc}")
+            self.store.update_member(sweep_id, index, status=RunStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
             self._note(f"member {index} failed to start: {exc}")
             return False
 
     def _finish_member(self, sweep: dict, member: dict) -> None:
         sweep_id, index = sweep["sweep_id"], member["idx"]
         run = self.runs.store.get_run(member["run_id"])
-        if run["status"] != "completed":
+        if run["status"] != RunStatus.COMPLETED:
             self.store.update_member(sweep_id, index, status=run["status"], error=run.get("error"))
             self._note(f"member {index}: run {run['status']}" + (f" ({run['error']})" if run.get("error") else ""))
             return
         try:
             eval_id = self._evaluate(sweep, member["run_id"], index) if sweep["spec"].get("evals") else None
         except Exception as exc:
-            self.store.update_member(sweep_id, index, status="failed", error=f"evaluation: {exc}")
+            self.store.update_member(sweep_id, index, status=RunStatus.FAILED, error=f"evaluation: {exc}")
             return
-        job = self.store.get_job(eval_id) if eval_id else {"status": "completed"}
-        status = "completed" if job["status"] == "completed" else "failed"
+        job = self.store.get_job(eval_id) if eval_id else {"status": RunStatus.COMPLETED}
+        status = RunStatus.COMPLETED if job["status"] == RunStatus.COMPLETED else RunStatus.FAILED
         self.store.update_member(sweep_id, index, status=status, eval_id=eval_id,
-                                 error=None if status == "completed" else f"evaluation {job['status']}")
+                                 error=None if status == RunStatus.COMPLETED else f"evaluation {job['status']}")
 
     def _evaluate(self, sweep: dict, model: str, index: int | None) -> str:
         settings = EvalSettings(max_examples=int(sweep["spec"].get("max_examples", 0)))
@@ -328,7 +332,7 @@ def table(store: EvalStore, sweep_id: str) -> pd.DataFrame:
     varying = varying_keys(members)
     member_evals = {m["eval_id"] for m in members if m.get("eval_id")}
     base_evals = [job["eval_id"] for job in store.list_jobs() if job.get("sweep_id") == sweep_id
-                  and job["status"] == "completed" and job["eval_id"] not in member_evals]
+                  and job["status"] == RunStatus.COMPLETED and job["eval_id"] not in member_evals]
     rows = []
     if base_evals:
         rows.append({"member": "base", "status": "", **{k: "" for k in varying}, "training metric": "",
@@ -359,6 +363,6 @@ def _eval_columns(store: EvalStore, eval_id: str) -> dict:
 def _training_metric(store, run: dict | None) -> str:
     if run is None:
         return ""
-    name = TRAINING_METRIC.get(run["kind"], "")
+    name = key_metric(run["kind"])
     value = store.last_metrics([run["run_id"]], name).get(run["run_id"])
     return f"{name}={value:.4f}" if value is not None else ""

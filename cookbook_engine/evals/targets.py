@@ -21,11 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cookbook_engine import models
+from storage import statuses
+from storage.input_error import InputError
 
 LIVE = "live"
 
 
-class TargetError(ValueError):
+class TargetError(InputError, ValueError):
     """A model spec that names nothing usable; the message names the spec and why."""
 
 
@@ -135,7 +137,7 @@ def list_choices(store=None) -> list[tuple[str, str]]:
         if row.get("sampler_path"):
             checkpoints.setdefault(row["run_id"], []).append(row)
     for run in store.list_runs():
-        if run["status"] in ("queued", "running", "cancelling"):
+        if run["status"] in statuses.ACTIVE:
             choices.append((f"{run['run_id']}@live", f"{run['name']} · live weights ({run['status']})"))
         saved = sorted(checkpoints.get(run["run_id"], []), key=lambda c: -int(c["step"]))
         if saved:

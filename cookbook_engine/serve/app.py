@@ -28,6 +28,7 @@ from cookbook_engine.backends.protocol import map_future
 from cookbook_engine.backends.rest import LocalRestClient
 from cookbook_engine.serve import wire
 from cookbook_engine.serve.state import ServerState
+from storage.statuses import SessionEnd
 
 LONG_POLL_S = 10.0  # under the SDK's 45 s poll timeout; each try_again answer logs a warning in the SDK
 CLIENT_CONFIG = types.ClientConfigResponse(pjwt_auth_enabled=False, parallel_fwdbwd_chunks=False,
@@ -111,7 +112,7 @@ def _service_routes(app: FastAPI, state: ServerState) -> None:
     @app.post("/api/v1/sessions/{session_id}/finish")
     async def finish(session_id: str, request: Request):
         body = await request.json()
-        await asyncio.to_thread(state.finish, session_id, (body.get("reason") or {}).get("type", "success"))
+        await asyncio.to_thread(state.finish, session_id, (body.get("reason") or {}).get("type", SessionEnd.SUCCESS))
         return Response(status_code=200)
 
 

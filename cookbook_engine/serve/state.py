@@ -26,6 +26,7 @@ from tinker import types
 
 from cookbook_engine import paths
 from cookbook_engine.backends.local import LocalSamplingClient, LocalServiceClient, LocalTrainingClient
+from storage.statuses import RunStatus, SessionEnd, run_status_after
 
 log = logging.getLogger("cookbook.serve")
 RL_LOSSES = {"importance_sampling", "ppo", "cispo", "dro", "gspo", "stable_reinforce"}
@@ -135,12 +136,12 @@ class ServerState:
             return
         session.service.close(status)
         self._write(session, "update_run", session.run_id,
-                    status={"success": "completed", "errored": "failed"}.get(status, "interrupted"))
+                    status=run_status_after(status))
 
     def finish_all(self) -> None:
         for session_id in list(self.sessions):
             if not self.sessions[session_id].service.closed:
-                self.finish(session_id, "interrupted")
+                self.finish(session_id, SessionEnd.INTERRUPTED)
 
     # --- recording the session as a studio run ------------------------------------------------------------
     def _storage(self):
@@ -171,7 +172,7 @@ class ServerState:
         try:
             store = self._storage()
             store.create_run(session.run_id, name=name, kind="sl", backend="local", base_model=base_model,
-                             config=config, log_dir=paths.run_dir(session.run_id), status="queued")
+                             config=config, log_dir=paths.run_dir(session.run_id), status=RunStatus.QUEUED)
             store.claim_run(session.run_id)
         except Exception as exc:
             log.warning("session %s: could not create its studio run: %s", session.session_id, exc)
