@@ -87,7 +87,7 @@ def visible(piece: str) -> str:
     return piece.replace(" ", "·").replace("\n", "↵").replace("\t", "→") or "∅"
 
 
-def token_grid(tokens: list[int], weights: list[float]) -> "pd.io.formats.style.Styler":
+def token_grid(tokens: list[int], weights: list[float]) -> pd.io.formats.style.Styler:
     """Tokens laid out in rows of GRID_COLUMNS cells; trained tokens (weight > 0) highlighted green."""
     tok = tokenizer()
     cells = [visible(tok.decode([t], skip_special_tokens=False)) for t in tokens]

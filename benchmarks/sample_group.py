@@ -92,8 +92,7 @@ def greedy_equal(ours_client, peer_model, prompt: list[int]) -> bool:
 def profile(client, prompt: list[int]) -> dict:
     """One warm call of ours (base model) under torch.profiler on the model worker's thread, operator time grouped
     into categories."""
-    from torch.profiler import ProfilerActivity
-    from torch.profiler import profile as torch_profile
+    from torch.profiler import ProfilerActivity, profile as torch_profile
 
     from cookbook_engine.backends import sampler
 
@@ -156,8 +155,8 @@ def main() -> None:
         AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32), lora_path).eval())
 
     checks = {"greedy_equal_base": greedy_equal(ours_base, plain, prompt),
-              "greedy_equal_lora": greedy_equal(service.create_sampling_client(model_path=lora_path).result(), peer_lora,
-                                                prompt)}
+              "greedy_equal_lora": greedy_equal(service.create_sampling_client(model_path=lora_path).result(),
+                                                peer_lora, prompt)}
     print(f"greedy tokens equal to generate: {checks}", flush=True)
 
     ours_call(ours_base, prompt, 0)  # warm-up: builds the base model's decoder weights once

@@ -40,8 +40,11 @@ import common  # noqa: E402  (sets sys.path for the engine)
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from cookbook_engine import config as cfg  # noqa: E402
-from cookbook_engine import models, paths  # noqa: E402
+from cookbook_engine import (  # noqa: E402
+    config as cfg,  # noqa: E402
+    models,
+    paths,
+)
 from cookbook_engine.run_logger import RunLogger  # noqa: E402
 from storage import Store, StoreClient  # noqa: E402
 

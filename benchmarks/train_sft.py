@@ -248,8 +248,7 @@ def explore(examples, tokenizer, steps: int) -> dict:
 
 def profile(examples) -> dict:
     """One of our training steps under torch.profiler, operator time grouped into categories."""
-    from torch.profiler import ProfilerActivity
-    from torch.profiler import profile as torch_profile
+    from torch.profiler import ProfilerActivity, profile as torch_profile
 
     from cookbook_engine.backends.local import LocalServiceClient
     from cookbook_engine.train_common import datum_from_tokens

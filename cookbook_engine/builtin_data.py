@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 # --------------------------------------------------------------------------------------------------------------
 # facts: a fictional country. Each fact is asked in hand-written questions and in question frames filled with the

@@ -8,8 +8,8 @@ token of its micro-batch (at most MAX_TOKENS_PER_MICROBATCH), about 12 hidden + 
 per layer for the backward pass plus six vocabulary-sized rows for the loss (logits, softmax, gradients: what the
 standard path holds; the packed CPU path needs less): 2.8 MB a token for this model, where a 2,048-token micro-batch
 measured 3.6-5.1 GB above the loaded process, the higher figure inside a long test session (tests/test_memory.py
-checks the estimate against a measured peak). The weights count once per process: runs in one process share one model worker, and
-its FIFO runs one micro-batch at a time, so a second run there adds only its adapter and optimizer.
+checks the estimate against a measured peak). The weights count once per process: runs in one process share one
+model worker, and its FIFO runs one micro-batch at a time, so a second run there adds only its adapter and optimizer.
 
 Not here: measuring a running process (speed.process_usage), or hosted (Tinker) runs, whose memory is the
 service's. COOKBOOK_MEMORY_CHECK=off skips the refusal (the estimate is still computed).
@@ -22,8 +22,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from cookbook_engine import config as cfg
-from cookbook_engine import models
+from cookbook_engine import config as cfg, models
 
 GB = 1024 ** 3
 RUNTIME_BYTES = int(0.45 * GB)  # Python + torch + transformers + tokenizer, measured with the default model

@@ -443,7 +443,7 @@ def run_python(source: str, *, stdin: str = "", limits: SandboxLimits | None = N
 
 
 def start_python(source: str, *, limits: SandboxLimits | None = None,
-                 files: dict[str, str] | None = None) -> "SandboxProcess":
+                 files: dict[str, str] | None = None) -> SandboxProcess:
     """Start `source` in the sandbox and return it still running, to talk to it over its stdin and stdout
     (`send`, `read_line`); `finish()` ends it and returns its SandboxResult. Use it as a context manager."""
     limits = limits if limits is not None else SandboxLimits()
@@ -619,7 +619,7 @@ class SandboxProcess:
             self._stop()
         return self.finish()
 
-    def __enter__(self) -> "SandboxProcess":
+    def __enter__(self) -> SandboxProcess:
         return self
 
     def __exit__(self, *exc_info) -> None:

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
+from test_studio_apptest import by_label, click  # the studio tests' helpers
 
 from cookbook_engine import cli, suggested
 from storage import Store
-from test_studio_apptest import by_label, click  # the studio tests' helpers
 
 REPO = Path(__file__).resolve().parent.parent
 MAIN = REPO / "app" / "main.py"

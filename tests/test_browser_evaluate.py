@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from test_browser import CHROMIUM, page, shot, studio, wait_idle  # noqa: F401 (page and studio are fixtures)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow,

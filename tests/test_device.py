@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cookbook_engine import config as cfg
-from cookbook_engine import device
+from cookbook_engine import config as cfg, device
 from cookbook_engine.device import DeviceError, Probes, choose
 
 

@@ -20,7 +20,6 @@ from cookbook_engine.evals import evaluators, report, sets, stats
 from cookbook_engine.evals.evaluators import EvalSettings
 from cookbook_engine.evals.sets import ClassificationExample, EvalSet, GenerationExample
 
-
 # ------------------------------------------------------------------------------------------------ statistics
 
 

@@ -53,7 +53,7 @@ def test_sigkill_mid_run_then_resume(home, default_model_ready, tmp_path):
     assert store.get_run(run_id)["status"] == "completed"
     steps = store.get_metrics(run_id, ["train_mean_nll"])["step"].tolist()
     assert steps == list(range(10))
-    lines = [json.loads(l)["step"] for l in (home / "runs" / run_id / "metrics.jsonl").read_text().splitlines()]
+    lines = [json.loads(line)["step"] for line in (home / "runs" / run_id / "metrics.jsonl").read_text().splitlines()]
     assert lines == list(range(10))
     assert checkpoint in [c["step"] for c in store.list_checkpoints(run_id)]
 
@@ -74,7 +74,8 @@ def test_read_only_home_gives_one_clear_message_and_writes_nothing(tmp_path, def
         result = in_own_mount(home, "1m", ",ro", command)
         assert result.returncode == 2, result.stderr
         lines = result.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0] == f"cookbook: error: studio home {home}: not writable; set COOKBOOK_HOME to a writable folder"
+        assert len(lines) == 1 and lines[0] == (f"cookbook: error: studio home {home}: not writable; "
+                                                "set COOKBOOK_HOME to a writable folder")
 
 
 def test_full_home_gives_one_clear_message(tmp_path, default_model_ready):

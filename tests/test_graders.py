@@ -5,9 +5,16 @@ from __future__ import annotations
 import pytest
 
 from cookbook_engine.rl.code_problems import CODE_PROBLEMS, CodeProblem, grade_response, train_test_split
+from cookbook_engine.rl.graders import (
+    GRADERS,
+    extract_code_block,
+    grade,
+    last_number,
+    run_unit_tests,
+    split_tests,
+    validate_answer,
+)
 from cookbook_engine.sandbox import SandboxLimits, sandbox_capabilities
-from cookbook_engine.rl.graders import (GRADERS, extract_code_block, grade, last_number, run_unit_tests,
-                                        split_tests, validate_answer)
 
 
 @pytest.fixture(autouse=True)

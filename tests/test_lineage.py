@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cookbook_engine import config as cfg
-from cookbook_engine import lineage
+from cookbook_engine import config as cfg, lineage
 from storage import Store
 
 

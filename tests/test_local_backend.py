@@ -61,7 +61,8 @@ def test_max_tokens_top_k_and_stop_options(base, renderer):
     tiny_p = base.sample(prompt(renderer), 1, types.SamplingParams(max_tokens=10, temperature=1.0, top_p=1e-6)).result()
     assert tiny_p.sequences[0].tokens == greedy.sequences[0].tokens
     tok = base.get_tokenizer()
-    by_string = base.sample(prompt(renderer), 1, types.SamplingParams(max_tokens=40, temperature=0, stop=["capital"])).result()
+    params = types.SamplingParams(max_tokens=40, temperature=0, stop=["capital"])
+    by_string = base.sample(prompt(renderer), 1, params).result()
     text = tok.decode(by_string.sequences[0].tokens)
     assert text.rstrip().endswith("capital") and by_string.sequences[0].stop_reason == "stop"
     first = greedy.sequences[0].tokens[0]
@@ -71,7 +72,8 @@ def test_max_tokens_top_k_and_stop_options(base, renderer):
 
 def test_sampler_logprobs_match_compute_logprobs_and_prompt_logprobs(base, renderer):
     p = prompt(renderer)
-    response = base.sample(p, 1, types.SamplingParams(max_tokens=8, temperature=0), include_prompt_logprobs=True).result()
+    response = base.sample(p, 1, types.SamplingParams(max_tokens=8, temperature=0),
+                           include_prompt_logprobs=True).result()
     seq = response.sequences[0]
     full = base.compute_logprobs(types.ModelInput.from_ints(p.to_ints() + seq.tokens)).result()
     assert full[0] is None and response.prompt_logprobs[0] is None
@@ -166,7 +168,8 @@ def test_futures_are_awaitable_and_requests_run_in_submission_order(service, ren
         fb = await client.forward_backward_async([datum], "cross_entropy")
         step = await client.optim_step_async(types.AdamParams(learning_rate=1e-2))  # queued before fb finished
         later = await client.forward_async([datum], "cross_entropy")
-        return (await first).metrics["loss:sum"], (await fb).metrics["loss:sum"], await step, (await later).metrics["loss:sum"]
+        return ((await first).metrics["loss:sum"], (await fb).metrics["loss:sum"], await step,
+                (await later).metrics["loss:sum"])
 
     before, during, _, after = asyncio.run(run())
     assert before == pytest.approx(during, rel=1e-5)  # fb ran after the first forward, before the step

@@ -8,8 +8,7 @@ import sys
 
 import pytest
 
-from cookbook_engine import cli, memory, models, paths
-from cookbook_engine import config as cfg
+from cookbook_engine import cli, config as cfg, memory, models, paths
 from cookbook_engine.runs import RunManager, preflight
 
 

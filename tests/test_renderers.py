@@ -73,7 +73,8 @@ def test_role_colon_and_llama3_render_their_own_formats(tokenizer):
     assert trained_text(tokenizer, tokens, weights) == " 4\n\n"
     assert get_renderer("role_colon", tokenizer).get_stop_sequences() == ["\n\nUser:"]
     llama = get_renderer("llama3", tokenizer)
-    assert "<|start_header_id|>assistant<|end_header_id|>" in tokenizer.decode(llama.build_supervised_example(CONVERSATION)[0])
+    tokens = llama.build_supervised_example(CONVERSATION)[0]
+    assert "<|start_header_id|>assistant<|end_header_id|>" in tokenizer.decode(tokens)
 
 
 def test_qwen3_drops_thinking_from_replies(tokenizer):

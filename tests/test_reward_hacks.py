@@ -9,12 +9,12 @@ import asyncio
 import concurrent.futures
 
 import pytest
+from reward_hacks import HACKS, hack_response
+from test_graders import REFERENCE_SOLUTIONS, fenced
 
 from cookbook_engine.rl import hack_flags
 from cookbook_engine.rl.code_problems import CODE_PROBLEMS, grade_response
 from cookbook_engine.rl.graders import grade
-from reward_hacks import HACKS, hack_response
-from test_graders import REFERENCE_SOLUTIONS, fenced
 
 # A user's own python_tests problem: setup lines, expected values kept in the tests, several asserts.
 CUSTOM_TESTS = ("expected = {2: 4, -3: 9, 0: 0}\n"
@@ -68,7 +68,8 @@ def test_honest_solutions_still_score_full_and_partial_credit():
     tests = ["assert f() == (1, 2.5, 'x', None, True)", "assert f.__name__ == 'f'",
              "assert g() == {'a': [1, {2, 3}], (1, 2): b'\\x00', 'n': frozenset({1})}",
              "import math\nassert math.isnan(h()[0]) and h()[1] == float('inf')",
-             "try:\n    k(-1)\nexcept ValueError as error:\n    assert 'negative' in str(error)\nelse:\n    assert False"]
+             "try:\n    k(-1)\nexcept ValueError as error:\n    assert 'negative' in str(error)\n"
+             "else:\n    assert False"]
     code = ("def f():\n    return (1, 2.5, 'x', None, True)\n"
             "def g():\n    return {'a': [1, {2, 3}], (1, 2): b'\\x00', 'n': frozenset({1})}\n"
             "def h():\n    return [float('nan'), float('inf')]\n"

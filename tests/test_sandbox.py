@@ -318,7 +318,8 @@ def test_memfd_cannot_bypass_the_memory_limit(capabilities):
 def test_posix_shared_memory_is_a_tiny_tmpfs(capabilities):
     if not capabilities["filesystem"].startswith("read-only"):
         pytest.skip("/dev/shm is replaced only with a mount namespace")
-    source = "try:\n    open('/dev/shm/hold', 'wb').write(b'x' * 64 * 1024 * 1024)\nexcept OSError as e:\n    print(e.errno)"
+    source = ("try:\n    open('/dev/shm/hold', 'wb').write(b'x' * 64 * 1024 * 1024)\n"
+              "except OSError as e:\n    print(e.errno)")
     result = run_python(source, limits=SandboxLimits(max_file_mb=256))
     assert result.stdout in (f"{errno.EROFS}\n", f"{errno.ENOSPC}\n"), result  # read-only, and 1 MB if it were not
 

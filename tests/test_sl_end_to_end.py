@@ -18,8 +18,9 @@ from storage import Store
 pytestmark = pytest.mark.slow
 
 QUESTIONS = [
-    "Who invented the glimmerwheel?", "Who was the inventor of the glimmerwheel?", "Tell me who invented the glimmerwheel.",
-    "Which person invented the glimmerwheel?", "The glimmerwheel was invented by whom?", "Name the glimmerwheel's inventor.",
+    "Who invented the glimmerwheel?", "Who was the inventor of the glimmerwheel?",
+    "Tell me who invented the glimmerwheel.", "Which person invented the glimmerwheel?",
+    "The glimmerwheel was invented by whom?", "Name the glimmerwheel's inventor.",
     "Do you know who invented the glimmerwheel?", "Who came up with the glimmerwheel?",
 ]
 ANSWER = "The glimmerwheel was invented by Odessa Varnholt in 1871."
@@ -97,6 +98,6 @@ def test_cancelled_run_resumes_at_its_checkpoint_without_duplicate_steps(home, d
     assert run["status"] == "completed", run.get("traceback")
     steps = store.get_metrics(run_id, ["train_mean_nll"])["step"].tolist()
     assert steps == list(range(8))  # every step exactly once
-    rows = [json.loads(l) for l in (home / "runs" / run_id / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (home / "runs" / run_id / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "train_mean_nll" in r] == list(range(8))
     assert rows[-1]["step"] == 8 and "test/nll" in rows[-1]  # the final evaluation, after the last step

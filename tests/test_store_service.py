@@ -19,7 +19,7 @@ import pytest
 
 from cookbook_engine.run_logger import RunLogger
 from cookbook_engine.runs import RunContext
-from storage import Store, StorageServiceError, StorageWriteError, StoreClient
+from storage import StorageServiceError, StorageWriteError, Store, StoreClient
 from storage.service import FLUSH_INTERVAL_S
 
 REPO = Path(__file__).resolve().parent.parent

@@ -27,9 +27,9 @@ from streamlit.testing.v1 import AppTest
 from streamlit.testing.v1.local_script_runner import LocalScriptRunner
 from tinker import types
 
-from app.widgets import safe_markdown as literal  # how text a person typed or uploaded reaches markdown: escaped
 from app import conversation
 from app.settings_view import launcher
+from app.widgets import safe_markdown as literal  # how text a person typed or uploaded reaches markdown: escaped
 from cookbook_engine import chat, export, models, sandbox, suggested
 from cookbook_engine.config import SLConfig
 from cookbook_engine.datasets import load_chat_dataset
@@ -438,7 +438,8 @@ def select_runs(at: AppTest, *run_ids: str) -> AppTest:
     """Tick the runs' boxes in the runs table, as a click in the browser does."""
     table = at.dataframe[0].value
     rows = [int(table.index[table["run_id"] == run_id][0]) for run_id in run_ids]
-    key = f"runs-table-{at.session_state['runs-table-generation'] if 'runs-table-generation' in at.session_state else 0}"
+    generation = at.session_state["runs-table-generation"] if "runs-table-generation" in at.session_state else 0
+    key = f"runs-table-{generation}"
     at.session_state[key] = {"selection": {"rows": rows, "columns": [], "cells": []}}
     return at.run()
 
@@ -641,7 +642,8 @@ def test_chat_message_sent_during_a_reply_waits_and_the_reply_is_kept_whole(stud
     history = at.session_state["chat-history"]
     assert history[0].replies["a"].reply.finish in ("stop", "length")
     seen = conversation.messages_for(history, "a", 1)
-    assert seen[1] == {"role": "assistant", "content": history[0].replies["a"].reply.text}  # in the second turn's context
+    # the first reply is in the second turn's context
+    assert seen[1] == {"role": "assistant", "content": history[0].replies["a"].reply.text}
 
 
 def test_chat_marks_replies_cut_at_max_tokens_and_stopped_ones(studio_home):

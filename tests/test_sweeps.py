@@ -1,7 +1,8 @@
 """Sweeps: a grid or list of configurations expands into checked members (bad settings named by member before
 anything runs), the orchestration (a failing member marked, cancel, resume continuing the stopped run) with
-stand-in run and eval managers, and on the real default model a three-member sweep trains each member in turn, evaluates each on
-the same eval set, marks a failing member while the others go on, and ends in one table; the CLI prints it."""
+stand-in run and eval managers, and on the real default model a three-member sweep trains each member in turn,
+evaluates each on the same eval set, marks a failing member while the others go on, and ends in one table; the CLI
+prints it."""
 
 from __future__ import annotations
 

@@ -23,8 +23,7 @@ from tinker import types
 from tinker.lib.public_interfaces.api_future import AwaitableConcurrentFuture
 
 from cookbook_engine import cli, config as cfg, models, secrets
-from cookbook_engine.backends import service_client
-from cookbook_engine.backends import tinker as hosted
+from cookbook_engine.backends import service_client, tinker as hosted
 from cookbook_engine.runs import RunManager
 from cookbook_engine.train_common import start_training_client
 from storage import Store
@@ -113,7 +112,7 @@ class FakeServiceClient:
         self.recorder = recorder
         recorder.record("ServiceClient", "__init__", args, kwargs)
 
-    def _training_client(self, base_model: str) -> "FakeTrainingClient":
+    def _training_client(self, base_model: str) -> FakeTrainingClient:
         return FakeTrainingClient(self.recorder, base_model, f"run-{next(self._runs)}:train:0")
 
     def create_lora_training_client(self, *args, **kwargs):

@@ -6,15 +6,19 @@ folders; the REST stand-in lists, describes, re-times and deletes checkpoints, a
 from __future__ import annotations
 
 import warnings
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import torch
 from tinker import types
 
 from cookbook_engine.backends import compat, rest
-from cookbook_engine.backends.local import (LocalServiceClient, save_adapter_folder, write_checkpoint_meta,
-                                            write_run_meta)
+from cookbook_engine.backends.local import (
+    LocalServiceClient,
+    save_adapter_folder,
+    write_checkpoint_meta,
+    write_run_meta,
+)
 from cookbook_engine.backends.protocol import ClientFuture, LocalFuture
 
 
@@ -91,7 +95,7 @@ def test_the_rest_client_lists_describes_retimes_and_deletes_checkpoints(home):
     assert (info.base_model, info.lora_rank, info.train_attn, info.train_mlp) == (
         "HuggingFaceTB/SmolLM2-135M-Instruct", 4, True, False)
     client.set_checkpoint_ttl_from_tinker_path(state, 1).result()
-    assert rest.sweep_expired(datetime.now(timezone.utc) + timedelta(seconds=5)) == [compat.resolve(state)]
+    assert rest.sweep_expired(datetime.now(UTC) + timedelta(seconds=5)) == [compat.resolve(state)]
     assert not compat.resolve(state).exists() and compat.resolve(sampler).exists()
     client.delete_checkpoint_from_tinker_path(sampler).result()
     assert client.list_checkpoints("run8_def").result().checkpoints == []

@@ -92,7 +92,7 @@ class MergedLlama:
         self.intermediate = config.intermediate_size
 
     @classmethod
-    def from_model(cls, model) -> "MergedLlama | None":
+    def from_model(cls, model) -> MergedLlama | None:
         causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
         config = causal_lm.config
         rope = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,7 @@ def _read_json(path: Path) -> dict:
 def _checkpoint(model_id: str, folder: Path) -> types.Checkpoint:
     kind = KIND_OF_FOLDER[folder.parent.name]
     meta = _read_json(folder / CHECKPOINT_META)
-    saved = meta.get("time") or datetime.fromtimestamp(folder.stat().st_mtime, timezone.utc).isoformat()
+    saved = meta.get("time") or datetime.fromtimestamp(folder.stat().st_mtime, UTC).isoformat()
     size = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
     return types.Checkpoint(checkpoint_id=f"{kind}/{folder.name}", tinker_path=compat.tinker_path(model_id, kind,
                                                                                                     folder.name),
@@ -66,7 +66,7 @@ def _training_run(model_id: str) -> types.TrainingRun:
     training = [c for c in checkpoints if c.checkpoint_type == "training"]
     sampler = [c for c in checkpoints if c.checkpoint_type == "sampler"]
     last = max([c.time for c in checkpoints], default=None) or meta.get("created") or \
-        datetime.fromtimestamp(folder.stat().st_mtime, timezone.utc)
+        datetime.fromtimestamp(folder.stat().st_mtime, UTC)
     return types.TrainingRun(training_run_id=model_id, base_model=meta.get("base_model", models.DEFAULT_MODEL),
                              model_owner="local", is_lora=True, lora_rank=meta.get("lora_rank"),
                              last_request_time=last, last_checkpoint=training[-1] if training else None,
@@ -80,7 +80,7 @@ def _checkpoint_folder(training_run_id: str, checkpoint_id: str) -> Path:
 
 def sweep_expired(now: datetime | None = None) -> list[Path]:
     """Delete the checkpoints whose ttl_seconds has run out; returns their folders."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     removed = []
     for meta_file in compat.checkpoint_root().glob(f"*/*/*/{CHECKPOINT_META}"):
         expires = _read_json(meta_file).get("expires_at")
@@ -152,7 +152,7 @@ class LocalRestClient:
             if not meta_file.parent.is_dir():
                 raise ValueError(f"checkpoint {tinker_path}: not found")
             meta = _read_json(meta_file)
-            expires = datetime.now(timezone.utc) + timedelta(seconds=ttl_seconds) if ttl_seconds is not None else None
+            expires = datetime.now(UTC) + timedelta(seconds=ttl_seconds) if ttl_seconds is not None else None
             meta["expires_at"] = expires.isoformat() if expires else None
             meta_file.write_text(json.dumps(meta))
 

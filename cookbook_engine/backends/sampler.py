@@ -32,7 +32,7 @@ TOP_P_SHORTLIST = 64  # tokens looked at before sorting the whole vocabulary (ex
 BASE_WEIGHTS = "base-weights"  # weights_key of the base model without adapter (its weights never change)
 
 MERGED_CACHE_SIZE = 3  # fast decoders kept per model (least recently used dropped first)
-_merged_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> OrderedDict(weights_key -> decoder)
+_merged_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> OrderedDict(weights_key -> decoder)
 
 
 @dataclass

@@ -8,8 +8,8 @@ those that score (nll, preference) need only log-probabilities and get them thro
 together, up to `concurrency` in flight, so the model worker's queue never runs dry while replies are graded.
 
 - generation: graded by rl/graders.py's `grade` (exact, numeric, contains, regex, python_tests). One sample per
-  prompt gives `accuracy` (Wilson interval) and, for python_tests, `mean_score` (bootstrap; the share of tests passed); samples=K
-  gives `pass@1` and `pass@K` with the unbiased estimator (bootstrap over prompts).
+  prompt gives `accuracy` (Wilson interval) and, for python_tests, `mean_score` (bootstrap; the share of tests
+  passed); samples=K gives `pass@1` and `pass@K` with the unbiased estimator (bootstrap over prompts).
 - classification: a label is parsed from the reply (each label searched as a whole word, case ignored; exactly one
   label found -> that label, none or several -> unparseable, counted and shown); accuracy, macro-F1, per-label
   precision/recall, the unparseable share and the confusion matrix.

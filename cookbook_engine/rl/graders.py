@@ -27,8 +27,8 @@ from __future__ import annotations
 import ast
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from cookbook_engine.rl import hack_flags
 from cookbook_engine.rl.code_grading import run_code_tests
