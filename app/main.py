@@ -15,11 +15,13 @@ import streamlit as st  # noqa: E402
 
 from app import nav, notices, state  # noqa: E402
 from cookbook_engine import compute_lease  # noqa: E402
+from cookbook_engine.log import setup_logging  # noqa: E402
 from cookbook_engine.paths import make_files_private  # noqa: E402
 from storage import statuses  # noqa: E402
 
 make_files_private()  # also set by `cookbook studio`; here for a studio started with `streamlit run`
 compute_lease.set_process_label("the studio")
+setup_logging()  # the engine's log lines in the CLI's format, on the server's stderr
 
 st.set_page_config(page_title="Cookbook Studio", page_icon=str(REPO_ROOT / "app" / "favicon.png"),  # no icon CDN
                    layout="wide")

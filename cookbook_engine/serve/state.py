@@ -28,7 +28,7 @@ from cookbook_engine import paths
 from cookbook_engine.backends.local import LocalSamplingClient, LocalServiceClient, LocalTrainingClient
 from storage.statuses import RunStatus, SessionEnd, run_status_after
 
-log = logging.getLogger("cookbook.serve")
+log = logging.getLogger(__name__)
 RL_LOSSES = {"importance_sampling", "ppo", "cispo", "dro", "gspo", "stable_reinforce"}
 
 
