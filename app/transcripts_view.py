@@ -74,8 +74,8 @@ class StepSummary:
 
 def step_summary(rollouts_df: pd.DataFrame) -> StepSummary:
     rewards = rollouts_df["reward"].dropna()
-    correct = [details.get("correct") for details in rollouts_df["metrics"]
-               if isinstance(details, dict) and details.get("correct") is not None]
+    correct: list[float] = [float(details["correct"]) for details in rollouts_df["metrics"]
+                            if isinstance(details, dict) and details.get("correct") is not None]
     return StepSummary(samples=len(rollouts_df), groups=int(rollouts_df["group_idx"].nunique()),
                        mean_reward=float(rewards.mean()) if len(rewards) else None,
                        correct_share=sum(correct) / len(correct) if correct else None)

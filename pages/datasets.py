@@ -4,8 +4,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from app import charts, data_views, forms, state, state_keys, widgets
-from app import datasets_view as view
+from app import charts, data_views, datasets_view as view, forms, state, state_keys, widgets
 from cookbook_engine import datasets, renderers
 from cookbook_engine.config import TRAIN_ON
 
@@ -77,7 +76,8 @@ with tokens_tab:
     c1, c2 = st.columns(2)
     renderer_name = c1.selectbox("Renderer", renderers.renderer_names(), key="dataset-renderer",
                                  help="auto = the default model's chat template")
-    train_on = c2.selectbox("Train on", list(TRAIN_ON), format_func=forms.TRAIN_ON_LABELS.get, key="dataset-train-on")
+    train_on = c2.selectbox("Train on", list(TRAIN_ON), format_func=forms.TRAIN_ON_LABELS.__getitem__,
+                            key="dataset-train-on")
     version = data_views.version(entry.spec)
     try:
         with st.spinner("Tokenizing…"):

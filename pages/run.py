@@ -20,10 +20,12 @@ requested = st.query_params.get("run") or st.session_state.get(state_keys.LAST_R
 title_column, badge_column, picker_column = st.columns([5, 1.2, 2.5], vertical_alignment="bottom")
 with picker_column:
     run_id = widgets.run_picker("Run", runs, key=f"run-picker-{requested}", default_id=requested)
+run = store.get_run(run_id) if run_id else None
+if run_id is None or run is None:  # only when the run was deleted from another tab a moment ago
+    st.rerun()
 if run_id != st.query_params.get("run"):
     st.query_params["run"] = run_id
 st.session_state[state_keys.LAST_RUN] = run_id
-run = store.get_run(run_id)
 title_column.title(widgets.safe_markdown(run["name"]))
 with badge_column:
     widgets.status_badge(run["status"])
@@ -32,6 +34,8 @@ with badge_column:
 def live_header(run_id: str) -> None:
     """Kind, model, age, elapsed time, time left and the training process's CPU and memory, refreshed live."""
     run = state.store().get_run(run_id)
+    if run is None:
+        return  # deleted from another tab: the next full run of the page picks another
     details = run_view.header_facts(run, widgets.KIND_LABEL[run["kind"]], widgets.age(run["created_at"]),
                                     timing.time_facts(run, timing.run_timing(store, run)))
     st.caption(" · ".join(widgets.safe_markdown(d) for d in details))
@@ -83,6 +87,8 @@ def chart_grid(metrics: pd.DataFrame, groups: run_view.ChartGroups, per_row: int
 
 def live_overview(run_id: str, was_active: bool) -> None:
     run = state.store().get_run(run_id)  # state.store(): a run whose process died shows as interrupted
+    if run is None:
+        return  # deleted from another tab: the next full run of the page picks another
     active = run["status"] in statuses.ACTIVE
     if was_active and not active:
         st.rerun()  # finished: redraw the whole page (status, buttons, checkpoints) and stop refreshing

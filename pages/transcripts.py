@@ -3,8 +3,7 @@
 import pandas as pd
 import streamlit as st
 
-from app import charts, state, widgets
-from app import transcripts_view as view
+from app import charts, state, transcripts_view as view, widgets
 
 st.title("Transcripts")
 st.caption("What the model wrote during RL: every sampled completion, its reward, and its advantage (reward minus "
@@ -16,8 +15,8 @@ if not rl_runs:
     st.stop()
 
 run_id = widgets.run_picker("Run", rl_runs, key="transcripts-run", default_id=st.query_params.get("run"))
-steps = store.transcript_steps(run_id)
-if not steps:
+steps = store.transcript_steps(run_id) if run_id else []
+if run_id is None or not steps:
     st.info("No rollouts recorded yet: they appear when the run's first step finishes.",
             icon=":material/hourglass_top:")
     st.stop()

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +68,7 @@ class StorageBusyError(RuntimeError):
 
 def utcnow() -> datetime:
     """Now in UTC as a naive datetime, the form every TIMESTAMP column holds."""
-    return datetime.now(timezone.utc).replace(tzinfo=None)
+    return datetime.now(UTC).replace(tzinfo=None)
 
 
 def _to_json(value: Any, where: str) -> str:
@@ -195,7 +195,7 @@ def clean_run_fields(run_id: str, fields: dict[str, Any]) -> dict[str, Any]:
         fields["log_dir"] = str(fields["log_dir"])
     for time_field in ("started_at", "finished_at", "updated_at"):
         if isinstance(fields.get(time_field), datetime) and fields[time_field].tzinfo is not None:
-            fields[time_field] = fields[time_field].astimezone(timezone.utc).replace(tzinfo=None)
+            fields[time_field] = fields[time_field].astimezone(UTC).replace(tzinfo=None)
     fields.setdefault("updated_at", utcnow())
     return fields
 
