@@ -20,7 +20,7 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -107,6 +107,12 @@ def _dicts(cursor: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     return [dict(zip(names, row)) for row in cursor.fetchall()]
 
 
+def _one_value(cursor: duckdb.DuckDBPyConnection) -> Any:
+    """The first value of an aggregate query's single row (None if it returned no row)."""
+    row = cursor.fetchone()
+    return row[0] if row is not None else None
+
+
 def _parse_json_column(rows: list[dict[str, Any]], column: str) -> list[dict[str, Any]]:
     for row in rows:
         row[column] = json.loads(row[column]) if row[column] is not None else None
@@ -151,7 +157,7 @@ def _migrate(con: duckdb.DuckDBPyConnection, path: Path) -> None:
     con.execute("BEGIN TRANSACTION")
     try:
         con.execute(SCHEMA_VERSION_TABLE)
-        current = con.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchone()[0]
+        current = _one_value(con.execute("SELECT coalesce(max(version), 0) FROM schema_version"))
         if current > len(MIGRATIONS):
             raise RuntimeError(f"{path} has schema version {current}, newer than this code's {len(MIGRATIONS)}; "
                                "upgrade cookbook-studio to open it")
@@ -314,10 +320,15 @@ class Store:
             finally:
                 con.close()
 
+    def _select(self, sql: str, params: list[Any], *, json_column: str) -> list[dict[str, Any]]:
+        """The query's rows as dicts, with `json_column` parsed from its JSON text (one transaction)."""
+        with self._transaction() as con:
+            return _parse_json_column(_dicts(con.execute(sql, params)), json_column)
+
     def schema_version(self) -> int:
         """The migration level of the file (creating or upgrading it first, like every call)."""
         with self._transaction() as con:
-            return con.execute("SELECT max(version) FROM schema_version").fetchone()[0]
+            return _one_value(con.execute("SELECT max(version) FROM schema_version"))
 
     # ---------------------------------------------------------------------------------------------------- runs
 
@@ -368,9 +379,8 @@ class Store:
                 raise KeyError(f"no run {run_id!r} in {self.path}")
 
     def get_run(self, run_id: str) -> dict[str, Any] | None:
-        with self._transaction() as con:
-            rows = _dicts(con.execute("SELECT * FROM runs WHERE run_id = ?", [run_id]))
-        return _parse_json_column(rows, "config")[0] if rows else None
+        rows = self._select("SELECT * FROM runs WHERE run_id = ?", [run_id], json_column="config")
+        return rows[0] if rows else None
 
     def run_status(self, run_id: str) -> str | None:
         """The run's status, None if there is no such run (storage.service answers this from its last read)."""
@@ -380,9 +390,7 @@ class Store:
 
     def list_runs(self) -> list[dict[str, Any]]:
         """All runs, newest first."""
-        with self._transaction() as con:
-            rows = _dicts(con.execute("SELECT * FROM runs ORDER BY created_at DESC, run_id DESC"))
-        return _parse_json_column(rows, "config")
+        return self._select("SELECT * FROM runs ORDER BY created_at DESC, run_id DESC", [], json_column="config")
 
     def delete_run(self, run_id: str) -> None:
         """Delete a run's rows from every table (its files stay where they are)."""
@@ -477,7 +485,7 @@ class Store:
 
     def max_step(self, run_id: str) -> int | None:
         with self._transaction() as con:
-            return con.execute("SELECT max(step) FROM metrics WHERE run_id = ?", [run_id]).fetchone()[0]
+            return _one_value(con.execute("SELECT max(step) FROM metrics WHERE run_id = ?", [run_id]))
 
     def delete_metrics_after(self, run_id: str, step: int) -> None:
         """Drop the run's metrics with step > `step` (resume re-runs those steps)."""
@@ -513,18 +521,14 @@ class Store:
         if run_id is not None:
             sql += " WHERE run_id = ?"
             params.append(run_id)
-        with self._transaction() as con:
-            rows = _dicts(con.execute(sql + " ORDER BY created_at DESC, step DESC, name DESC", params))
-        return _parse_json_column(rows, "loop_state")
+        return self._select(sql + " ORDER BY created_at DESC, step DESC, name DESC", params, json_column="loop_state")
 
     def last_checkpoint(self, run_id: str, kind_with_state: bool = True) -> dict[str, Any] | None:
         """The run's checkpoint with the highest step; with kind_with_state only those holding a training state."""
         kinds = ["state", "both"] if kind_with_state else list(CHECKPOINT_KINDS)
-        with self._transaction() as con:
-            rows = _dicts(con.execute(
-                "SELECT * FROM checkpoints WHERE run_id = ? AND list_contains(?, kind) "
-                "ORDER BY step DESC, created_at DESC LIMIT 1", [run_id, kinds]))
-        return _parse_json_column(rows, "loop_state")[0] if rows else None
+        rows = self._select("SELECT * FROM checkpoints WHERE run_id = ? AND list_contains(?, kind) "
+                            "ORDER BY step DESC, created_at DESC LIMIT 1", [run_id, kinds], json_column="loop_state")
+        return rows[0] if rows else None
 
     # --------------------------------------------------------------------------------------------- transcripts
 
@@ -576,7 +580,7 @@ class Store:
 
     # ------------------------------------------------------------------------------------------ batched writes
 
-    def write_batch(self, writes: list[tuple[str, str, Any]], statuses_of: list[str] = ()) -> dict[str, str | None]:
+    def write_batch(self, writes: list[tuple[str, str, Any]], statuses_of: Sequence[str] = ()) -> dict[str, str | None]:
         """Apply writes in order in one transaction, then read the status of the runs in `statuses_of` (None for a
         missing run). Each write is ("metrics", run_id, metrics_table(...)), ("transcripts", run_id,
         transcripts_table(...)) or ("run_fields", run_id, clean_run_fields(...)). storage.service buffers the
@@ -614,9 +618,7 @@ class Store:
                 [name, kind, source, str(path), num_rows, meta_json, utcnow()])
 
     def list_datasets(self) -> list[dict[str, Any]]:
-        with self._transaction() as con:
-            rows = _dicts(con.execute("SELECT * FROM datasets ORDER BY name"))
-        return _parse_json_column(rows, "meta")
+        return self._select("SELECT * FROM datasets ORDER BY name", [], json_column="meta")
 
     def delete_dataset(self, name: str) -> None:
         with self._transaction() as con:
