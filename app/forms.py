@@ -9,21 +9,29 @@ typing in them reruns nothing. Both buttons, "Check settings" and "Start run", r
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
+
 import streamlit as st
 
 from app import nav, settings_view, state, state_keys, widgets
-from cookbook_engine import config as cfg
-from cookbook_engine import datasets, models, renderers, speed
-from cookbook_engine import suggested as suggested_settings
+from app.setting_inputs import setting_input
+from cookbook_engine import (
+    config as cfg,
+    datasets,
+    models,
+    renderers,
+    speed,
+    suggested as suggested_settings,
+)
 from cookbook_engine.builtin_data import BUILTIN
 from storage import statuses
 from storage.input_error import BAD_INPUT
 
 DATA_KIND = {"sl": "chat", "dpo": "preference", "rl": "rl"}
 SOURCES = ("Built-in", "Uploaded", "Hugging Face", "File path")
-LORA_RANKS = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 TRAIN_ON_LABELS = {"last_assistant_message": "Last assistant message",
                    "all_assistant_messages": "All assistant messages", "all_messages": "All messages"}
 RL_ENV_HELP = {
@@ -224,143 +232,81 @@ def settings_form(kind: str, base: cfg.CommonConfig, choice: ModelChoice, data: 
     if measured is not None:  # built-in data measured on this model: its rate, and what the measurement showed
         suggested, reason = measured.learning_rate, suggested_settings.reason(measured, data.get("dataset", ""))
     values: dict = {"model": choice.model, "backend": choice.backend, **data}
+
+    def put(where: Any, name: str, **overrides: Any) -> None:
+        values[name] = setting_input(where, base, name, k, **overrides)
+
     with st.form(k("form"), border=True):
         st.markdown("**Run**")
         c1, c2 = st.columns(2)
-        values["name"] = c1.text_input("Run name (optional)", value=base.name, key=k("name"),
-                                       placeholder="defaults to the run id, e.g. sl-20250101-120000-ab12")
-        names = renderers.renderer_names()
-        values["renderer"] = c2.selectbox(
-            "Renderer", names, index=names.index(base.renderer) if base.renderer in names else 0, key=k("renderer"),
-            help="How chats become tokens. auto = the model's own chat template (ChatML for the default model); "
-                 "role_colon for base models without one.")
+        put(c1, "name", placeholder="defaults to the run id, e.g. sl-20250101-120000-ab12")
+        put(c2, "renderer", options=renderers.renderer_names())
         st.markdown("**Optimization**")
         c1, c2, c3, c4 = st.columns(4)
-        values["lora_rank"] = c1.selectbox("LoRA rank", LORA_RANKS, index=LORA_RANKS.index(base.lora_rank)
-                                           if base.lora_rank in LORA_RANKS else 5, key=k("rank"))
+        put(c1, "lora_rank")
         # empty = learning_rate=auto: the engine uses the suggested rate; 0 or less is refused by the check
-        values["learning_rate"] = c2.number_input(
-            "Learning rate", min_value=0.0, max_value=0.99, value=base.learning_rate, step=1e-5, format="%g",
-            placeholder=f"suggested: {suggested:g}", key=k(f"lr-{choice.backend}-{choice.model}"),
+        put(c2, "learning_rate", placeholder=f"suggested: {suggested:g}", key=k(f"lr-{choice.backend}-{choice.model}"),
             help=f"Leave empty for the suggested rate for this model, {suggested:g} ({reason})." if reason else
             "Leave empty for the model's suggested rate.")
-        values["lr_schedule"] = c3.selectbox("Schedule", list(cfg.SCHEDULES),
-                                             index=list(cfg.SCHEDULES).index(base.lr_schedule), key=k("schedule"))
-        batch_label = "Groups per batch" if kind == "rl" else "Batch size"
-        if kind == "rl":
-            values["groups_per_batch"] = c4.number_input(batch_label, 1, 4096, base.groups_per_batch,
-                                                         key=k("groups"), help="Problems per step")
-        else:
-            values["batch_size"] = c4.number_input(batch_label, 1, 4096, base.batch_size, key=k("batch"),
-                                                   help="Examples per optimizer step")
+        put(c3, "lr_schedule")
+        put(c4, "groups_per_batch" if kind == "rl" else "batch_size")
         if choice.suggested_lr is not None:
             st.caption(f"Suggested learning rate for {choice.model.rsplit('/', 1)[-1]}: **{suggested:g}**, "
                        f"{reason}.")
         st.markdown("**Length and cadence**")
         c1, c2, c3, c4, c5 = st.columns(5)
-        if kind != "rl":
-            values["num_epochs"] = c1.number_input("Epochs", 1, 1000, base.num_epochs, key=k("epochs"))
-        else:
-            values["group_size"] = c1.number_input("Group size", 2, 256, base.group_size, key=k("group_size"),
-                                                   help="Samples per problem; advantages compare them.")
-        values["max_steps"] = c2.number_input("Max steps", 0, 1_000_000, base.max_steps, key=k("max_steps"),
-                                              help="0 = as many as the epochs give" if kind != "rl" else None)
-        values["max_length"] = c3.number_input("Max length (tokens)", 16, 131072, base.max_length,
-                                               key=k("max_length"))
-        values["save_every"] = c4.number_input("Save every (steps)", 0, 1_000_000, base.save_every,
-                                               key=k("save_every"), help="0 = only at the end")
-        values["eval_every"] = c5.number_input("Eval every (steps)", 0, 1_000_000, base.eval_every,
-                                               key=k("eval_every"), help="0 = only at the end")
+        put(c1, "group_size" if kind == "rl" else "num_epochs")
+        for where, name in zip((c2, c3, c4, c5), ("max_steps", "max_length", "save_every", "eval_every")):
+            put(where, name)
         if kind == "sl":
-            _sl_fields(base, values, k)
+            _sl_fields(base, put)
         elif kind == "dpo":
-            _dpo_fields(base, values, k)
+            _dpo_fields(base, put)
         else:
-            _rl_fields(base, values, k)
+            _rl_fields(base, put)
         with st.expander("Advanced: seed and optimizer"):
-            c1, c2, c3 = st.columns(3)
-            values["seed"] = c1.number_input("Seed", 0, 2**31 - 1, base.seed, key=k("seed"))
-            values["weight_decay"] = c2.number_input("Weight decay", 0.0, 10.0, float(base.weight_decay),
-                                                     format="%g", key=k("wd"))
-            values["grad_clip_norm"] = c3.number_input("Gradient clip norm (0 = off)", 0.0, 1e6,
-                                                       float(base.grad_clip_norm), format="%g", key=k("clip"))
-            c1, c2, c3 = st.columns(3)
-            values["beta1"] = c1.number_input("Adam beta1", 0.0, 0.9999, float(base.beta1), format="%g",
-                                              key=k("beta1"))
-            values["beta2"] = c2.number_input("Adam beta2", 0.0, 0.9999, float(base.beta2), format="%g",
-                                              key=k("beta2"))
-            values["eps"] = c3.number_input("Adam eps", 1e-20, 1.0, float(base.eps), format="%g", key=k("eps"))
+            for row in (("seed", "weight_decay", "grad_clip_norm"), ("beta1", "beta2", "eps")):
+                for where, name in zip(st.columns(3), row):
+                    put(where, name)
         c1, c2, _ = st.columns([1, 1, 3])
         check = c1.form_submit_button("Check settings", icon=":material/fact_check:", width="stretch")
         start = c2.form_submit_button("Start run", type="primary", icon=":material/play_arrow:", width="stretch")
-    config = type(base)(**{**cfg.to_dict(base), **values})
+    config = cfg.with_values(base, values)
     return config, "start" if start else "check" if check else None
 
 
-def _sl_fields(base: cfg.SLConfig, values: dict, k) -> None:
+Put = Callable[..., None]  # put(container, setting name, **widget overrides): draw the setting, keep its value
+
+
+def _sl_fields(base: cfg.SLConfig, put: Put) -> None:
     st.markdown("**Supervised data**")
     c1, c2, c3, c4 = st.columns(4)
-    options = list(cfg.TRAIN_ON)
-    values["train_on_what"] = c1.selectbox("Train on", options, index=options.index(base.train_on_what),
-                                           format_func=TRAIN_ON_LABELS.get, key=k("train_on"),
-                                           help="Which tokens the loss applies to.")
-    values["test_fraction"] = c2.number_input("Held-out fraction", 0.0, 0.9, float(base.test_fraction), step=0.05,
-                                              format="%g", key=k("test_fraction"))
-    values["overlong"] = c3.selectbox("Too-long examples", list(cfg.OVERLONG),
-                                      index=list(cfg.OVERLONG).index(base.overlong), key=k("overlong"))
-    values["max_examples"] = c4.number_input("Max examples (0 = all)", 0, 10_000_000, base.max_examples,
-                                             key=k("max_examples"))
+    put(c1, "train_on_what", format_func=TRAIN_ON_LABELS.get)
+    put(c2, "test_fraction")
+    put(c3, "overlong")
+    put(c4, "max_examples")
 
 
-def _dpo_fields(base: cfg.DPOConfig, values: dict, k) -> None:
+def _dpo_fields(base: cfg.DPOConfig, put: Put) -> None:
     st.markdown("**Preference optimization**")
     c1, c2, c3 = st.columns([1, 1, 2])
-    values["dpo_beta"] = c1.number_input("DPO beta", 0.0001, 100.0, float(base.dpo_beta), format="%g",
-                                         key=k("dpo_beta"), help="How far the policy may move from the reference.")
-    values["test_fraction"] = c2.number_input("Held-out fraction", 0.0, 0.9, float(base.test_fraction), step=0.05,
-                                              format="%g", key=k("test_fraction"))
+    put(c1, "dpo_beta")
+    put(c2, "test_fraction")
     options, labels = _checkpoint_options("dpo", base)
-    values["start_checkpoint"] = c3.selectbox(
-        "Start from checkpoint", options, index=options.index(base.start_checkpoint), format_func=labels.get,
-        key=k("start_checkpoint"), help="DPO usually starts from an SL checkpoint; its run becomes the parent.")
+    put(c3, "start_checkpoint", options=options, format_func=labels.get)
 
 
-def _rl_fields(base: cfg.RLConfig, values: dict, k) -> None:
+def _rl_fields(base: cfg.RLConfig, put: Put) -> None:
     st.markdown("**Sampling and loss**")
-    c1, c2, c3, c4 = st.columns(4)
-    values["max_tokens"] = c1.number_input("Max tokens per sample", 1, 32768, base.max_tokens, key=k("max_tokens"))
-    values["temperature"] = c2.number_input("Temperature", 0.0, 2.0, float(base.temperature), step=0.05,
-                                            format="%g", key=k("temperature"))
-    values["top_p"] = c3.number_input("Top-p", 0.01, 1.0, float(base.top_p), step=0.05, format="%g", key=k("top_p"))
-    values["loss_fn"] = c4.selectbox("Loss", list(cfg.RL_LOSSES), index=list(cfg.RL_LOSSES).index(base.loss_fn),
-                                     key=k("loss_fn"), help="importance_sampling (REINFORCE with importance "
-                                     "weights) or ppo (clipped ratios, thresholds below).")
-    c1, c2, c3, c4 = st.columns(4)
-    values["clip_low_threshold"] = c1.number_input("PPO clip low", 0.01, 1.0, float(base.clip_low_threshold),
-                                                   format="%g", key=k("clip_low"))
-    values["clip_high_threshold"] = c2.number_input("PPO clip high", 1.0, 100.0, float(base.clip_high_threshold),
-                                                    format="%g", key=k("clip_high"))
-    values["num_substeps"] = c3.number_input("Optimizer substeps", 1, 64, base.num_substeps, key=k("substeps"))
-    values["num_eval_problems"] = c4.number_input("Eval problems", 0, 100_000, base.num_eval_problems,
-                                                  key=k("eval_problems"))
+    for row in (("max_tokens", "temperature", "top_p", "loss_fn"),
+                ("clip_low_threshold", "clip_high_threshold", "num_substeps", "num_eval_problems")):
+        for where, name in zip(st.columns(4), row):
+            put(where, name)
     options, labels = _checkpoint_options("rl", base)
-    values["start_checkpoint"] = st.selectbox("Start from checkpoint", options,
-                                              index=options.index(base.start_checkpoint), format_func=labels.get,
-                                              key=k("start_checkpoint"),
-                                              help="RL often starts from an SL checkpoint that taught the format.")
+    put(st, "start_checkpoint", options=options, format_func=labels.get)
     with st.expander("Advanced: pipelining (streaming minibatches or off-policy sampling)"):
-        c1, c2, c3 = st.columns(3)
-        values["stream_minibatch"] = c1.checkbox(
-            "Stream minibatches", base.stream_minibatch, key=k("stream_minibatch"),
-            help="On-policy: train each minibatch of groups as soon as it is sampled, overlapping sampling "
-                 "with training.")
-        values["num_minibatches"] = c2.number_input(
-            "Minibatches per substep", 1, 4096, base.num_minibatches, key=k("num_minibatches"),
-            help="With streaming: forward_backward calls per optimizer substep; must divide the groups per substep.")
-        values["max_steps_off_policy"] = c3.number_input(
-            "Max steps off-policy (0 = on-policy)", 0, 1000, base.max_steps_off_policy, key=k("off_policy"),
-            help="Keep sampling in the background with the newest weights; groups sampled more than this many "
-                 "steps ago are dropped and sampled again. Not with streaming.")
+        for where, name in zip(st.columns(3), ("stream_minibatch", "num_minibatches", "max_steps_off_policy")):
+            put(where, f"pipelining.{name}")
 
 
 # ---------------------------------------------------------------------------------------- checking

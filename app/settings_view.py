@@ -14,7 +14,7 @@ from cookbook_engine import config as cfg
 REPO = Path(__file__).resolve().parent.parent
 # Settings a kind or backend ignores, left out of what a person reads.
 UNUSED_BY_KIND = {"rl": ("batch_size",)}  # RL batches are groups_per_batch × group_size
-CLOCKED_ONLY = ("clock_period_s", "clock_samples_per_tick")
+CLOCKED_ONLY = "clocked."  # the clocked backend's own section
 
 
 def learning_rate_used(config: cfg.CommonConfig) -> float | None:
@@ -40,8 +40,9 @@ def learning_rate_used(config: cfg.CommonConfig) -> float | None:
 def shown_settings(kind: str, settings: dict) -> dict:
     """A run's settings as a person should read them: the used learning rate, no settings its kind ignores."""
     config = cfg.from_dict(kind, settings)
-    hidden = set(UNUSED_BY_KIND.get(kind, ())) | (set() if config.backend == "clocked" else set(CLOCKED_ONLY))
-    shown = {k: v for k, v in cfg.to_dict(config).items() if k not in hidden}
+    hidden = set(UNUSED_BY_KIND.get(kind, ()))
+    shown = {k: v for k, v in cfg.flat_dict(config).items()
+             if k not in hidden and (config.backend == "clocked" or not k.startswith(CLOCKED_ONLY))}
     if config.learning_rate is None:
         used = learning_rate_used(config)
         from cookbook_engine import suggested

@@ -62,9 +62,9 @@ def write_dataset(folder: str) -> str:
 
 
 def sl_config(dataset: str, period_s: float, steps: int):
-    from cookbook_engine.config import SLConfig
+    from cookbook_engine.config import ClockedConfig, SLConfig
 
-    return SLConfig(dataset=dataset, backend="clocked", clock_period_s=period_s, batch_size=2, max_length=64,
+    return SLConfig(dataset=dataset, backend="clocked", clocked=ClockedConfig(period_s), batch_size=2, max_length=64,
                     max_steps=steps, learning_rate=1e-4, lora_rank=4, test_fraction=0.0, eval_every=0, save_every=0)
 
 
@@ -103,7 +103,7 @@ def run_manual_loop(config, await_each_request: bool) -> dict:
 
     prepared = prepare(config)
     batches_per_epoch, total = plan_steps(config, len(prepared.train))
-    service = service_client("clocked", clock_period_s=config.clock_period_s)
+    service = service_client("clocked", clocked=config.clocked)
     client = service.create_lora_training_client(config.model, rank=config.lora_rank, seed=config.seed).result()
 
     async def loop():
@@ -131,16 +131,18 @@ def fix_rl_rewards() -> None:
 
 
 def rl_variants(period_s: float, steps: int) -> list:
-    from cookbook_engine.config import RLConfig
+    from cookbook_engine.config import ClockedConfig, PipeliningConfig, RLConfig
 
-    base = dict(env="arithmetic", backend="clocked", clock_period_s=period_s, group_size=4, groups_per_batch=2,
+    base = dict(env="arithmetic", backend="clocked", group_size=4, groups_per_batch=2,
                 max_tokens=8, max_steps=steps, eval_every=0, num_eval_problems=0, save_every=0, lora_rank=4,
                 learning_rate=1e-4, temperature=1.0)
-    waves = dict(clock_samples_per_tick=1, num_substeps=2)
-    return [("RL synchronous", RLConfig(**base)),
+    ticks, waves = ClockedConfig(period_s), dict(clocked=ClockedConfig(period_s, samples_per_tick=1), num_substeps=2)
+    return [("RL synchronous", RLConfig(**base, clocked=ticks)),
             ("RL synchronous, 2 substeps, 1 sample/tick", RLConfig(**base, **waves)),
-            ("RL stream_minibatch=true, 2 substeps, 1 sample/tick", RLConfig(**base, **waves, stream_minibatch=True)),
-            ("RL max_steps_off_policy=1", RLConfig(**base, max_steps_off_policy=1, loss_fn="ppo"))]
+            ("RL stream_minibatch=true, 2 substeps, 1 sample/tick",
+             RLConfig(**base, **waves, pipelining=PipeliningConfig(stream_minibatch=True))),
+            ("RL max_steps_off_policy=1",
+             RLConfig(**base, clocked=ticks, pipelining=PipeliningConfig(max_steps_off_policy=1), loss_fn="ppo"))]
 
 
 def main(argv: list[str] | None = None) -> int:

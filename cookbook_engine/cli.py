@@ -3,6 +3,7 @@
     cookbook sl  model=... dataset=builtin:facts max_steps=20 batch_size=8 learning_rate=1e-3 lora_rank=32
     cookbook dpo dataset=builtin:concise-prefs dpo_beta=0.1
     cookbook rl  env=arithmetic group_size=4 groups_per_batch=8
+    cookbook sl --help              (every setting of a kind: its default, help and allowed values)
     cookbook runs [--json]          cookbook resume RUN_ID          cookbook cancel RUN_ID
     cookbook eval models=base,RUN_ID[@STEP] evals=builtin:facts-probes,file.jsonl [max_examples=N]
     cookbook evals                  (list evaluations; see cookbook_engine/evals/commands.py)
@@ -37,6 +38,9 @@ def run_training(kind: str, args: list[str]) -> int:
     from cookbook_engine.runs import preflight
     from storage.input_error import BAD_INPUT
 
+    if "--help" in args or "-h" in args:
+        print(cfg.usage(kind))  # every setting with its default, help and allowed values, from the dataclass
+        return 0
     dry_run = "--dry-run" in args
     args = [a for a in args if a != "--dry-run"]
     try:

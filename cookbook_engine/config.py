@@ -1,9 +1,12 @@
 """Typed run configurations and tinker-cookbook's `key=value` command-line convention.
 
-One small dataclass per algorithm (SLConfig, DPOConfig, RLConfig) holds every setting a run needs; the CLI and the
-studio's forms both build one, validate it with `validate()` (the same checks as `--dry-run`) and hand it to the
-RunManager. `to_command()` gives the equivalent `cookbook ...` line. This module builds no heavy objects: loading
-models and data happens in the loops.
+One small dataclass per algorithm (SLConfig, DPOConfig, RLConfig) holds every setting a run needs, and each field
+describes itself once (help, bounds, choices, form widget: cookbook_engine/settings.py). From those descriptions
+come `validate()` (the same checks as `--dry-run`), the CLI's `--help`, and the New run form's widgets. Nested
+sections are written `section.name=value`: `pipelining.*` (RL) and `clocked.*` (the clocked backend's own settings,
+backends/clocked_settings.py); the flat names runs were stored with before still load (ALIASES). The CLI and the
+studio's forms both build a config and hand it to the RunManager; `to_command()` gives the equivalent
+`cookbook ...` line. This module builds no heavy objects: loading models and data happens in the loops.
 """
 
 from __future__ import annotations
@@ -11,13 +14,25 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import types as pytypes
-import typing
-from dataclasses import dataclass, field
+import shlex
+from dataclasses import dataclass
+from typing import Any
 
 from cookbook_engine import device
+from cookbook_engine.backends.clocked_settings import ClockedConfig
 from cookbook_engine.models import DEFAULT_MODEL
 from cookbook_engine.rl.suggested import ARITHMETIC as RL_MEASURED
+from cookbook_engine.settings import (
+    Leaf,
+    bound_problems,
+    build,
+    flatten,
+    help_lines,
+    leaves,
+    redefault,
+    section,
+    setting,
+)
 from storage.input_error import InputError
 
 BACKENDS = ("local", "tinker", "clocked")
@@ -27,6 +42,12 @@ OVERLONG = ("truncate", "drop")
 RL_ENVS = ("arithmetic", "code", "custom")
 RL_LOSSES = ("importance_sampling", "ppo")
 GRADERS = ("exact", "numeric", "contains", "regex", "python_tests")
+LORA_RANKS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+# Flat names that settings had before they moved into a section: runs stored with them, and commands written with
+# them, still work.
+ALIASES = {"stream_minibatch": "pipelining.stream_minibatch", "num_minibatches": "pipelining.num_minibatches",
+           "max_steps_off_policy": "pipelining.max_steps_off_policy", "clock_period_s": "clocked.period_s",
+           "clock_samples_per_tick": "clocked.samples_per_tick"}
 
 
 class ConfigError(InputError, ValueError):
@@ -35,29 +56,50 @@ class ConfigError(InputError, ValueError):
 
 @dataclass
 class CommonConfig:
-    model: str = DEFAULT_MODEL
-    backend: str = "local"
-    device: str = "auto"  # backend=local: auto (CUDA, then MPS, then CPU), cpu, cuda or mps (device.py)
-    renderer: str = "auto"
-    name: str = ""
-    lora_rank: int = 32
-    learning_rate: float | None = None  # None (learning_rate=auto) = the model's suggested rate
-    lr_schedule: str = "linear"
-    batch_size: int = 8
-    num_epochs: int = 1
-    max_steps: int = 0  # 0 = as many as the epochs give
-    max_length: int = 1024
-    save_every: int = 20  # 0 = only at the end
-    eval_every: int = 10  # 0 = only at the end
-    evals: str = ""  # eval sets run every eval_every steps and at the end, logged as test/<set>/<metric>
-    seed: int = 0
-    beta1: float = 0.9
-    beta2: float = 0.95
-    eps: float = 1e-12
-    weight_decay: float = 0.0
-    grad_clip_norm: float = 0.0
-    clock_period_s: float = 0.05  # backend=clocked only: the simulator's tick
-    clock_samples_per_tick: int = 0  # backend=clocked only: sample requests admitted per tick (0 = all queued)
+    model: str = setting(DEFAULT_MODEL, help="Base model to fine-tune with LoRA: a Hugging Face name or local model "
+                                            "folder (backend=local), or a Tinker model name (backend=tinker)")
+    backend: str = setting("local", choices=BACKENDS,
+                           help="local (this machine), tinker (the hosted service) or clocked (the local backend "
+                                "admitted at clock ticks, to count pipelining cycles)")
+    device: str = setting("auto", help="backend=local: auto (CUDA, then MPS, then CPU), cpu, cuda or mps")
+    renderer: str = setting("auto", widget="select", label="Renderer",
+                            help="How chats become tokens. auto = the model's own chat template (ChatML for the "
+                                 "default model); role_colon for base models without one.")
+    name: str = setting("", widget="text", label="Run name (optional)", help="Shown in the studio; defaults to the "
+                                                                            "run id")
+    lora_rank: int = setting(32, min=1, max=512, options=LORA_RANKS, widget="select", label="LoRA rank", key="rank",
+                             help="Rank of the LoRA adapter")
+    learning_rate: float | None = setting(
+        None, min=0, min_open=True, max=1, max_open=True, widget="number", label="Learning rate", step=1e-5,
+        why="LoRA uses 1e-5 to 1e-2; leave it unset or write learning_rate=auto for the model's suggested rate",
+        help="auto = the rate measured for built-in data, or the model's suggested rate")
+    lr_schedule: str = setting("linear", choices=SCHEDULES, widget="select", label="Schedule", key="schedule",
+                               help="How the learning rate changes over the run")
+    batch_size: int = setting(8, min=1, max=4096, widget="number", label="Batch size", key="batch",
+                              help="Examples per optimizer step")
+    num_epochs: int = setting(1, min=1, max=1000, widget="number", label="Epochs", key="epochs",
+                              help="Passes over the training data")
+    max_steps: int = setting(0, min=0, max=1_000_000, zero_means="as many as the epochs give", widget="number",
+                             label="Max steps", help="Optimizer steps at most")
+    max_length: int = setting(1024, min=16, max=131072, widget="number", label="Max length (tokens)",
+                              help="Longest example in tokens (longer ones are truncated or dropped)")
+    save_every: int = setting(20, min=0, max=1_000_000, zero_means="only at the end", widget="number",
+                              label="Save every (steps)", help="Save a checkpoint every this many steps")
+    eval_every: int = setting(10, min=0, max=1_000_000, zero_means="only at the end", widget="number",
+                              label="Eval every (steps)", help="Evaluate every this many steps")
+    evals: str = setting("", help="Eval sets run every eval_every steps and at the end, logged as "
+                                  "test/<set>/<metric> (comma-separated)")
+    seed: int = setting(0, min=0, max=2**31 - 1, widget="number", label="Seed",
+                        help="Random seed (LoRA initialization, data order, sampling)")
+    beta1: float = setting(0.9, min=0, max=1, max_open=True, widget="number", label="Adam beta1", help="Adam's beta1")
+    beta2: float = setting(0.95, min=0, max=1, max_open=True, widget="number", label="Adam beta2",
+                           help="Adam's beta2")
+    eps: float = setting(1e-12, min=0, min_open=True, max=1, widget="number", label="Adam eps", help="Adam's epsilon")
+    weight_decay: float = setting(0.0, min=0, max=10, widget="number", label="Weight decay", key="wd",
+                                  help="Decoupled weight decay")
+    grad_clip_norm: float = setting(0.0, min=0, max=1e6, zero_means="off", widget="number", key="clip",
+                                    label="Gradient clip norm (0 = off)", help="Clip the gradient's norm to this")
+    clocked: ClockedConfig = section(ClockedConfig, help="The clocked simulator's own settings (backend=clocked)")
 
     @property
     def kind(self) -> str:
@@ -66,12 +108,17 @@ class CommonConfig:
 
 @dataclass
 class SLConfig(CommonConfig):
-    dataset: str = "builtin:facts"
-    test_dataset: str = ""
-    test_fraction: float = 0.1
-    train_on_what: str = "last_assistant_message"
-    overlong: str = "truncate"
-    max_examples: int = 0  # 0 = all
+    dataset: str = setting("builtin:facts", help="Training data: builtin:NAME, a .jsonl/.json/.csv/.parquet file, "
+                                                 "or hf:owner/name")
+    test_dataset: str = setting("", help="A held-out data file (empty: test_fraction of the training data)")
+    test_fraction: float = setting(0.1, min=0, max=1, max_open=True, widget="number", label="Held-out fraction",
+                                   step=0.05, help="Share of the training data held out for evaluation")
+    train_on_what: str = setting("last_assistant_message", choices=TRAIN_ON, widget="select", label="Train on",
+                                 key="train_on", help="Which tokens the loss applies to.")
+    overlong: str = setting("truncate", choices=OVERLONG, widget="select", label="Too-long examples",
+                            help="What happens to an example longer than max_length")
+    max_examples: int = setting(0, min=0, max=10_000_000, zero_means="all", widget="number",
+                                label="Max examples (0 = all)", help="Train on at most this many examples")
 
     @property
     def kind(self) -> str:
@@ -80,12 +127,13 @@ class SLConfig(CommonConfig):
 
 @dataclass
 class DPOConfig(CommonConfig):
-    dataset: str = "builtin:concise-prefs"
-    test_fraction: float = 0.1
-    dpo_beta: float = 0.1
-    start_checkpoint: str = ""  # a saved state to start from (its run becomes the parent)
-    batch_size: int = 8
-    max_examples: int = 0
+    dataset: str = setting("builtin:concise-prefs", help="Preference pairs: builtin:NAME, a file, or hf:owner/name")
+    test_fraction: float = redefault(SLConfig, "test_fraction", 0.1)
+    dpo_beta: float = setting(0.1, min=0, min_open=True, max=100, widget="number", label="DPO beta",
+                              help="How far the policy may move from the reference.")
+    start_checkpoint: str = setting("", widget="select", label="Start from checkpoint",
+                                    help="A saved state to start from; its run becomes the parent")
+    max_examples: int = redefault(SLConfig, "max_examples", 0, widget=None)
 
     @property
     def kind(self) -> str:
@@ -93,30 +141,62 @@ class DPOConfig(CommonConfig):
 
 
 @dataclass
+class PipeliningConfig:
+    """RL's pipelining modes, tinker-cookbook's StreamMinibatchConfig and AsyncConfig (their groups_per_batch is
+    ours): streaming minibatches (on-policy) or off-policy sampling, not both."""
+
+    stream_minibatch: bool = setting(False, widget="checkbox", label="Stream minibatches",
+                                     help="On-policy: train each minibatch of groups as soon as it is sampled, "
+                                          "overlapping sampling with training.")
+    num_minibatches: int = setting(1, min=1, max=4096, widget="number", label="Minibatches per substep",
+                                   help="With streaming: forward_backward calls per optimizer substep; must divide "
+                                        "the groups per substep.")
+    max_steps_off_policy: int = setting(0, min=0, max=1000, zero_means="on-policy", widget="number",
+                                        label="Max steps off-policy (0 = on-policy)", key="off_policy",
+                                        help="Keep sampling in the background with the newest weights; groups "
+                                             "sampled more than this many steps ago are dropped and sampled again. "
+                                             "Not with streaming.")
+
+
+@dataclass
 class RLConfig(CommonConfig):
-    env: str = "arithmetic"
-    dataset: str = ""  # env=custom: a prompt/answer file
-    grader: str = "numeric"  # env=custom
+    env: str = setting("arithmetic", choices=RL_ENVS, help="arithmetic and code are built in; custom is your own "
+                                                           "prompt/answer file (dataset=) scored by grader=")
+    dataset: str = setting("", help="env=custom: a prompt/answer file")
+    grader: str = setting("numeric", choices=GRADERS, help="env=custom: how a reply is scored against the answer")
     # The defaults of group size, groups, tokens, temperature and steps are the measured ones (rl/suggested.py)
-    group_size: int = RL_MEASURED.group_size
-    groups_per_batch: int = RL_MEASURED.groups_per_batch
-    max_tokens: int = RL_MEASURED.max_tokens
-    temperature: float = RL_MEASURED.temperature
-    top_p: float = 0.9
-    loss_fn: str = "importance_sampling"
-    clip_low_threshold: float = 0.8
-    clip_high_threshold: float = 1.2
-    num_substeps: int = 1
-    max_steps: int = RL_MEASURED.max_steps
-    num_eval_problems: int = 32
-    eval_temperature: float = 0.0  # held-out accuracy: 0 = greedy, one sample per problem
-    test_fraction: float = 0.2  # env=custom: the share of the file held out for evaluation
-    lr_schedule: str = "constant"  # RL keeps its rate, as tinker-cookbook's rl/train does
-    start_checkpoint: str = ""
-    # Pipelining modes, tinker-cookbook's StreamMinibatchConfig and AsyncConfig (their groups_per_batch is ours):
-    stream_minibatch: bool = False  # on-policy: train each minibatch of groups as soon as it is sampled
-    num_minibatches: int = 1  # stream_minibatch: forward_backward calls per optimizer substep
-    max_steps_off_policy: int = 0  # > 0: keep sampling while training, drop groups older than this many steps
+    group_size: int = setting(RL_MEASURED.group_size, min=2, max=256, widget="number", label="Group size",
+                              why="advantages compare samples within a group",
+                              help="Samples per problem; advantages compare them.")
+    groups_per_batch: int = setting(RL_MEASURED.groups_per_batch, min=1, max=4096, widget="number",
+                                    label="Groups per batch", key="groups", help="Problems per step")
+    max_tokens: int = setting(RL_MEASURED.max_tokens, min=1, max=32768, widget="number",
+                              label="Max tokens per sample", help="Most tokens sampled per reply")
+    temperature: float = setting(RL_MEASURED.temperature, min=0, max=2, step=0.05, widget="number",
+                                 label="Temperature", help="Sampling temperature while training")
+    top_p: float = setting(0.9, min=0, min_open=True, max=1, step=0.05, widget="number", label="Top-p",
+                           help="Sample from the smallest set of tokens with this much probability")
+    loss_fn: str = setting("importance_sampling", choices=RL_LOSSES, widget="select", label="Loss",
+                           help="importance_sampling (REINFORCE with importance weights) or ppo (clipped ratios, "
+                                "thresholds below).")
+    clip_low_threshold: float = setting(0.8, min=0, min_open=True, max=1, widget="number", label="PPO clip low",
+                                        key="clip_low", help="ppo: the lowest probability ratio kept")
+    clip_high_threshold: float = setting(1.2, min=1, max=100, widget="number", label="PPO clip high",
+                                         key="clip_high", help="ppo: the highest probability ratio kept")
+    num_substeps: int = setting(1, min=1, max=64, widget="number", label="Optimizer substeps", key="substeps",
+                                help="Optimizer steps per batch (its groups split evenly)")
+    max_steps: int = redefault(CommonConfig, "max_steps", RL_MEASURED.max_steps)
+    num_eval_problems: int = setting(32, min=0, max=100_000, widget="number", label="Eval problems",
+                                     key="eval_problems", help="Held-out problems scored at each evaluation")
+    eval_temperature: float = setting(0.0, min=0, zero_means="greedy, one sample per problem",
+                                      help="Sampling temperature of the held-out accuracy")
+    test_fraction: float = setting(0.2, min=0, max=1, max_open=True,
+                                   help="env=custom: the share of the file held out for evaluation")
+    lr_schedule: str = redefault(CommonConfig, "lr_schedule", "constant")  # as tinker-cookbook's rl/train does
+    start_checkpoint: str = redefault(DPOConfig, "start_checkpoint", "")
+    batch_size: int = redefault(CommonConfig, "batch_size", 8, widget=None)  # RL batches: groups × group size
+    num_epochs: int = redefault(CommonConfig, "num_epochs", 1, widget=None)  # env=custom only; not in the form
+    pipelining: PipeliningConfig = section(PipeliningConfig, help="Streaming minibatches or off-policy sampling")
 
     @property
     def kind(self) -> str:
@@ -127,21 +207,14 @@ CONFIG_TYPES: dict[str, type[CommonConfig]] = {"sl": SLConfig, "dpo": DPOConfig,
 
 
 def field_names(cls: type) -> list[str]:
-    return [f.name for f in dataclasses.fields(cls)]
+    """Every setting's command-line name, sections' settings as `section.name`."""
+    return [leaf.name for leaf in leaves(cls)]
 
 
-def _field_type(cls: type, name: str) -> type:
-    hints = typing.get_type_hints(cls)
-    kind = hints[name]
-    if isinstance(kind, pytypes.UnionType):
-        kind = next(a for a in typing.get_args(kind) if a is not type(None))
-    return kind
-
-
-def _coerce(cls: type, key: str, raw: str):
-    kind = _field_type(cls, key)
-    if key == "learning_rate" and raw.strip().lower() == "auto":
-        return None  # the model's suggested rate
+def _coerce(leaf: Leaf, key: str, raw: str) -> Any:
+    kind = leaf.kind
+    if leaf.optional and raw.strip().lower() == "auto":
+        return None  # learning_rate=auto: the model's suggested rate
     try:
         if kind is bool:
             lowered = raw.strip().lower()
@@ -170,140 +243,109 @@ def parse_overrides(kind: str, args: list[str]) -> CommonConfig:
     if kind not in CONFIG_TYPES:
         raise ConfigError(f"unknown run kind {kind!r}; choose one of {', '.join(CONFIG_TYPES)}")
     cls = CONFIG_TYPES[kind]
-    known = field_names(cls)
-    values = {}
+    by_name = {leaf.name: leaf for leaf in leaves(cls)}
+    values: dict[str, Any] = {}
     for arg in args:
         if "=" not in arg:
             raise ConfigError(f"{arg!r}: settings are written key=value (e.g. max_steps=20)")
         key, raw = arg.split("=", 1)
         key = key.strip()
-        if key not in known:
-            close = [k for k in known if key.split("_")[0] in k][:4]
+        name = ALIASES.get(key, key)
+        if name not in by_name:
+            close = [k for k in by_name if key.split("_")[0] in k][:4]
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
             raise ConfigError(f"{key}: unknown setting for `cookbook {kind}`{hint}")
-        values[key] = _coerce(cls, key, raw)
-    return cls(**values)
+        values[name] = _coerce(by_name[name], key, raw)
+    return build(cls, values)
 
 
 def from_dict(kind: str, data: dict) -> CommonConfig:
+    """A stored config (nested sections, or the flat names of runs stored before them); unknown keys are ignored."""
     cls = CONFIG_TYPES[kind]
     known = set(field_names(cls))
-    values = {k: v for k, v in data.items() if k in known}
+    flat = {ALIASES.get(k, k): v for k, v in flatten(data).items()}
+    values = {k: v for k, v in flat.items() if k in known}
     if values.get("learning_rate") == 0:  # runs saved before learning_rate=auto wrote 0 for "suggested"
         values["learning_rate"] = None
-    return cls(**values)
+    return build(cls, values)
+
+
+def with_values(config: CommonConfig, values: dict[str, Any]) -> CommonConfig:
+    """`config` with some settings (command-line names) changed."""
+    return build(type(config), {**flat_dict(config), **values})
 
 
 def to_dict(config: CommonConfig) -> dict:
     return dataclasses.asdict(config)
 
 
+def flat_dict(config: CommonConfig) -> dict[str, Any]:
+    """Every setting by its command-line name (`pipelining.stream_minibatch`), as a person reads or diffs them."""
+    return flatten(to_dict(config))
+
+
 def to_command(config: CommonConfig) -> str:
     """The `cookbook ...` line that starts the same run (only settings that differ from the defaults)."""
-    default = type(config)()
     words = [f"cookbook {config.kind}"]
-    for f in dataclasses.fields(config):
-        value = getattr(config, f.name)
-        if value != getattr(default, f.name):
+    values = flat_dict(config)
+    for leaf in leaves(type(config)):
+        value = values[leaf.name]
+        if value != leaf.default:
             text = str(value).lower() if isinstance(value, bool) else str(value)
-            words.append(f"{f.name}={_shell_quote(text)}")
+            words.append(f"{leaf.name}={shlex.quote(text)}")
     return " ".join(words)
 
 
-def _shell_quote(text: str) -> str:
-    import shlex
-
-    return shlex.quote(text)
+def usage(kind: str) -> str:
+    """`cookbook KIND --help`: every setting with its default, help and bounds, from the fields' descriptions."""
+    cls = CONFIG_TYPES[kind]
+    return "\n".join([f"usage: cookbook {kind} [key=value ...] [--dry-run]", "",
+                      f"Settings of `cookbook {kind}` (key=default  help [type, allowed values]):", *help_lines(cls),
+                      "", "Older names still accepted: " + ", ".join(f"{old} ({new})" for old, new in ALIASES.items()
+                                                                    if new in field_names(cls))])
 
 
 def validate(config: CommonConfig) -> list[str]:
-    """Every problem with the settings themselves (files and models are checked by `check_resources`)."""
-    problems = []
-
-    def need(condition: bool, message: str) -> None:
-        if not condition:
-            problems.append(message)
-
-    need(config.backend in BACKENDS, f"backend={config.backend}: choose one of {', '.join(BACKENDS)}")
+    """Every problem with the settings themselves (files and models are checked by `check_resources`): each value
+    against its bounds and choices, then the rules that tie settings together."""
+    problems = bound_problems(config)
     if config.backend == "local":
         try:
             device.choose(config.device)
         except device.DeviceError as exc:
             problems.append(str(exc))
-    if config.learning_rate is not None:  # None = the model's suggested rate
-        need(config.learning_rate > 0, f"learning_rate={config.learning_rate}: must be positive (leave it unset or "
-                                       "write learning_rate=auto for the model's suggested rate)")
-        need(config.learning_rate < 1, f"learning_rate={config.learning_rate}: far too large (LoRA uses 1e-5 to 1e-2)")
-    need(config.lr_schedule in SCHEDULES, f"lr_schedule={config.lr_schedule}: choose one of {', '.join(SCHEDULES)}")
-    need(config.lora_rank >= 1, f"lora_rank={config.lora_rank}: must be at least 1")
-    need(config.lora_rank <= 512, f"lora_rank={config.lora_rank}: at most 512")
-    need(config.batch_size >= 1, f"batch_size={config.batch_size}: must be at least 1")
-    need(config.num_epochs >= 1, f"num_epochs={config.num_epochs}: must be at least 1")
-    need(config.max_steps >= 0, f"max_steps={config.max_steps}: must be 0 (no limit) or more")
-    need(config.max_length >= 16, f"max_length={config.max_length}: must be at least 16 tokens")
-    need(config.save_every >= 0, f"save_every={config.save_every}: must be 0 (only at the end) or more")
-    need(config.eval_every >= 0, f"eval_every={config.eval_every}: must be 0 (only at the end) or more")
     if config.evals:
         from cookbook_engine.evals.in_training import problems as eval_set_problems
 
         problems.extend(eval_set_problems(config.evals))
-    need(0 <= config.beta1 < 1 and 0 <= config.beta2 < 1, "beta1 and beta2 must be in [0, 1)")
-    need(config.eps > 0, f"eps={config.eps}: must be positive")
-    need(config.weight_decay >= 0, f"weight_decay={config.weight_decay}: must be 0 or more")
-    need(config.grad_clip_norm >= 0, f"grad_clip_norm={config.grad_clip_norm}: must be 0 (off) or more")
-    need(config.clock_period_s > 0, f"clock_period_s={config.clock_period_s}: must be positive")
-    need(config.clock_samples_per_tick >= 0,
-         f"clock_samples_per_tick={config.clock_samples_per_tick}: must be 0 (all) or more")
-    if isinstance(config, SLConfig):
-        need(bool(config.dataset.strip()), "dataset: required (e.g. builtin:facts or a .jsonl file)")
-        need(config.train_on_what in TRAIN_ON, f"train_on_what={config.train_on_what}: choose one of {', '.join(TRAIN_ON)}")
-        need(config.overlong in OVERLONG, f"overlong={config.overlong}: choose one of {', '.join(OVERLONG)}")
-        need(0 <= config.test_fraction < 1, f"test_fraction={config.test_fraction}: must be in [0, 1)")
-        need(config.max_examples >= 0, f"max_examples={config.max_examples}: must be 0 (all) or more")
-    if isinstance(config, DPOConfig):
-        need(bool(config.dataset.strip()), "dataset: required (e.g. builtin:concise-prefs)")
-        need(config.dpo_beta > 0, f"dpo_beta={config.dpo_beta}: must be positive")
-        need(0 <= config.test_fraction < 1, f"test_fraction={config.test_fraction}: must be in [0, 1)")
+    if isinstance(config, SLConfig) and not config.dataset.strip():
+        problems.append("dataset: required (e.g. builtin:facts or a .jsonl file)")
+    if isinstance(config, DPOConfig) and not config.dataset.strip():
+        problems.append("dataset: required (e.g. builtin:concise-prefs)")
     if isinstance(config, RLConfig):
-        need(config.env in RL_ENVS, f"env={config.env}: choose one of {', '.join(RL_ENVS)}")
-        need(config.env != "custom" or bool(config.dataset.strip()),
-             "dataset: env=custom needs a prompt/answer file (dataset=path.jsonl)")
-        need(config.grader in GRADERS, f"grader={config.grader}: choose one of {', '.join(GRADERS)}")
-        need(config.group_size >= 2, f"group_size={config.group_size}: must be at least 2 (advantages compare "
-                                     "samples within a group)")
-        need(config.groups_per_batch >= 1, f"groups_per_batch={config.groups_per_batch}: must be at least 1")
-        need(config.max_tokens >= 1, f"max_tokens={config.max_tokens}: must be at least 1")
-        need(config.temperature >= 0, f"temperature={config.temperature}: must be 0 or more")
-        need(0 < config.top_p <= 1, f"top_p={config.top_p}: must be in (0, 1]")
-        need(config.loss_fn in RL_LOSSES, f"loss_fn={config.loss_fn}: choose one of {', '.join(RL_LOSSES)}")
-        need(0 < config.clip_low_threshold <= 1 <= config.clip_high_threshold,
-             "clip thresholds: need 0 < clip_low_threshold <= 1 <= clip_high_threshold")
-        need(config.num_substeps >= 1, f"num_substeps={config.num_substeps}: must be at least 1")
+        if config.env == "custom" and not config.dataset.strip():
+            problems.append("dataset: env=custom needs a prompt/answer file (dataset=path.jsonl)")
         problems.extend(pipelining_problems(config))
-        need(config.num_eval_problems >= 0, f"num_eval_problems={config.num_eval_problems}: must be 0 or more")
-        need(config.eval_temperature >= 0, f"eval_temperature={config.eval_temperature}: must be 0 (greedy) or more")
-        need(0 <= config.test_fraction < 1, f"test_fraction={config.test_fraction}: must be in [0, 1)")
     return problems
 
 
 def pipelining_problems(config: RLConfig) -> list[str]:
-    """The RL pipelining settings: streaming minibatches (on-policy) or off-policy sampling, not both."""
+    """The RL pipelining settings: streaming minibatches (on-policy) or off-policy sampling, not both, and
+    minibatches that split each substep's groups evenly (their bounds are checked with every other setting's)."""
     problems = []
-    if config.max_steps_off_policy < 0:
-        problems.append(f"max_steps_off_policy={config.max_steps_off_policy}: must be 0 (on-policy) or at least 1")
-    if config.num_minibatches < 1:
-        problems.append(f"num_minibatches={config.num_minibatches}: must be at least 1")
-    if config.stream_minibatch and config.max_steps_off_policy > 0:
-        problems.append("stream_minibatch=true and max_steps_off_policy: choose one (streaming minibatches are "
-                        "on-policy; max_steps_off_policy > 0 samples in the background)")
-    if config.num_minibatches > 1 and not config.stream_minibatch:
-        problems.append(f"num_minibatches={config.num_minibatches}: applies only with stream_minibatch=true")
-    if config.stream_minibatch and config.num_substeps >= 1 and config.num_minibatches >= 1:
+    mode = config.pipelining
+    if mode.stream_minibatch and mode.max_steps_off_policy > 0:
+        problems.append("pipelining.stream_minibatch=true and pipelining.max_steps_off_policy: choose one (streaming "
+                        "minibatches are on-policy; max_steps_off_policy > 0 samples in the background)")
+    if mode.num_minibatches > 1 and not mode.stream_minibatch:
+        problems.append(f"pipelining.num_minibatches={mode.num_minibatches}: applies only with "
+                        "pipelining.stream_minibatch=true")
+    if mode.stream_minibatch and config.num_substeps >= 1 and mode.num_minibatches >= 1:
         if config.groups_per_batch % config.num_substeps:
             problems.append(f"stream_minibatch: num_substeps={config.num_substeps} must divide "
                             f"groups_per_batch={config.groups_per_batch} (each substep trains whole groups)")
-        elif (config.groups_per_batch // config.num_substeps) % config.num_minibatches:
-            problems.append(f"stream_minibatch: num_minibatches={config.num_minibatches} must divide the "
+        elif (config.groups_per_batch // config.num_substeps) % mode.num_minibatches:
+            problems.append(f"stream_minibatch: pipelining.num_minibatches={mode.num_minibatches} must divide the "
                             f"{config.groups_per_batch // config.num_substeps} groups of each substep "
                             f"(groups_per_batch={config.groups_per_batch} / num_substeps={config.num_substeps})")
     return problems
@@ -319,5 +361,6 @@ def dumps(config: CommonConfig) -> str:
     return json.dumps({"kind": config.kind, **to_dict(config)}, indent=2)
 
 
-__all__ = ["CommonConfig", "SLConfig", "DPOConfig", "RLConfig", "ConfigError", "parse_overrides", "validate",
-           "check", "to_command", "to_dict", "from_dict", "CONFIG_TYPES", "field"]
+__all__ = ["CommonConfig", "SLConfig", "DPOConfig", "RLConfig", "PipeliningConfig", "ClockedConfig", "ConfigError",
+           "parse_overrides", "validate", "check", "to_command", "to_dict", "flat_dict", "from_dict", "with_values",
+           "usage", "CONFIG_TYPES", "ALIASES"]

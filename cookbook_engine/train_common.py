@@ -76,8 +76,7 @@ def start_training_client(config: CommonConfig, resume: dict | None, ctx=None) -
     """(service client, training client, first step): resumed from a checkpoint's state with its optimizer, or
     started from `start_checkpoint`'s weights, or fresh LoRA. The run's context `ctx`, when given, keeps the
     training client, so the studio's chat can take a fresh snapshot of the live weights between steps."""
-    service = service_client(config.backend, device=config.device, clock_period_s=config.clock_period_s,
-                             clock_samples_per_tick=config.clock_samples_per_tick)
+    service = service_client(config.backend, device=config.device, clocked=config.clocked)
     start = getattr(config, "start_checkpoint", "")
     if resume is not None:
         client = service.create_training_client_from_state_with_optimizer(resume["state_path"]).result()

@@ -14,7 +14,7 @@ from tinker import types
 
 from cookbook_engine.backends import clocked, service_client
 from cookbook_engine.backends.clocked import ClockedServiceClient
-from cookbook_engine.config import RLConfig, SLConfig
+from cookbook_engine.config import ClockedConfig, PipeliningConfig, RLConfig, SLConfig
 from cookbook_engine.rl import envs
 from cookbook_engine.runs import RunManager
 from cookbook_engine.supervised import batch_at, plan_steps, prepare
@@ -38,8 +38,9 @@ def short_chats(tmp_path):
 
 
 def tiny_config(dataset, **overrides) -> SLConfig:
-    settings = dict(dataset=str(dataset), backend="clocked", clock_period_s=PERIOD_S, batch_size=2, max_length=64,
-                    max_steps=STEPS, learning_rate=1e-4, lora_rank=4, test_fraction=0.0, eval_every=0, save_every=0)
+    settings = dict(dataset=str(dataset), backend="clocked", clocked=ClockedConfig(PERIOD_S), batch_size=2,
+                    max_length=64, max_steps=STEPS, learning_rate=1e-4, lora_rank=4, test_fraction=0.0, eval_every=0,
+                    save_every=0)
     return SLConfig(**{**settings, **overrides})
 
 
@@ -63,7 +64,7 @@ def test_awaiting_forward_backward_before_optim_step_costs_two_or_more_cycles(de
     config = tiny_config(short_chats, max_steps=4)
     prepared = prepare(config)
     batches_per_epoch, total = plan_steps(config, len(prepared.train))
-    service = service_client("clocked", clock_period_s=PERIOD_S)
+    service = service_client("clocked", clocked=ClockedConfig(PERIOD_S))
     client = service.create_lora_training_client(config.model, rank=4, seed=0)
 
     async def unpipelined():
@@ -118,7 +119,7 @@ def test_a_failing_request_fails_alone_and_the_clock_keeps_going(default_model_r
 
 
 def test_period_must_be_positive():
-    with pytest.raises(ValueError, match="clock_period_s"):
+    with pytest.raises(ValueError, match="clocked.period_s=0: must be positive"):
         ClockedServiceClient(period_s=0)
 
 
@@ -137,9 +138,9 @@ def mixed_rewards(monkeypatch):
 
 
 def rl_config(**overrides) -> RLConfig:
-    settings = dict(env="arithmetic", backend="clocked", clock_period_s=RL_PERIOD_S, group_size=4, groups_per_batch=2,
-                    max_tokens=4, max_steps=3, eval_every=0, num_eval_problems=0, save_every=0, lora_rank=4,
-                    learning_rate=1e-4, temperature=1.0)
+    settings = dict(env="arithmetic", backend="clocked", clocked=ClockedConfig(RL_PERIOD_S), group_size=4,
+                    groups_per_batch=2, max_tokens=4, max_steps=3, eval_every=0, num_eval_problems=0, save_every=0,
+                    lora_rank=4, learning_rate=1e-4, temperature=1.0)
     return RLConfig(**{**settings, **overrides})
 
 
@@ -171,9 +172,9 @@ def test_synchronous_rl_submits_forward_backward_optim_step_and_the_new_sampler_
 def test_streaming_minibatches_overlap_sampling_with_training(home, default_model_ready, mixed_rewards):
     """A sampler that takes one request per tick returns a step's groups in waves. Synchronous RL waits for the
     last wave before its first optimizer substep; streaming trains each substep as soon as its group is in."""
-    same_work = dict(clock_samples_per_tick=1, num_substeps=2)
+    same_work = dict(clocked=ClockedConfig(RL_PERIOD_S, samples_per_tick=1), num_substeps=2)
     sync_stats, _ = run_rl(rl_config(**same_work))
-    stream_stats, run_id = run_rl(rl_config(**same_work, stream_minibatch=True))
+    stream_stats, run_id = run_rl(rl_config(**same_work, pipelining=PipeliningConfig(stream_minibatch=True)))
     sync, stream = rl_cycles_per_step(sync_stats), rl_cycles_per_step(stream_stats)
     print(f"RL, 2 groups sampled one per tick, 2 substeps: synchronous {sync:.2f}, streaming {stream:.2f} cycles/step")
     assert sync >= 6  # 2 sampling waves, their answer, 2 optimizer cycles, their answer
@@ -194,7 +195,8 @@ def test_off_policy_sampling_drops_groups_older_than_max_steps_off_policy(home, 
     workers sample all 4 batches with the first policy while step 0 trains. Step 1 trains batch 1 (1 step old, as
     allowed); at step 2, batches 2 and 3 are 2 steps old: their 4 groups are dropped and sampled again with the
     newest policy, so steps 2 and 3 train fresh groups."""
-    config = rl_config(max_steps=4, num_substeps=8, max_steps_off_policy=1, loss_fn="ppo")
+    config = rl_config(max_steps=4, num_substeps=8, pipelining=PipeliningConfig(max_steps_off_policy=1),
+                       loss_fn="ppo")
     stats, run_id = run_rl(config)
     store = Store.default()
     dropped = store.get_metrics(run_id, ["async/stale_groups_dropped"])
@@ -204,7 +206,8 @@ def test_off_policy_sampling_drops_groups_older_than_max_steps_off_policy(home, 
     transcripts = store.get_transcripts(run_id)
     assert len(transcripts) == 4 * 2 * 4
     trained_lag = [row.metrics["staleness"] for row in transcripts.itertuples()]
-    assert max(trained_lag) <= config.max_steps_off_policy
-    assert all(row.metrics["sampled_at_step"] == row.step - row.metrics["staleness"] for row in transcripts.itertuples())
+    assert max(trained_lag) <= config.pipelining.max_steps_off_policy
+    assert all(row.metrics["sampled_at_step"] == row.step - row.metrics["staleness"]
+               for row in transcripts.itertuples())
     # steps 2 and 3 trained the re-sampled problems of batches 2 and 3
     assert sorted({row.metrics["problem_batch"] for row in transcripts.itertuples() if row.step >= 2}) == [2, 3]

@@ -128,7 +128,7 @@ def test_a_grader_bug_fails_a_pipelined_rl_run_instead_of_hanging_it(home, defau
     problems.write_text("\n".join(json.dumps({"prompt": f"Say {w}.", "answer": w}) for w in WORDS))
     config = cfg.RLConfig(env="custom", dataset=str(problems), grader="exact", max_steps=4, groups_per_batch=2,
                           group_size=2, max_tokens=8, num_eval_problems=0, eval_every=0, save_every=0, lora_rank=4,
-                          test_fraction=0.0, **mode)
+                          test_fraction=0.0, pipelining=cfg.PipeliningConfig(**mode))
     manager = RunManager()
     run = manager.wait(manager.start(config), timeout=300)
     assert run["status"] == "failed" and "grader bug in a background task" in run["error"], run

@@ -222,7 +222,7 @@ def test_bad_rl_settings_and_data_fail_before_a_run_exists(home, default_model_r
         preflight(parse_overrides("rl", ["stream_minibatch=true", "num_minibatches=3"]))
     with pytest.raises(ConfigError, match="num_substeps=3 must divide groups_per_batch=8"):
         preflight(parse_overrides("rl", ["stream_minibatch=true", "num_substeps=3"]))
-    with pytest.raises(ConfigError, match="only with stream_minibatch=true"):
+    with pytest.raises(ConfigError, match="only with pipelining.stream_minibatch=true"):
         preflight(parse_overrides("rl", ["num_minibatches=2"]))
     with pytest.raises(ConfigError, match="max_steps_off_policy=-1"):
         preflight(parse_overrides("rl", ["max_steps_off_policy=-1"]))
@@ -238,11 +238,14 @@ def test_bad_rl_settings_and_data_fail_before_a_run_exists(home, default_model_r
 
 
 def test_pipelining_settings_parse_from_the_command_line_and_are_accepted():
-    streaming = parse_overrides("rl", ["stream_minibatch=true", "num_minibatches=2", "num_substeps=2"])
-    assert streaming.stream_minibatch and streaming.num_minibatches == 2
-    assert "stream_minibatch=true" in to_command(streaming) and "num_minibatches=2" in to_command(streaming)
-    off_policy = parse_overrides("rl", ["max_steps_off_policy=2", "loss_fn=ppo"])
-    assert off_policy.max_steps_off_policy == 2
+    streaming = parse_overrides("rl", ["pipelining.stream_minibatch=true", "pipelining.num_minibatches=2",
+                                       "num_substeps=2"])
+    assert streaming.pipelining.stream_minibatch and streaming.pipelining.num_minibatches == 2
+    command = to_command(streaming)
+    assert "pipelining.stream_minibatch=true" in command and "pipelining.num_minibatches=2" in command
+    assert parse_overrides("rl", command.split()[2:]) == streaming  # the command starts the same run
+    off_policy = parse_overrides("rl", ["max_steps_off_policy=2", "loss_fn=ppo"])  # the flat name of before
+    assert off_policy.pipelining.max_steps_off_policy == 2
     assert validate(streaming) == [] and validate(off_policy) == []
 
 

@@ -4,10 +4,15 @@ nothing else in the engine needs to know which it got."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
-def service_client(backend: str = "local", *, device: str = "auto", clock_period_s: float = 0.05,
-                   clock_samples_per_tick: int = 0):
-    """`device` (auto, cpu, cuda, mps) applies to the local backend only (cookbook_engine/device.py)."""
+if TYPE_CHECKING:
+    from cookbook_engine.backends.clocked_settings import ClockedConfig
+
+
+def service_client(backend: str = "local", *, device: str = "auto", clocked: ClockedConfig | None = None):
+    """`device` (auto, cpu, cuda, mps) applies to the local backend only (cookbook_engine/device.py), `clocked`
+    (the tick and samples per tick; defaults when None) to the clocked backend only."""
     if backend == "local":
         from cookbook_engine.backends.local import LocalServiceClient
 
@@ -18,6 +23,7 @@ def service_client(backend: str = "local", *, device: str = "auto", clock_period
         return hosted_service_client()
     if backend == "clocked":
         from cookbook_engine.backends.clocked import ClockedServiceClient
+        from cookbook_engine.backends.clocked_settings import ClockedConfig as Defaults
 
-        return ClockedServiceClient(period_s=clock_period_s, samples_per_tick=clock_samples_per_tick)
+        return ClockedServiceClient.from_config(clocked or Defaults())
     raise ValueError(f"backend {backend!r} is unknown; choose local, tinker or clocked")

@@ -42,13 +42,16 @@ import itertools
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from tinker import types
 
+from cookbook_engine.backends.clocked_settings import ClockedConfig
 from cookbook_engine.backends.local import LocalSamplingClient, LocalServiceClient, LocalTrainingClient
 from cookbook_engine.backends.protocol import ClientFuture, LocalFuture
+from cookbook_engine.settings import bound_problems
 
 # A request's kind decides its admission: a cycle admits a training client's requests up to one optim_step, and
 # after it only checkpoint requests; sampling requests are all admitted at each tick.
@@ -108,12 +111,15 @@ class _Request:
 class ClockedServiceClient:
     """Drop-in for tinker.ServiceClient whose training and sampling clients are admitted only at clock ticks."""
 
+    @classmethod
+    def from_config(cls, settings: ClockedConfig) -> ClockedServiceClient:
+        return cls(settings.period_s, settings.samples_per_tick)
+
     def __init__(self, period_s: float = 0.05, samples_per_tick: int = 0):
         global _latest_stats
-        if not period_s > 0:
-            raise ValueError(f"clock_period_s={period_s}: must be positive")
-        if samples_per_tick < 0:
-            raise ValueError(f"clock_samples_per_tick={samples_per_tick}: must be 0 (all) or more")
+        problems = bound_problems(ClockedConfig(period_s, samples_per_tick))  # the bounds a run's config has
+        if problems:
+            raise ValueError("; ".join(f"clocked.{problem}" for problem in problems))
         self.period_s = float(period_s)
         self.samples_per_tick = int(samples_per_tick)
         self.local = LocalServiceClient()
@@ -244,7 +250,7 @@ class ClockedServiceClient:
             if not request.outer.done():
                 request.outer.set_exception(RuntimeError(reason))
 
-    def __enter__(self) -> "ClockedServiceClient":
+    def __enter__(self) -> ClockedServiceClient:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -292,7 +298,7 @@ class ClockedServiceClient:
         return await self.create_sampling_client(model_path, base_model)
 
 
-def _run_clock(service_ref: "weakref.ref[ClockedServiceClient]", period_s: float) -> None:
+def _run_clock(service_ref: weakref.ref[ClockedServiceClient], period_s: float) -> None:
     """The clock thread: ticks every period until its service is closed or garbage-collected."""
     next_tick = time.monotonic() + period_s
     while True:

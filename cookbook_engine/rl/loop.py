@@ -282,7 +282,8 @@ async def streaming_step(step: int, builders: list[EnvGroupBuilder], sampling_cl
             arrived.put_nowait(exc)
 
     tasks = [asyncio.create_task(sample_into_queue(index, builder)) for index, builder in enumerate(builders)]
-    per_minibatch = [len(part) for part in split_substeps(builders, config.num_substeps * config.num_minibatches)]
+    parts = config.num_substeps * config.pipelining.num_minibatches
+    per_minibatch = [len(part) for part in split_substeps(builders, parts)]
     groups: list[SampledGroup] = []
     substeps: list[Substep] = []
     passes: list = []
@@ -298,7 +299,7 @@ async def streaming_step(step: int, builders: list[EnvGroupBuilder], sampling_cl
             data_D = datums_of(minibatch)
             if data_D:
                 passes.append((data_D, await submit_forward_backward(client, data_D, config)))
-            if (number + 1) % config.num_minibatches == 0 or number == len(per_minibatch) - 1:
+            if (number + 1) % config.pipelining.num_minibatches == 0 or number == len(per_minibatch) - 1:
                 if passes:  # a substep whose groups all had equal rewards has no gradient: no optimizer step
                     substeps.append(Substep(passes, await client.optim_step_async(adam_params(config, lr))))
                 passes = []
@@ -375,7 +376,7 @@ async def off_policy_step(step: int, wanted: int, sampler: BackgroundSampler, cl
         item = await sampler.finished.get()
         if isinstance(item, BaseException):
             raise item
-        if step - item.sampled_at > config.max_steps_off_policy:
+        if step - item.sampled_at > config.pipelining.max_steps_off_policy:
             stale += 1
             sampler.resample(item)
         else:
@@ -396,10 +397,10 @@ async def off_policy_step(step: int, wanted: int, sampler: BackgroundSampler, cl
 
 
 def schedule_summary(config: RLConfig) -> str:
-    if config.max_steps_off_policy:
-        return f"off-policy, groups up to {config.max_steps_off_policy} steps old"
-    if config.stream_minibatch:
-        return f"streaming {config.num_minibatches} minibatches per substep"
+    if config.pipelining.max_steps_off_policy:
+        return f"off-policy, groups up to {config.pipelining.max_steps_off_policy} steps old"
+    if config.pipelining.stream_minibatch:
+        return f"streaming {config.pipelining.num_minibatches} minibatches per substep"
     return "synchronous"
 
 
@@ -462,7 +463,7 @@ async def train(config: RLConfig, ctx, prepared: PreparedRL | None = None) -> No
     sampling_client = await client.save_weights_and_get_sampling_client_async()
     named_evals = NamedEvals.for_config(config)  # evals=...: test/<set>/<metric> at the same points as held-out correct
     sampler = (BackgroundSampler(setup, config, sampling_client, start_step, start_step, total_steps)
-               if config.max_steps_off_policy else None)
+               if config.pipelining.max_steps_off_policy else None)
     step = start_step
     try:
         for step in range(start_step, total_steps):
@@ -478,7 +479,7 @@ async def train(config: RLConfig, ctx, prepared: PreparedRL | None = None) -> No
             if sampler is not None:
                 groups, step_metrics, sampling_client = await off_policy_step(step, len(builders), sampler, client,
                                                                               config, lr)
-            elif config.stream_minibatch:
+            elif config.pipelining.stream_minibatch:
                 groups, step_metrics, sampling_client = await streaming_step(step, builders, sampling_client, client,
                                                                              config, lr)
             else:

@@ -1,0 +1,55 @@
+"""The New run form's widgets, drawn from the settings' own descriptions (cookbook_engine/settings.py).
+
+`setting_input(where, config, name, key_of)` draws one setting as its spec says: a number input with the setting's
+bounds, step and help, a selectbox of its choices, a checkbox or a text input, labelled and keyed as the spec says,
+and returns the value entered. `form_settings(cls)` names the settings a kind's form should offer, so a test can
+hold the form to it. Where the form lays the widgets out is app/forms.py's business, not this module's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from cookbook_engine.settings import Leaf, help_text, leaves, value_at
+
+
+def form_settings(cls: type) -> list[str]:
+    """The settings the New run form offers for a config class (those whose spec names a widget)."""
+    return [leaf.name for leaf in leaves(cls) if leaf.spec.widget]
+
+
+def widget_key(leaf: Leaf) -> str:
+    """The key suffix of a setting's widget (app/forms.key adds the kind and the form's generation)."""
+    return leaf.spec.key or leaf.name.rsplit(".", 1)[-1]
+
+
+def setting_input(where: Any, config: Any, name: str, key_of: Callable[[str], str],
+                  **overrides: Any) -> Any:
+    """Draw setting `name` of `config` in the container `where` (st, a column, ...), keyed `key_of(suffix)`, and
+    return what it holds. `overrides` are passed to the widget as they are (e.g. options known only at run time, a
+    placeholder)."""
+    leaf = next(leaf for leaf in leaves(type(config)) if leaf.name == name)
+    spec = leaf.spec
+    value = value_at(config, name)
+    label = spec.label or name
+    kwargs: dict[str, Any] = {"key": key_of(widget_key(leaf)), "help": help_text(spec)} | overrides
+    if spec.widget == "text":
+        return where.text_input(label, value=value, **kwargs)
+    if spec.widget == "checkbox":
+        return where.checkbox(label, value=bool(value), **kwargs)
+    if spec.widget == "select":
+        options = list(kwargs.pop("options", None) or spec.choices or spec.options)
+        fallback = options.index(leaf.default) if leaf.default in options else 0
+        return where.selectbox(label, options, index=options.index(value) if value in options else fallback,
+                               **kwargs)
+    if spec.widget != "number":
+        raise ValueError(f"{name}: the form has no widget for it (spec widget {spec.widget!r})")
+    number = float if leaf.kind is float else int
+    if leaf.kind is float:
+        kwargs.setdefault("format", "%g")
+    if spec.step is not None:
+        kwargs.setdefault("step", number(spec.step))
+    return where.number_input(label, min_value=None if spec.min is None else number(spec.min),
+                              max_value=None if spec.max is None else number(spec.max),
+                              value=None if value is None else number(value), **kwargs)
