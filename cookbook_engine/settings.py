@@ -13,7 +13,6 @@ Not here: which settings a run kind has (config.py), rules that tie several sett
 from __future__ import annotations
 
 import dataclasses
-import functools
 import types as pytypes
 import typing
 from dataclasses import dataclass, field
@@ -79,9 +78,17 @@ def spec_of(item: dataclasses.Field) -> Spec:
     return item.metadata.get(SPEC_KEY) or Spec(help="")
 
 
-@functools.cache
+_LEAVES: dict[type, tuple[Leaf, ...]] = {}
+
+
 def leaves(cls: type) -> tuple[Leaf, ...]:
     """Every setting of a config class in field order, nested sections' settings as `section.name`."""
+    if cls not in _LEAVES:
+        _LEAVES[cls] = _find_leaves(cls)
+    return _LEAVES[cls]
+
+
+def _find_leaves(cls: type) -> tuple[Leaf, ...]:
     hints = typing.get_type_hints(cls)
     found: list[Leaf] = []
     for item in dataclasses.fields(cls):
