@@ -14,6 +14,8 @@ from cookbook_engine import paths
 from storage import statuses
 from storage.input_error import BAD_INPUT
 
+RESUME_ERRORS: tuple[type[Exception], ...] = (KeyError, ValueError, ImportError, *BAD_INPUT)  # shown, not raised
+
 
 def runs_table_key() -> str:
     """The runs table's widget key: a new one starts with nothing selected."""
@@ -38,8 +40,8 @@ def stop(runs: list[dict]) -> None:
         if can_stop(run):
             state.manager().cancel(run["run_id"])
     if stopped:
-        widgets.notice(f"Asked {widgets.safe_markdown(', '.join(stopped))} to stop: it saves a checkpoint after the current step, so it "
-                       "can be resumed.", "info")
+        widgets.notice(f"Asked {widgets.safe_markdown(', '.join(stopped))} to stop: it saves a checkpoint after the "
+                       "current step, so it can be resumed.", "info")
 
 
 def resume(runs: list[dict]) -> None:
@@ -51,7 +53,7 @@ def resume(runs: list[dict]) -> None:
             state.manager().resume(run["run_id"])
             notices.watch(run["run_id"])
             resumed.append(run["name"])
-        except (KeyError, ValueError, ImportError, *BAD_INPUT) as exc:
+        except RESUME_ERRORS as exc:
             problems.append(f"{run['name']}: {str(exc).strip(chr(39))}")
     if problems:
         widgets.notice("Could not resume " + widgets.safe_markdown("; ".join(problems)), "error")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import socket
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pandas as pd
 
@@ -26,7 +26,7 @@ class RunTiming:
 def _seconds_between(start, end) -> float | None:
     if start is None or pd.isna(start):
         return None
-    end = end if end is not None and not pd.isna(end) else datetime.now(timezone.utc).replace(tzinfo=None)
+    end = end if end is not None and not pd.isna(end) else datetime.now(UTC).replace(tzinfo=None)
     return max(0.0, (end - start).total_seconds())
 
 

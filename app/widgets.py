@@ -6,7 +6,8 @@ never as raw HTML. These helpers read what they show from the arguments they get
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
+from typing import Literal
 
 import pandas as pd
 import streamlit as st
@@ -16,7 +17,9 @@ from cookbook_engine.metric_names import KEY_METRIC, key_metric
 from storage.statuses import RunStatus
 
 KIND_LABEL = {"sl": "SL", "dpo": "DPO", "rl": "RL"}
-STATUS_STYLE = {  # status -> (badge color, icon, color of its text in the runs table)
+BadgeColor = Literal["red", "orange", "yellow", "blue", "green", "violet", "gray", "grey", "primary"]  # st.badge's
+# status -> (badge color, icon, color of its text in the runs table)
+STATUS_STYLE: dict[str, tuple[BadgeColor, str | None, str]] = {
     RunStatus.QUEUED: ("gray", ":material/schedule:", "#6b7280"),
     RunStatus.RUNNING: ("blue", ":material/progress_activity:", "#1d4ed8"),
     RunStatus.CANCELLING: ("orange", ":material/pause_circle:", "#c2410c"),
@@ -37,8 +40,8 @@ def age(timestamp: datetime | None) -> str:
     if timestamp is None or pd.isna(timestamp):
         return ""
     if timestamp.tzinfo is None:
-        timestamp = timestamp.replace(tzinfo=timezone.utc)
-    seconds = (datetime.now(timezone.utc) - timestamp).total_seconds()
+        timestamp = timestamp.replace(tzinfo=UTC)
+    seconds = (datetime.now(UTC) - timestamp).total_seconds()
     if seconds < 45:
         return "just now"
     if seconds < 3600:
@@ -155,7 +158,7 @@ def run_picker(label: str, runs: list[dict], key: str, default_id: str | None = 
     ids = [r["run_id"] for r in runs]
     labels = {r["run_id"]: run_label(r) for r in runs}
     index = ids.index(default_id) if default_id in ids else 0
-    return st.selectbox(label, ids, index=index, format_func=labels.get, key=key, help=help)
+    return st.selectbox(label, ids, index=index, format_func=labels.__getitem__, key=key, help=help)
 
 
 def notice(message: str, kind: str = "success") -> None:

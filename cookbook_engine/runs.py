@@ -17,13 +17,13 @@ import threading
 import time
 import traceback
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from cookbook_engine import config as cfg
-from cookbook_engine import memory, paths, secrets
+from cookbook_engine import config as cfg, memory, paths, secrets
 from cookbook_engine.metric_names import key_metric
 from cookbook_engine.run_logger import RunLogger
 from storage import RunStore, StoreClient, statuses
@@ -78,7 +78,7 @@ class RunContext:
     def note(self, message: str) -> None:
         """A line for the run's log (shown in the studio and printed by the CLI)."""
         message = secrets.redact(message)
-        stamp = datetime.now(timezone.utc).strftime("%H:%M:%S")
+        stamp = datetime.now(UTC).strftime("%H:%M:%S")
         with open(self.log_dir / "log.txt", "a", encoding="utf-8") as handle:
             handle.write(f"{stamp} {message}\n")
         if self.echo:
@@ -95,7 +95,7 @@ def step_line(step: int, total: int, kind: str, metrics: dict[str, float]) -> st
 
 
 def new_run_id(kind: str) -> str:
-    return f"{kind}-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
+    return f"{kind}-{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
 
 
 def _loop_for(kind: str):
@@ -291,17 +291,17 @@ class RunManager:
             # a stop asked for after the last step still leaves a completed run
             stopped_early = context.cancel_event.is_set() and not _all_steps_done(store.get_run(run_id))
             status = RunStatus.CANCELLED if stopped_early else RunStatus.COMPLETED
-            store.update_run(run_id, status=status, finished_at=datetime.now(timezone.utc))
+            store.update_run(run_id, status=status, finished_at=datetime.now(UTC))
             context.note(f"run {status}")
         except RunCancelled:
-            store.update_run(run_id, status=RunStatus.CANCELLED, finished_at=datetime.now(timezone.utc))
+            store.update_run(run_id, status=RunStatus.CANCELLED, finished_at=datetime.now(UTC))
             context.note("run cancelled")
         except BaseException as exc:  # a failing run must never take the process down with it
             message = secrets.redact(f"{type(exc).__name__}: {exc}")
             try:
                 store.update_run(run_id, status=RunStatus.FAILED, error=message,
                                  traceback=secrets.redact(traceback.format_exc()),
-                                 finished_at=datetime.now(timezone.utc))
+                                 finished_at=datetime.now(UTC))
                 context.note(f"run failed: {message}")
             except Exception:
                 pass

@@ -1,6 +1,7 @@
 """Evaluate: pick models and eval sets, press Evaluate, and read the leaderboard (95% intervals, best marked), a bar
 chart with error bars, every model's answer to every example beside the reference, the examples where two
-models disagree, and each checkpoint's lineage with buttons that start the next stage (DPO or RL) from it. Evaluations run in the background and also show up here when started with `cookbook eval`."""
+models disagree, and each checkpoint's lineage with buttons that start the next stage (DPO or RL) from it.
+Evaluations run in the background and also show up here when started with `cookbook eval`."""
 
 import plotly.graph_objects as go
 import streamlit as st
@@ -34,11 +35,11 @@ for dataset in state.store().list_datasets():
 with st.form("evaluate-form"):
     asked = [m for m in st.query_params.get_all("models") if m in model_choices]  # e.g. a run page's Evaluate link
     chosen_models = st.multiselect("Models", list(model_choices), default=asked or ["base"],
-                                   format_func=model_choices.get,
+                                   format_func=model_choices.__getitem__,
                                    help="The base model, a run's newest saved weights, any saved step, or the live "
                                         "weights of a run training now.")
     chosen_sets = st.multiselect("Eval sets", list(set_choices), default=["builtin:facts-probes"],
-                                 format_func=set_choices.get)
+                                 format_func=set_choices.__getitem__)
     upload = st.file_uploader("Or add an eval set file", type=["jsonl", "json", "csv", "parquet"],
                               help="prompt/answer[/grader]: graded generation · prompt/label: classification · "
                                    "prompt/chosen/rejected: preference · messages: NLL")
@@ -153,8 +154,8 @@ for row in results:
     if run is None:
         continue
     c1, c2, c3 = st.columns([6, 1, 1], vertical_alignment="center")
-    c1.markdown(f"**{widgets.safe_markdown(row['model'])}**: "
-                f"{widgets.safe_markdown(lineage.describe(lineage.chain(run['run_id'], state.store()), run['base_model']))}")
+    chain = lineage.describe(lineage.chain(run["run_id"], state.store()), run["base_model"])
+    c1.markdown(f"**{widgets.safe_markdown(row['model'])}**: {widgets.safe_markdown(chain)}")
     state_path = states.get(row["model_path"])
     for column, kind in ((c2, "dpo"), (c3, "rl")):
         if column.button(f"{kind.upper()} from this checkpoint", key=f"next-{kind}-{row['model']}",

@@ -23,8 +23,8 @@ def backend_status() -> None:
         st.markdown("**Local backend** · default model")
         icon = {ModelState.READY: ":material/check_circle:", ModelState.PREPARING: ":material/hourglass_top:",
                 ModelState.FAILED: ":material/error:", ModelState.MISSING: ":material/radio_button_unchecked:"}
-        color = {ModelState.READY: "green", ModelState.PREPARING: "orange", ModelState.FAILED: "red",
-                 ModelState.MISSING: "gray"}
+        color: dict[str, widgets.BadgeColor] = {ModelState.READY: "green", ModelState.PREPARING: "orange",
+                                                ModelState.FAILED: "red", ModelState.MISSING: "gray"}
         st.badge(MODEL_STATE_LABEL[model_state], icon=icon[model_state], color=color[model_state])
         st.caption(model_message)
         if model_state == ModelState.PREPARING:
@@ -37,11 +37,12 @@ def backend_status() -> None:
             st.rerun()
     with c2.container(border=True):
         st.markdown("**Tinker backend** · hosted models")
-        color = {TinkerState.OK: "green", TinkerState.CHECKING: "orange", TinkerState.NO_KEY: "gray",
-                 TinkerState.ERROR: "red", TinkerState.UNAVAILABLE: "gray"}
+        tinker_color: dict[str, widgets.BadgeColor] = {TinkerState.OK: "green", TinkerState.CHECKING: "orange",
+                                                       TinkerState.NO_KEY: "gray", TinkerState.ERROR: "red",
+                                                       TinkerState.UNAVAILABLE: "gray"}
         label = {TinkerState.OK: "connected", TinkerState.CHECKING: "checking", TinkerState.NO_KEY: "no API key",
                  TinkerState.ERROR: "unreachable", TinkerState.UNAVAILABLE: "not in this build"}
-        st.badge(label[tinker.state], color=color[tinker.state])
+        st.badge(label[tinker.state], color=tinker_color[tinker.state])
         st.caption(tinker.message + (f" · {len(tinker.models)} models" if tinker.models else ""))
         if tinker.state != TinkerState.UNAVAILABLE:
             with st.popover("Tinker API key", icon=":material/key:"):

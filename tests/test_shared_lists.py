@@ -170,8 +170,7 @@ def test_the_cli_shows_any_input_error_as_one_line_and_exits_2(home, monkeypatch
 
 def test_the_studio_form_shows_any_input_error_as_a_message(home, monkeypatch):
     from app import forms, state
-    from cookbook_engine import config as cfg
-    from cookbook_engine import models, runs
+    from cookbook_engine import config as cfg, models, runs
 
     monkeypatch.setattr(runs, "preflight", refuse)
     monkeypatch.setattr(models, "default_model_ready", lambda: True)
