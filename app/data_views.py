@@ -31,10 +31,10 @@ def validate(spec: str, kind: str | None = None) -> Validated:
         data = datasets.load_chat_dataset(spec, test_fraction=0.0)
         return Validated(kind, len(data.train) + len(data.test), "conversations with an assistant reply to train on")
     if kind == "preference":
-        train, test = datasets.load_preference_dataset(spec, test_fraction=0.0)
-        return Validated(kind, len(train) + len(test), "prompt / chosen / rejected pairs")
-    train, test = datasets.load_rl_problems(spec, test_fraction=0.0)
-    return Validated(kind, len(train) + len(test), "prompts with reference answers and graders")
+        pairs, held_out_pairs = datasets.load_preference_dataset(spec, test_fraction=0.0)
+        return Validated(kind, len(pairs) + len(held_out_pairs), "prompt / chosen / rejected pairs")
+    problems, held_out_problems = datasets.load_rl_problems(spec, test_fraction=0.0)
+    return Validated(kind, len(problems) + len(held_out_problems), "prompts with reference answers and graders")
 
 
 def preview_frame(spec: str, n: int = 50) -> pd.DataFrame:

@@ -76,7 +76,12 @@ def _fact(asked: tuple[str, ...], subjects: tuple[str, ...], asked_probes: tuple
 
 def _unique(questions: list[str]) -> list[str]:
     seen: set[str] = set()
-    return [q for q in questions if not (_normalised(q) in seen or seen.add(_normalised(q)))]
+    unique = []
+    for question in questions:
+        if _normalised(question) not in seen:
+            seen.add(_normalised(question))
+            unique.append(question)
+    return unique
 
 
 FACTS: tuple[Fact, ...] = (

@@ -30,9 +30,10 @@ import re
 import socket
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, NoReturn
 from urllib.parse import urlparse
 
 from cookbook_engine import paths
@@ -288,7 +289,8 @@ def _read_json(path: Path) -> _Source:
         except json.JSONDecodeError as error:
             if error.msg == "Extra data":  # several JSON values: JSON Lines under a .json name
                 return _read_jsonl(path)
-            raise DatasetError(f"{path.name}: line {error.lineno}: invalid JSON: {error.msg} (column {error.colno})")
+            raise DatasetError(f"{path.name}: line {error.lineno}: invalid JSON: {error.msg} "
+                               f"(column {error.colno})") from error
         raise DatasetError(
             f"{path.name}: the top level is {_describe(value)}; expected a list of rows [{{...}}, {{...}}] "
             f"(or JSON Lines: one object per line){_rows_hint(value)}"
@@ -313,7 +315,7 @@ def _read_json_array(name: str, text: str, position: int) -> _Source:
             problems.add(f"line {error.lineno}", f"invalid JSON: {error.msg} (column {error.colno})")
             following = re.compile(r"\n\s*\{").search(text, error.pos)
             if following is None:
-                problems.raise_if_any()
+                problems.raise_all()
             position = following.end() - 1
             continue
         line += text.count("\n", counted_to, position)
@@ -378,7 +380,7 @@ def _scan_csv(name: str, text: str) -> tuple[list[str], list[int]]:
             if len(record) != len(header):
                 problems.add(f"line {start}", f"{len(record)} fields, but the header has {len(header)}")
     except csv.Error as error:
-        raise DatasetError(f"{name}: line {reader.line_num}: cannot parse the CSV: {error}")
+        raise DatasetError(f"{name}: line {reader.line_num}: cannot parse the CSV: {error}") from error
     problems.raise_if_any()
     if header is None:
         raise DatasetError(f"{name}: no header line")
@@ -495,7 +497,7 @@ def _decode_utf8(name: str, data: bytes) -> str:
         line_start = data.rfind(b"\n", 0, error.start) + 1
         line = data.count(b"\n", 0, error.start) + 1
         detail = _bad_byte(data[line_start:], error, offset=line_start)
-        raise DatasetError(f"{name}: line {line}: not valid UTF-8 ({detail}); save the file as UTF-8")
+        raise DatasetError(f"{name}: line {line}: not valid UTF-8 ({detail}); save the file as UTF-8") from error
 
 
 def _bad_byte(line: bytes, error: UnicodeDecodeError, offset: int = 0) -> str:
@@ -530,12 +532,16 @@ class _Problems:
             self.shown.append(f"{where}: {message}")
 
     def raise_if_any(self) -> None:
+        if self.count:
+            self.raise_all()
+
+    def raise_all(self) -> NoReturn:
+        """Raise the problems found so far (at least one)."""
         if self.count == 1:
             raise DatasetError(f"{self.name}: {self.shown[0]}")
-        if self.count > 1:
-            more = f", the first {len(self.shown)} shown" if self.count > len(self.shown) else ""
-            listing = "\n".join(f"  {message}" for message in self.shown)
-            raise DatasetError(f"{self.name}: {self.count} problems{more}:\n{listing}")
+        more = f", the first {len(self.shown)} shown" if self.count > len(self.shown) else ""
+        listing = "\n".join(f"  {message}" for message in self.shown)
+        raise DatasetError(f"{self.name}: {self.count} problems{more}:\n{listing}")
 
 
 def _convert_rows(source: _Source, convert: Callable[[dict], Any]) -> list:
@@ -601,6 +607,7 @@ def _chat_layout(columns: list[str]) -> str | None:
 def _chat_converter(source: _Source) -> Callable[[dict], list[dict]]:
     layout = _chat_layout(source.columns)
     _require_columns(source, "chat", layout is not None, CHAT_COLUMNS_EXPECTED)
+    assert layout is not None  # _require_columns raised otherwise
     return lambda row: _chat_from_row(row, layout)
 
 

@@ -84,7 +84,7 @@ def prepare_default_model() -> Path:
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
         # The loaded model refuses save_pretrained while it carries its GGUF quantization marker.
-        model.hf_quantizer = None
+        model.hf_quantizer = None  # type: ignore[assignment]  # nn.Module types unknown attributes as Tensor | Module
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
         partial = target.with_name(target.name + ".partial")
@@ -172,4 +172,4 @@ def load_model(name: str, dtype=None, device: str = "cpu"):
     except OSError as exc:
         raise ModelError(f"model {name}: could not load from {info.location}: {exc}") from exc
     model.eval()
-    return model if device == "cpu" else model.to(device)
+    return model if device == "cpu" else model.to(device)  # type: ignore[arg-type]  # transformers' wrapped .to()

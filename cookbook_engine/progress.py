@@ -71,6 +71,8 @@ class SparseLines:
         return (total - step) * (self.clock() - first_at) / (step - first_step)
 
     def _line(self) -> None:
+        if self.pending is None:
+            return
         step, total, postfix = self.pending
         parts = [f"step {step}/{total} ({step / total:.0%})" if total else f"step {step}"]
         if postfix:

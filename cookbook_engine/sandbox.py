@@ -67,6 +67,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from cookbook_engine import sandbox_limits
 
@@ -352,8 +353,8 @@ class _Setup:
     """What every run on this machine uses: the namespace plan and the kernel limits that the probe found working."""
     plan: _Plan
     network_isolated: bool
-    seccomp: tuple | None = None
-    cgroup: tuple | None = None  # (parent folder, cgroup version)
+    seccomp: tuple[tuple[int, ...], ...] | None = None
+    cgroup: tuple[Path, int] | None = None  # (parent folder, cgroup version)
 
 
 def _probe() -> tuple[_Setup, dict]:
@@ -420,7 +421,7 @@ def _describe(setup: _Setup, failures: list[str]) -> dict:
 def _ensure_probed() -> tuple[_Setup, dict]:
     global _capabilities, _setup_in_use
     with _capabilities_lock:
-        if _capabilities is None:
+        if _setup_in_use is None or _capabilities is None:
             _setup_in_use, _capabilities = _probe()
         return _setup_in_use, _capabilities
 
@@ -552,6 +553,7 @@ class SandboxProcess:
 
     def _open_pipes(self) -> None:
         process = self.process
+        assert process.stdin and process.stdout and process.stderr  # all three are pipes (Popen above)
         self.stdout_fd, self.stderr_fd = process.stdout.fileno(), process.stderr.fileno()
         self.captures = {self.stdout_fd: _Capture(self.limits.max_output_chars),
                          self.stderr_fd: _Capture(self.limits.max_output_chars)}
@@ -610,6 +612,7 @@ class SandboxProcess:
                 self._finish(stdin)
             finally:
                 self._cleanup()
+        assert self.result is not None  # _finish sets it or raises
         return self.result
 
     def kill(self) -> SandboxResult:
@@ -638,8 +641,9 @@ class SandboxProcess:
         elif not self.pending_stdin:
             if registered:
                 self.selector.unregister(self.stdin_fd)
-            if self.stdin_closing and not self.process.stdin.closed:
-                self.process.stdin.close()
+            stdin = self.process.stdin
+            if self.stdin_closing and stdin is not None and not stdin.closed:
+                stdin.close()
 
     def _pump(self, done, wait_until: float) -> None:
         """Move data between the program and us until done(), wait_until, or the program and its pipes are gone;
@@ -702,7 +706,8 @@ class SandboxProcess:
         os.close(self.pidfd)
         for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
             try:
-                stream.close()
+                if stream is not None:
+                    stream.close()
             except OSError:
                 pass
         _kill_group(self.process.pid)  # nothing may outlive the call (no-op when all is gone)
@@ -737,7 +742,7 @@ class SandboxProcess:
                 os.close(self.status_read)
             except OSError:
                 pass
-            self.status_read = None
+            del self.status_read  # closed: the getattr above finds none if cleanup runs again
         if self.cgroup is not None:
             self.cgroup.remove()
         shutil.rmtree(self.host_workdir, ignore_errors=True)
@@ -881,7 +886,7 @@ def _result(outcome: _Outcome, limits: SandboxLimits, network_isolated: bool, du
         reason = "sandbox setup failed"
         stderr = f"sandbox setup failed: {outcome.setup_error}\n{stderr}"
     elif returncode != 0:
-        reason = _classify_failure(returncode, outcome, limits)
+        reason = _classify_failure(outcome.returncode, outcome, limits)
     return SandboxResult(returncode=returncode, stdout=outcome.stdout, stderr=stderr,
                          timed_out=outcome.killed_by_us == "timeout", killed_reason=reason,
                          duration_s=duration_s, network_isolated=network_isolated)

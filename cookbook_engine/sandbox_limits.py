@@ -22,6 +22,7 @@ import platform
 import secrets
 import time
 from pathlib import Path
+from typing import TypedDict
 
 # ---------------------------------------------------------------- seccomp
 
@@ -31,8 +32,17 @@ _RET_ALLOW, _RET_ERRNO, _RET_KILL_PROCESS = 0x7FFF0000, 0x00050000, 0x80000000
 _LD_W_ABS, _JEQ_K, _JSET_K, _JGE_K, _RET_K = 0x20, 0x15, 0x45, 0x35, 0x06
 _OFFSET_NR, _OFFSET_ARCH, _OFFSET_ARG0 = 0, 4, 16
 
+
+class _ArchSyscalls(TypedDict):
+    arch: int
+    refused: dict[str, int]
+    clone: int
+    unshare: int
+    clone3: int
+
+
 # Per architecture: the audit arch, then the numbers of the refused calls (EPERM), then clone/unshare/clone3.
-_SYSCALLS = {
+_SYSCALLS: dict[str, _ArchSyscalls] = {
     "x86_64": {"arch": 0xC000003E, "refused": {
         "shmget": 29, "shmat": 30, "semget": 64, "msgget": 68, "memfd_create": 319, "memfd_secret": 447,
         "setns": 308, "userfaultfd": 323, "bpf": 321, "perf_event_open": 298, "add_key": 248,
@@ -59,8 +69,8 @@ def seccomp_program() -> list[list[int]] | None:
     for number in table["refused"].values():
         program += [[_JEQ_K, 0, 1, number], [_RET_K, 0, 0, _RET_ERRNO | _EPERM]]
     program += [[_JEQ_K, 0, 1, table["clone3"]], [_RET_K, 0, 0, _RET_ERRNO | _ENOSYS]]
-    for name in ("clone", "unshare"):  # refused only when asking for a new user namespace
-        program += [[_JEQ_K, 0, 4, table[name]], [_LD_W_ABS, 0, 0, _OFFSET_ARG0],
+    for number in (table["clone"], table["unshare"]):  # refused only when asking for a new user namespace
+        program += [[_JEQ_K, 0, 4, number], [_LD_W_ABS, 0, 0, _OFFSET_ARG0],
                     [_JSET_K, 0, 1, _CLONE_NEWUSER], [_RET_K, 0, 0, _RET_ERRNO | _EPERM],
                     [_LD_W_ABS, 0, 0, _OFFSET_NR]]
     program.append([_RET_K, 0, 0, _RET_ALLOW])

@@ -20,8 +20,12 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cookbook_engine import models, paths
+
+if TYPE_CHECKING:
+    import psutil
 
 CALIBRATION_TOKENS = 64  # per sequence; two sequences per forward/backward
 RECENT_STEPS = 5  # the ETA uses the median of the last few step times
@@ -68,7 +72,8 @@ def calibrate(model: str = models.DEFAULT_MODEL) -> Speeds:
     trainer = service.create_lora_training_client(base_model=model, rank=32, train_unembed=False).result()
     tokens_T = list(range(10, 10 + CALIBRATION_TOKENS))
     datum = types.Datum(model_input=types.ModelInput.from_ints(tokens_T[:-1]), loss_fn_inputs={
-        "target_tokens": tokens_T[1:], "weights": [1.0] * (len(tokens_T) - 1)})
+        "target_tokens": types.TensorData(data=tokens_T[1:], dtype="int64"),
+        "weights": types.TensorData(data=[1.0] * (len(tokens_T) - 1), dtype="float32")})
     try:
         trainer.forward_backward([datum], "cross_entropy").result()  # warm-up: first call builds the adapter
         train_s = _seconds(trainer.forward_backward([datum, datum], "cross_entropy"))
@@ -143,7 +148,7 @@ def eta_seconds(step: int | None, total_steps: int | None, durations: list[float
     """Seconds until the run's last step, from the median of its recent step times (None until it has some)."""
     if not total_steps or not durations:
         return None
-    return max(0, total_steps - (step or 0)) * recent_step_seconds(durations)
+    return max(0, total_steps - (step or 0)) * statistics.median(durations[-RECENT_STEPS:])
 
 
 def clock(seconds: float | None) -> str:
@@ -162,7 +167,7 @@ def clock(seconds: float | None) -> str:
 
 # ---------------------------------------------------------------------------------------------- resource use
 
-_processes: dict[int, object] = {}
+_processes: dict[int, psutil.Process] = {}
 
 
 def process_usage(pid: int | None) -> dict | None:

@@ -106,9 +106,10 @@ class MergedLlama:
                 attn, mlp = layer.self_attn, layer.mlp
                 weights = [_merged_weight(m) for m in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj,
                                                        mlp.gate_proj, mlp.up_proj, mlp.down_proj)]
-                if any(w is None for w in weights):
+                merged = [w for w in weights if w is not None]
+                if len(merged) < len(weights):
                     return None
-                q, k, v, o, gate, up, down = weights
+                q, k, v, o, gate, up, down = merged
                 layers.append(_Layer(layer.input_layernorm.weight.detach(), _packed(torch.cat([q, k, v])),
                                      _packed(o), layer.post_attention_layernorm.weight.detach(),
                                      _packed(torch.cat([gate, up])), _packed(down)))

@@ -20,6 +20,7 @@ Not here: which rows need a gradient (local.py decides from the loss), sampling 
 from __future__ import annotations
 
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -162,10 +163,10 @@ def install_fast_lora(model: torch.nn.Module) -> int:
     return changed
 
 
-_FAST_LORA_CLASS = None
+_FAST_LORA_CLASS: type | None = None
 
 
-def _fast_lora_class(lora_linear):
+def _fast_lora_class(lora_linear: Any) -> type:  # Any: peft's class, subclassed here at run time
     global _FAST_LORA_CLASS
     if _FAST_LORA_CLASS is None:
         class FastLoraLinear(lora_linear):

@@ -315,8 +315,8 @@ class LocalSamplingClient:
 
     def sample(self, prompt: types.ModelInput, num_samples: int, sampling_params: types.SamplingParams,
                include_prompt_logprobs: bool = False, topk_prompt_logprobs: int = 0, topk_sample_logprobs: int = 0,
-               target_prompt_logprobs: types.TensorData | None = None, prompt_alt_tokens_k: int = 0,
-               prompt_logprobs_last_n: int | None = None) -> LocalFuture:
+               target_prompt_logprobs: object | None = None, prompt_alt_tokens_k: int = 0,
+               prompt_logprobs_last_n: int | None = None) -> LocalFuture:  # target_prompt_logprobs: refused
         _reject_unsupported("sample", {"topk_prompt_logprobs": topk_prompt_logprobs,
                                        "topk_sample_logprobs": topk_sample_logprobs,
                                        "target_prompt_logprobs": target_prompt_logprobs,
@@ -614,7 +614,7 @@ class LocalTrainingClient:
                                                 betas=(0.9, 0.95), eps=1e-12, weight_decay=0.0)
         return self._optimizer
 
-    def optim_step(self, optim_params: types.AdamParams | None = None, *,
+    def optim_step(self, optim_params: types.OptimParams | None = None, *,
                    adam_params: types.AdamParams | None = None) -> LocalFuture:
         adam_params = _adam_params(optim_params, adam_params)
 

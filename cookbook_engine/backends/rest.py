@@ -41,7 +41,8 @@ def _read_json(path: Path) -> dict:
 def _checkpoint(model_id: str, folder: Path) -> types.Checkpoint:
     kind = KIND_OF_FOLDER[folder.parent.name]
     meta = _read_json(folder / CHECKPOINT_META)
-    saved = meta.get("time") or datetime.fromtimestamp(folder.stat().st_mtime, UTC).isoformat()
+    saved = (datetime.fromisoformat(meta["time"]) if meta.get("time")
+             else datetime.fromtimestamp(folder.stat().st_mtime, UTC))
     size = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
     return types.Checkpoint(checkpoint_id=f"{kind}/{folder.name}", tinker_path=compat.tinker_path(model_id, kind,
                                                                                                     folder.name),
@@ -160,7 +161,7 @@ class LocalRestClient:
 
     def get_server_capabilities(self) -> LocalFuture:
         return LocalFuture.completed(types.GetServerCapabilitiesResponse(
-            supported_models=[{"model_name": models.DEFAULT_MODEL}]))
+            supported_models=[types.SupportedModel(model_name=models.DEFAULT_MODEL)]))
 
     def get_telemetry(self) -> None:
         return None

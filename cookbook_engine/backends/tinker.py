@@ -22,9 +22,10 @@ import hashlib
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import httpx
 from tinker import types
@@ -60,7 +61,7 @@ class ProbeResult:
     models: list[str] = field(default_factory=list)
     base_url: str = DEFAULT_BASE_URL
 
-    def raise_if_unavailable(self) -> "ProbeResult":
+    def raise_if_unavailable(self) -> ProbeResult:
         if not self.ok:
             raise TinkerUnavailable(self.reason, self.message)
         return self
@@ -255,7 +256,7 @@ def _sdk_service_client(**kwargs) -> Any:
 CLIENT_FACTORY: Callable[..., Any] = _sdk_service_client
 
 
-def hosted_service_client(client_factory: Callable[..., Any] | None = None) -> "HostedServiceClient":
+def hosted_service_client(client_factory: Callable[..., Any] | None = None) -> HostedServiceClient:
     """Probe the service (raising TinkerUnavailable with a clear reason), then build the SDK client."""
     result = probe().raise_if_unavailable()
     factory = client_factory or CLIENT_FACTORY
@@ -283,7 +284,8 @@ class HostedServiceClient:
         self.models = list(models_offered)
 
     def get_server_capabilities(self) -> types.GetServerCapabilitiesResponse:
-        return types.GetServerCapabilitiesResponse(supported_models=[{"model_name": m} for m in self.models])
+        return types.GetServerCapabilitiesResponse(
+            supported_models=[types.SupportedModel(model_name=m) for m in self.models])
 
     async def get_server_capabilities_async(self) -> types.GetServerCapabilitiesResponse:
         return self.get_server_capabilities()
@@ -303,14 +305,15 @@ class HostedServiceClient:
 
     def create_lora_training_client(self, base_model: str, rank: int = 32, seed: int | None = None,
                                     train_mlp: bool = True, train_attn: bool = True, train_unembed: bool = True,
-                                    user_metadata: dict | None = None, **_: Any) -> "HostedTrainingClient":
+                                    user_metadata: dict | None = None,
+                                    **_: Any) -> ClientFuture[HostedTrainingClient]:
         future = self._lora_request(base_model, rank, seed, train_mlp, train_attn, train_unembed, user_metadata)
         return _wrapped(future, lambda sdk: HostedTrainingClient(self, sdk))
 
     async def create_lora_training_client_async(self, base_model: str, rank: int = 32, seed: int | None = None,
                                                 train_mlp: bool = True, train_attn: bool = True,
                                                 train_unembed: bool = True, user_metadata: dict | None = None,
-                                                **_: Any) -> "HostedTrainingClient":
+                                                **_: Any) -> HostedTrainingClient:
         future = self._lora_request(base_model, rank, seed, train_mlp, train_attn, train_unembed, user_metadata)
         return HostedTrainingClient(self, await future)
 
@@ -322,11 +325,11 @@ class HostedServiceClient:
         future = self.sdk.create_training_client_from_state_with_optimizer(path=path)
         return _wrapped(future, lambda sdk: HostedTrainingClient(self, sdk))
 
-    async def create_training_client_from_state_async(self, path: str, **_: Any) -> "HostedTrainingClient":
+    async def create_training_client_from_state_async(self, path: str, **_: Any) -> HostedTrainingClient:
         return HostedTrainingClient(self, await self.sdk.create_training_client_from_state(path=path))
 
     async def create_training_client_from_state_with_optimizer_async(self, path: str, **_: Any
-                                                                     ) -> "HostedTrainingClient":
+                                                                     ) -> HostedTrainingClient:
         future = self.sdk.create_training_client_from_state_with_optimizer(path=path)
         return HostedTrainingClient(self, await future)
 
@@ -344,7 +347,7 @@ class HostedServiceClient:
                         lambda sdk: HostedSamplingClient(sdk, model_path))
 
     async def create_sampling_client_async(self, model_path: str | None = None, base_model: str | None = None,
-                                           **_: Any) -> "HostedSamplingClient":
+                                           **_: Any) -> HostedSamplingClient:
         return HostedSamplingClient(await self._sampling_request(model_path, base_model), model_path)
 
 
@@ -438,7 +441,7 @@ class HostedTrainingClient:
         return _wrapped(self.sdk.save_weights_and_get_sampling_client(), lambda sdk: HostedSamplingClient(sdk, None))
 
     async def save_weights_and_get_sampling_client_async(self, name: str | None = None, **_: Any
-                                                         ) -> "HostedSamplingClient":
+                                                         ) -> HostedSamplingClient:
         if name:
             saved = await self.save_weights_for_sampler(name)
             return await self.service.create_sampling_client_async(model_path=saved.path)

@@ -73,7 +73,7 @@ class EvalSet:
 
 
 def _plain(example):
-    return asdict(example) if is_dataclass(example) else example
+    return asdict(example) if is_dataclass(example) and not isinstance(example, type) else example
 
 
 # ------------------------------------------------------------------------------------------------ built-ins

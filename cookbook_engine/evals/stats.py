@@ -139,7 +139,7 @@ def classification_metrics(labels: Sequence[str], truths: Sequence[str], predict
     for label in labels:
         hits = sum(t == label and p == label for t, p in pairs)
         s = scores[label]
-        metrics.append(Metric(f"precision/{label}", s["precision"], s["predicted"],
-                              *wilson_interval(hits, s["predicted"])))
-        metrics.append(Metric(f"recall/{label}", s["recall"], s["support"], *wilson_interval(hits, s["support"])))
+        predicted, support = int(s["predicted"]), int(s["support"])  # counts, kept in the float table
+        metrics.append(Metric(f"precision/{label}", s["precision"], predicted, *wilson_interval(hits, predicted)))
+        metrics.append(Metric(f"recall/{label}", s["recall"], support, *wilson_interval(hits, support)))
     return metrics

@@ -72,7 +72,8 @@ def _draw(rng: random.Random, op: str, low: int, high: int) -> ArithmeticProblem
 def held_out_problems() -> list[ArithmeticProblem]:
     """The fixed held-out set: HELD_OUT_SIZE distinct two-digit problems, the ops in turn."""
     rng = random.Random(ARITHMETIC_SPLIT_SEED)
-    problems, seen = [], set()
+    problems: list[ArithmeticProblem] = []
+    seen: set[tuple[int, str, int]] = set()
     while len(problems) < HELD_OUT_SIZE:
         problem = _draw(rng, HELD_OUT_OPS[len(problems) % len(HELD_OUT_OPS)], *TWO_DIGITS)
         if problem.key not in seen:
@@ -99,7 +100,7 @@ def training_problems(seed: int, step: int, total_steps: int, count: int) -> lis
     """The `count` training problems of one step: operands in 1..operand_bound(step), never a held-out problem."""
     rng = random.Random((seed * 1_000_003 + step) * 7 + 1)
     high = operand_bound(step, total_steps)
-    problems = []
+    problems: list[ArithmeticProblem] = []
     while len(problems) < count:
         problem = _draw(rng, TRAIN_OPS[len(problems) % len(TRAIN_OPS)], 1, high)
         if not is_held_out(problem):

@@ -320,12 +320,14 @@ class _Solution:
                 self.start()
             except ProtocolError as error:
                 return _error_reply(request["id"], f"the solution could not be started again: {error}")
-        self.process.send((json.dumps(request) + "\n").encode())
-        line = self.process.read_line(self.budget_s, MAX_LINE_BYTES)
+        process = self.process
+        assert process is not None  # started above
+        process.send((json.dumps(request) + "\n").encode())
+        line = process.read_line(self.budget_s, MAX_LINE_BYTES)
         try:
             return check_reply(parse_message(line), request["id"])
         except ProtocolError as error:
-            too_long = self.process.unread_stdout_bytes > MAX_LINE_BYTES
+            too_long = process.unread_stdout_bytes > MAX_LINE_BYTES
             reason = self.stop()
             if line is not None or too_long:
                 reason = f"a reply over {MAX_LINE_BYTES} bytes" if too_long else f"a malformed reply: {error}"

@@ -29,6 +29,7 @@ import asyncio
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from cookbook_engine import datasets
 from cookbook_engine.config import RLConfig
@@ -150,7 +151,7 @@ class ProblemDataset(RLDataset):
     """Problems in a deterministic shuffle per epoch, `groups_per_batch` of them per step (cycling when there are
     fewer problems than that)."""
 
-    def __init__(self, problems: list, make_builder: Callable[[object], EnvGroupBuilder], groups_per_batch: int,
+    def __init__(self, problems: list, make_builder: Callable[[Any], EnvGroupBuilder], groups_per_batch: int,
                  seed: int):
         if not problems:
             raise ValueError("ProblemDataset: no problems")
@@ -173,7 +174,7 @@ class CurriculumDataset(RLDataset):
     """Problems drawn afresh for each step by `draw(step)` (a pure function of the step, so a resumed run gets the
     same batches), each made into a group by `make_builder`."""
 
-    def __init__(self, draw: Callable[[int], list], make_builder: Callable[[object], EnvGroupBuilder],
+    def __init__(self, draw: Callable[[int], list], make_builder: Callable[[Any], EnvGroupBuilder],
                  batches_per_epoch: int):
         self.draw, self.make_builder, self.batches_per_epoch = draw, make_builder, batches_per_epoch
 
@@ -226,6 +227,8 @@ def build_env(config: RLConfig, renderer) -> EnvSetup:
 
     if config.env == "arithmetic":
         return arithmetic_setup(config, renderer)
+    train: list[Any]  # code_problems.CodeProblem or datasets.RLProblem: each has .prompt, as make() needs
+    test: list[Any]
     if config.env == "code":
         train, test = code_problems.train_test_split()
         test = test[:config.num_eval_problems]

@@ -96,7 +96,8 @@ def _service_routes(app: FastAPI, state: ServerState) -> None:
 
     @app.get("/api/v1/get_server_capabilities")
     async def capabilities():
-        return _json(types.GetServerCapabilitiesResponse(supported_models=[{"model_name": models.DEFAULT_MODEL}]))
+        return _json(types.GetServerCapabilitiesResponse(
+            supported_models=[types.SupportedModel(model_name=models.DEFAULT_MODEL)]))
 
     @app.post("/api/v1/create_session")
     async def create_session(request: Request):
@@ -179,11 +180,12 @@ def _training_routes(app: FastAPI, state: ServerState) -> None:
         body = types.SaveWeightsForSamplerRequest.model_validate(await request.json())
         session, client = state.model(body.model_id)
         if body.path:  # named, persistent sampler weights
-            future = client.save_weights_for_sampler(body.path, body.ttl_seconds, body.user_metadata).future()
+            name = body.path
+            future = client.save_weights_for_sampler(name, body.ttl_seconds, body.user_metadata).future()
 
             def saved(response):
                 path = _tinker_path(response.path)
-                state.on_checkpoint(session, body.path, "sampler", path)
+                state.on_checkpoint(session, name, "sampler", path)
                 return types.SaveWeightsForSamplerResponseInternal(path=path)
 
             return _json(state.futures.add(map_future(future, saved), "save_weights_for_sampler"))
@@ -199,6 +201,8 @@ def _training_routes(app: FastAPI, state: ServerState) -> None:
     async def load_weights(request: Request):
         body = types.LoadWeightsRequest.model_validate(await request.json())
         if body.model_id is None:  # a new training client from a checkpoint (create_training_client_from_state*)
+            if body.session_id is None:
+                raise ValueError("load_weights: a new training client needs the session_id it belongs to")
             session = state.session(body.session_id)
             create = (session.service.create_training_client_from_state_with_optimizer if body.optimizer
                       else session.service.create_training_client_from_state)
@@ -259,7 +263,7 @@ def _future_routes(app: FastAPI, state: ServerState) -> None:
         future, _ = entry
         try:
             await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), LONG_POLL_S)
-        except (asyncio.TimeoutError, TimeoutError):
+        except TimeoutError:
             return JSONResponse({"type": "try_again", "request_id": body.request_id, "queue_state": "active"})
         except Exception:
             pass  # reported below from the future itself

@@ -20,13 +20,16 @@ import logging
 import threading
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from tinker import types
 
 from cookbook_engine import paths
 from cookbook_engine.backends.local import LocalSamplingClient, LocalServiceClient, LocalTrainingClient
 from storage.statuses import RunStatus, SessionEnd, run_status_after
+
+if TYPE_CHECKING:
+    from storage.service import StoreClient
 
 log = logging.getLogger(__name__)
 RL_LOSSES = {"importance_sampling", "ppo", "cispo", "dro", "gspo", "stable_reinforce"}
@@ -86,7 +89,7 @@ class ServerState:
         self.samplers: dict[str, tuple[Session, LocalSamplingClient]] = {}
         self.futures = Futures()
         self.record = record
-        self._store = None
+        self._store: StoreClient | None = None
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
 
@@ -120,7 +123,9 @@ class ServerState:
         with self._lock:
             session.models[model_id] = client
             self.models[model_id] = (session, client)
-        self.start_run(session, client.get_info().model_data.model_name, lora_rank=client.rank)
+        base_model = client.get_info().model_data.model_name
+        assert base_model is not None  # the local client always names its base model
+        self.start_run(session, base_model, lora_rank=client.rank)
         return model_id
 
     def add_sampler(self, session: Session, client: LocalSamplingClient) -> str:
@@ -144,7 +149,7 @@ class ServerState:
                 self.finish(session_id, SessionEnd.INTERRUPTED)
 
     # --- recording the session as a studio run ------------------------------------------------------------
-    def _storage(self):
+    def _storage(self) -> StoreClient:
         if self._store is None:
             from storage.service import StoreClient
 

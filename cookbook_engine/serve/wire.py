@@ -10,14 +10,16 @@ Not here: routes (app.py), sessions and futures (state.py).
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import numpy as np
 from tinker import types
 from tinker.proto import tinker_public_pb2 as pb
 
 PROTO_CONTENT_TYPE = "application/x-protobuf"
-_DTYPES = {pb.DTYPE_FLOAT32: ("float32", np.float32), pb.DTYPE_INT64: ("int64", np.int64),
-           pb.DTYPE_INT32: ("int64", np.int32)}
+_DTYPES: dict[int, tuple[Literal["float32", "int64"], type]] = {
+    pb.DTYPE_FLOAT32: ("float32", np.float32), pb.DTYPE_INT64: ("int64", np.int64),
+    pb.DTYPE_INT32: ("int64", np.int32)}
 _STOP_REASONS = {"stop": pb.STOP_REASON_STOP, "length": pb.STOP_REASON_LENGTH}
 
 
@@ -32,7 +34,7 @@ def _tensor(msg: pb.Tensor) -> types.TensorData:
 
 
 def _model_input(chunks) -> types.ModelInput:
-    pieces = []
+    pieces: list[types.ModelInputChunk] = []
     for chunk in chunks:
         if chunk.WhichOneof("chunk") != "encoded_text":
             raise ValueError("forward_backward: only token (encoded_text) inputs are supported by cookbook serve")
