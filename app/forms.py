@@ -25,6 +25,7 @@ from cookbook_engine import (
     renderers,
     speed,
     suggested as suggested_settings,
+    train_loop,
 )
 from cookbook_engine.builtin_data import BUILTIN
 from storage import statuses
@@ -374,28 +375,24 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 90 else f"{seconds:.0f} s"
 
 
-def estimate(config: cfg.CommonConfig, prepared) -> str:
-    """Tokens the run will process and a rough time, from this machine's measured speeds for the model (see
-    cookbook_engine/speed.py); the run page then corrects it from the run's own step times."""
+def estimate(config: cfg.CommonConfig, prepared: object) -> str:
+    """Tokens the run will process and a rough time, from the loop's own plan (its `plan(config, prepared)`, the step
+    count it runs) and this machine's measured speeds for the model (see cookbook_engine/speed.py); the run page then
+    corrects it from the run's own step times."""
+    if config.kind != "rl" and not getattr(prepared, "train", None):
+        return ""
     rate = speed.speeds(config.model)
-    if config.kind == "rl":
-        steps = config.max_steps
-        sampled = steps * config.groups_per_batch * config.group_size * config.max_tokens
+    plan = train_loop.loop_module(config.kind).plan(config, prepared)
+    steps = plan.total_steps
+    if isinstance(config, cfg.RLConfig):
         text = f"{steps} steps × {config.groups_per_batch} problems × {config.group_size} samples: at most " \
-               f"{sampled:,} sampled tokens"
-        seconds = sampled / rate.sample_tok_s + sampled / rate.train_tok_s
+               f"{plan.tokens:,} sampled tokens"
+        seconds = plan.tokens / rate.sample_tok_s + plan.tokens / rate.train_tok_s
     else:
-        train = getattr(prepared, "train", None)
-        if not train:
-            return ""
-        count = len(train)
-        tokens_per_example = (getattr(prepared, "train_tokens", 0) or _datum_tokens(train)) / max(1, count)
-        steps = planned_steps(config, count)
-        tokens = int(steps * min(config.batch_size, count) * tokens_per_example)  # a DPO pair counts both sides
         what = "pairs" if config.kind == "dpo" else "examples"
-        text = f"{steps} steps × {config.batch_size} {what} ≈ {tokens:,} training tokens"
+        text = f"{steps} steps × {config.batch_size} {what} ≈ {plan.tokens:,} training tokens"
         # DPO also scores every pair under the reference model (a forward pass without gradients)
-        seconds = tokens / rate.train_tok_s + (tokens / rate.eval_tok_s if config.kind == "dpo" else 0.0)
+        seconds = plan.tokens / rate.train_tok_s + (plan.tokens / rate.eval_tok_s if config.kind == "dpo" else 0.0)
         test = getattr(prepared, "test", None) or []
         evals = (steps // config.eval_every if config.eval_every else 0) + 1
         seconds += evals * _datum_tokens(test) / rate.eval_tok_s
@@ -417,11 +414,8 @@ def estimate(config: cfg.CommonConfig, prepared) -> str:
 
 
 def planned_steps(config: cfg.CommonConfig, count: int) -> int:
-    """Steps an SL or DPO run takes over `count` training examples (max_steps, when set, wins over epochs)."""
-    steps = max(1, count // config.batch_size) * config.num_epochs
-    if config.max_steps:
-        steps = min(steps, config.max_steps) if config.num_epochs > 1 else config.max_steps
-    return steps
+    """Steps an SL or DPO run takes over `count` training examples, as its loop plans them."""
+    return train_loop.plan_steps(config, count)[1]
 
 
 def epochs_note(config: cfg.CommonConfig, prepared) -> str:

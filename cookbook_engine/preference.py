@@ -16,14 +16,17 @@ where pi and ref are sums of token log-probs over the scored tokens; metrics dpo
 (pi_c - ref_c) > (pi_r - ref_r) by more than TIE_TOLERANCE: strict, as TRL and tinker-cookbook count it), ties (share
 within TIE_TOLERANCE: all of them at the start, when the policy is the reference, so accuracy starts at 0), margin,
 chosen_reward and rejected_reward (beta times the log-ratios), and test/ versions on held-out pairs every
-`eval_every` steps (through `forward`, no gradient). Checkpoints and resume work as in supervised.py.
+`eval_every` steps (through `forward`, no gradient). `plan()` says how many steps a run takes, as in supervised.py;
+the loop's frame (evaluations, checkpoints, resume, the end) is train_loop.py's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -32,10 +35,22 @@ from tinker import types
 from cookbook_engine import datasets, renderers, suggested
 from cookbook_engine.config import DPOConfig
 from cookbook_engine.evals.evaluators import resolved_client
-from cookbook_engine.evals.in_training import NamedEvals
-from cookbook_engine.supervised import batch_at, passes_note, plan_steps
-from cookbook_engine.train_common import (adam_params, datum_from_tokens, fit_length, learning_rate_for,
-                                          lr_multiplier, save_checkpoint, start_training_client, tokenizer_for)
+from cookbook_engine.evals.in_training import NamedEvals, PeriodicEvals
+from cookbook_engine.supervised import batch_at, passes_note
+from cookbook_engine.train_common import (
+    adam_params,
+    datum_from_tokens,
+    fit_length,
+    learning_rate_for,
+    lr_multiplier,
+    start_training_client,
+    tokenizer_for,
+)
+from cookbook_engine.train_loop import LoopPlan, LoopSkeleton, StepClock, SubmittedBatch, data_plan, step_metrics
+
+if TYPE_CHECKING:
+    from cookbook_engine.backends.protocol import SamplingClient, ServiceClient, TrainingClient
+    from cookbook_engine.runs import RunContext
 
 # DPO moves a model faster than SL on the same data: with learning_rate=auto it uses this share of the model's
 # suggested (SL) rate. For the default model: 1e-3 * 0.2 = 2e-4.
@@ -85,18 +100,23 @@ def side_tokens(renderer, prompt: list[dict], continuation: list[dict]) -> tuple
 
 def render_pairs(pairs: list[datasets.PreferencePair], renderer, max_length: int
                  ) -> tuple[list[PairDatums], int, int]:
-    rendered, truncated, dropped = [], 0, 0
+    rendered: list[PairDatums] = []
+    truncated = dropped = 0
     for pair in pairs:
-        sides = []
+        sides: list[tuple[list[int], list[float]]] = []
+        cut = False
         for continuation in (pair.chosen, pair.rejected):
             tokens, weights = side_tokens(renderer, pair.prompt, continuation)
             fitted = fit_length(tokens, weights, max_length, "truncate")
-            sides.append(None if fitted is None else (fitted, len(fitted[0]) < len(tokens)))
-        if None in sides:
+            if fitted is None:
+                break
+            sides.append(fitted)
+            cut = cut or len(fitted[0]) < len(tokens)
+        if len(sides) < 2:
             dropped += 1
             continue
-        truncated += any(cut for _, cut in sides)
-        rendered.append(PairDatums(datum_from_tokens(*sides[0][0]), datum_from_tokens(*sides[1][0])))
+        truncated += cut
+        rendered.append(PairDatums(datum_from_tokens(*sides[0]), datum_from_tokens(*sides[1])))
     return rendered, truncated, dropped
 
 
@@ -112,6 +132,11 @@ def prepare(config: DPOConfig) -> PreparedDPO:
                                     "left to score on both sides")
     tokens = sum(p.chosen.model_input.length + p.rejected.model_input.length for p in train)
     return PreparedDPO(train, test, truncated, dropped, renderer.name, tokens)
+
+
+def plan(config: DPOConfig, prepared: PreparedDPO) -> LoopPlan:
+    """The steps this run takes (epochs of batches of pairs, max_steps) and the training tokens (both sides)."""
+    return data_plan(config, len(prepared.train), prepared.train_tokens)
 
 
 def dpo_learning_rate(config: DPOConfig) -> float:
@@ -157,7 +182,7 @@ def interleave(pairs: list[PairDatums]) -> list[types.Datum]:
     return [datum for pair in pairs for datum in (pair.chosen, pair.rejected)]
 
 
-def make_loss_fn(reference_P: list[tuple[float, float]], beta: float):
+def make_loss_fn(reference_P: list[tuple[float, float]], beta: float) -> Callable[..., Any]:
     """The forward_backward_custom loss for interleaved (chosen, rejected) data."""
     chosen_ref_P = torch.tensor([ref[0] for ref in reference_P])
     rejected_ref_P = torch.tensor([ref[1] for ref in reference_P])
@@ -172,7 +197,7 @@ def make_loss_fn(reference_P: list[tuple[float, float]], beta: float):
 # ------------------------------------------------------------------------------------------------ reference
 
 
-def reference_sampling_client(service, config: DPOConfig, store=None):
+def reference_sampling_client(service: ServiceClient, config: DPOConfig, store: Any = None) -> SamplingClient:
     """The fixed reference: the checkpoint the run started from, else the base model. A full state path is swapped
     for the sampler weights saved with it when the store knows them (the hosted service samples only from those)."""
     if not config.start_checkpoint:
@@ -188,7 +213,7 @@ def reference_sampling_client(service, config: DPOConfig, store=None):
 class ReferenceLogprobs:
     """Summed reference log-probs of each pair's sides, computed at first use and kept for the run."""
 
-    def __init__(self, sampling_client):
+    def __init__(self, sampling_client: SamplingClient):
         self.client = sampling_client
         self._cache: dict[int, tuple[float, float]] = {}
 
@@ -209,7 +234,8 @@ class ReferenceLogprobs:
 # ------------------------------------------------------------------------------------------------ the loop
 
 
-async def evaluate(client, reference: ReferenceLogprobs, test: list[PairDatums], beta: float) -> dict[str, float]:
+async def evaluate(client: TrainingClient, reference: ReferenceLogprobs, test: list[PairDatums], beta: float
+                   ) -> dict[str, float]:
     """test/dpo_loss, test/accuracy, ... on held-out pairs, with the current weights and no gradient."""
     policy_P: list[tuple[float, float]] = []
     for start in range(0, len(test), EVAL_BATCH_PAIRS):
@@ -224,59 +250,54 @@ async def evaluate(client, reference: ReferenceLogprobs, test: list[PairDatums],
     return {f"test/{key}": value for key, value in metrics.items()}
 
 
-async def train(config: DPOConfig, ctx, prepared: PreparedDPO | None = None) -> None:
+def held_out_evals(config: DPOConfig, prepared: PreparedDPO, reference: ReferenceLogprobs) -> PeriodicEvals:
+    """test/dpo_loss, test/accuracy, ... on the held-out pairs (when there are any) and the named eval sets (evals=...:
+    test/<set>/<metric>), at the same points."""
+    test = prepared.test
+    return PeriodicEvals((lambda client: evaluate(client, reference, test, config.dpo_beta)) if test else None,
+                         NamedEvals.for_config(config))
+
+
+async def submit(client: TrainingClient, config: DPOConfig, step: int, pairs: list[PairDatums],
+                 reference: ReferenceLogprobs, lr: float, metrics: dict[str, float]) -> SubmittedBatch:
+    """A step's reference log-probs (first use of its pairs), then its forward_backward and optim_step queued."""
+    started = time.perf_counter()
+    reference_P = await reference.for_pairs(pairs)
+    data = interleave(pairs)
+    fb_future = await client.forward_backward_custom_async(data, make_loss_fn(reference_P, config.dpo_beta))
+    optim_future = await client.optim_step_async(adam_params(config, lr))
+    return SubmittedBatch(step, fb_future, optim_future, data, lr, started, metrics)
+
+
+async def log_finished(ctx: RunContext, submitted: SubmittedBatch, plan: LoopPlan, clock: StepClock) -> None:
+    """Await a submitted step and log its metrics after the evaluations measured before it."""
+    output, optim = await submitted.results()
+    metrics = dict(submitted.metrics)
+    metrics.update({key: value for key, value in (output.metrics or {}).items() if ":" not in key})
+    metrics.update({"num_pairs": len(submitted.data) // 2,
+                    "num_tokens": sum(d.model_input.length for d in submitted.data)})
+    metrics.update(step_metrics(submitted, optim, plan, clock))
+    ctx.logger.log_metrics(submitted.step, metrics)
+    ctx.progress(submitted.step + 1, plan.total_steps)
+
+
+async def train(config: DPOConfig, ctx: RunContext, prepared: PreparedDPO | None = None) -> None:
     prepared = prepared or prepare(config)
     service, client, start_step = start_training_client(config, ctx.resume, ctx)
     reference = ReferenceLogprobs(reference_sampling_client(service, config, getattr(ctx, "store", None)))
-    named_evals = NamedEvals.for_config(config)  # evals=...: test/<set>/<metric> at the same points as test/accuracy
     base_lr = dpo_learning_rate(config)
-    batches_per_epoch, total_steps = plan_steps(config, len(prepared.train))
-    ctx.note(f"DPO on {config.model}: {prepared.summary()}; {total_steps} steps of {config.batch_size} pairs = "
-             f"{passes_note(config, batches_per_epoch, total_steps)}, "
-             f"beta {config.dpo_beta:g}, lr {base_lr:g} ({config.lr_schedule}); reference "
-             f"{config.start_checkpoint or 'the base model'}"
-             + (f"; resuming at step {start_step}" if start_step else ""))
-    ctx.progress(start_step, total_steps)
-    run_started = time.perf_counter()
-    step = start_step
-    for step in range(start_step, total_steps):
-        if ctx.cancelled():
-            break
-        metrics: dict[str, float] = {}
-        if config.eval_every and step % config.eval_every == 0 and prepared.test:
-            metrics.update(await evaluate(client, reference, prepared.test, config.dpo_beta))
-        if config.eval_every and step % config.eval_every == 0:
-            metrics.update(await named_evals(client))
-        step_started = time.perf_counter()
-        pairs = batch_at(prepared.train, config, step, batches_per_epoch)
-        reference_P = await reference.for_pairs(pairs)
-        data = interleave(pairs)
-        lr = base_lr * lr_multiplier(config.lr_schedule, step, total_steps)
-        fb_future = await client.forward_backward_custom_async(data, make_loss_fn(reference_P, config.dpo_beta))
-        optim_future = await client.optim_step_async(adam_params(config, lr))
-        output = await fb_future
-        optim = await optim_future
-        metrics.update({key: value for key, value in (output.metrics or {}).items() if ":" not in key})
-        metrics.update({
-            "learning_rate": lr, "num_pairs": len(pairs), "num_tokens": sum(d.model_input.length for d in data),
-            "epoch": step // batches_per_epoch, "progress": (step + 1) / total_steps,
-            "time/step": time.perf_counter() - step_started, "time/total": time.perf_counter() - run_started,
-        })
-        if optim.metrics and "grad_norm" in optim.metrics:
-            metrics["optim/grad_norm"] = optim.metrics["grad_norm"]
-        ctx.logger.log_metrics(step, metrics)
-        ctx.progress(step + 1, total_steps)
-        done = step + 1
-        if config.save_every and done % config.save_every == 0 and done < total_steps:
-            await save_checkpoint(client, ctx, step=done, name=f"{done:06d}",
-                                  loop_state={"batch": done, "epoch": done // batches_per_epoch})
-    else:
-        step = total_steps
-    completed = step if ctx.cancelled() else total_steps
-    if not ctx.cancelled() and prepared.test:
-        ctx.logger.log_metrics(total_steps, await evaluate(client, reference, prepared.test, config.dpo_beta))
-    if not ctx.cancelled() and named_evals:
-        ctx.logger.log_metrics(total_steps, await named_evals(client))
-    await save_checkpoint(client, ctx, step=completed, name="final" if completed == total_steps else f"{completed:06d}",
-                          loop_state={"batch": completed, "epoch": completed // batches_per_epoch}, final=True)
-    ctx.note(f"saved step {completed} of {total_steps}")
+    run_plan = plan(config, prepared)
+    loop = LoopSkeleton(config, ctx, client, run_plan, start_step, held_out_evals(config, prepared, reference))
+    loop.start(f"DPO on {config.model}: {prepared.summary()}; {run_plan.total_steps} steps of {config.batch_size} "
+               f"pairs = {passes_note(config, run_plan.batches_per_epoch, run_plan.total_steps)}, "
+               f"beta {config.dpo_beta:g}, lr {base_lr:g} ({config.lr_schedule}); reference "
+               f"{config.start_checkpoint or 'the base model'}")
+    clock = StepClock()
+    for step in loop.steps():
+        metrics = await loop.evaluations_due(step, client)
+        pairs = batch_at(prepared.train, config, step, run_plan.batches_per_epoch)
+        lr = base_lr * lr_multiplier(config.lr_schedule, step, run_plan.total_steps)
+        await log_finished(ctx, await submit(client, config, step, pairs, reference, lr, metrics), run_plan, clock)
+        if loop.save_due(step + 1):
+            await loop.save(step + 1)
+    await loop.finish(client)

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from cookbook_engine import config as cfg, memory, paths, secrets
@@ -98,20 +99,10 @@ def new_run_id(kind: str) -> str:
     return f"{kind}-{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
 
 
-def _loop_for(kind: str):
-    if kind == "sl":
-        from cookbook_engine import supervised
+def _loop_for(kind: str) -> ModuleType:
+    from cookbook_engine.train_loop import loop_module
 
-        return supervised
-    if kind == "dpo":
-        from cookbook_engine import preference
-
-        return preference
-    if kind == "rl":
-        from cookbook_engine.rl import loop
-
-        return loop
-    raise cfg.ConfigError(f"unknown run kind {kind!r}")
+    return loop_module(kind)
 
 
 def preflight(config: cfg.CommonConfig) -> Any:

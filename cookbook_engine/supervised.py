@@ -5,7 +5,9 @@
 can fail on bad input run here, before a run exists. `train()` is the loop: batches are submitted ahead (the next
 step's forward_backward and optim_step are queued before the previous step's results are awaited), the learning
 rate follows a linear / cosine / constant schedule, test NLL is computed every `eval_every` steps, the state is
-saved every `save_every` steps and at the end, and a resumed run continues at its checkpoint's batch.
+saved every `save_every` steps and at the end, and a resumed run continues at its checkpoint's batch. `plan()` says
+how many steps that is (the New run form's estimate reads it). The loop's frame (evaluations, checkpoints, the end)
+is train_loop.py's, shared with DPO and RL.
 """
 
 from __future__ import annotations
@@ -13,14 +15,37 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
 
 from tinker import types
 
 from cookbook_engine import datasets, renderers, suggested
-from cookbook_engine.config import SLConfig
-from cookbook_engine.evals.in_training import NamedEvals
-from cookbook_engine.train_common import (adam_params, datum_from_tokens, fit_length, learning_rate_for,
-                                          lr_multiplier, save_checkpoint, start_training_client, tokenizer_for)
+from cookbook_engine.config import CommonConfig, SLConfig
+from cookbook_engine.evals.in_training import NamedEvals, PeriodicEvals
+from cookbook_engine.train_common import (
+    adam_params,
+    datum_from_tokens,
+    fit_length,
+    learning_rate_for,
+    lr_multiplier,
+    start_training_client,
+    tokenizer_for,
+)
+from cookbook_engine.train_loop import (
+    LoopPlan,
+    LoopSkeleton,
+    StepClock,
+    SubmittedBatch,
+    data_plan,
+    plan_steps as plan_steps,  # re-exported: tests and benchmarks plan with it
+    step_metrics,
+)
+
+if TYPE_CHECKING:
+    from cookbook_engine.backends.protocol import TrainingClient
+    from cookbook_engine.runs import RunContext
+
+Item = TypeVar("Item")  # a training example (SL: a datum; DPO: a pair of datums)
 
 
 @dataclass
@@ -80,16 +105,12 @@ def sl_learning_rate(config: SLConfig) -> float:
     return measured.learning_rate if measured else learning_rate_for(config)
 
 
-def plan_steps(config: SLConfig, num_examples: int) -> tuple[int, int]:
-    """(batches per epoch, total steps)."""
-    batches_per_epoch = max(1, num_examples // config.batch_size)
-    total = batches_per_epoch * config.num_epochs
-    if config.max_steps:
-        total = min(total, config.max_steps) if config.num_epochs > 1 else config.max_steps
-    return batches_per_epoch, total
+def plan(config: SLConfig, prepared: PreparedSL) -> LoopPlan:
+    """The steps this run takes (epochs of batches, max_steps) and the training tokens they process."""
+    return data_plan(config, len(prepared.train), prepared.train_tokens)
 
 
-def passes_note(config: SLConfig, batches_per_epoch: int, total_steps: int) -> str:
+def passes_note(config: CommonConfig, batches_per_epoch: int, total_steps: int) -> str:
     """How many passes over the training data `total_steps` make, said plainly ("1 pass", "1.5 passes"), and when
     max_steps makes that more or fewer than the Epochs setting, that it does."""
     passes = total_steps / batches_per_epoch
@@ -99,7 +120,7 @@ def passes_note(config: SLConfig, batches_per_epoch: int, total_steps: int) -> s
     return text
 
 
-def batch_at(train: list[types.Datum], config: SLConfig, step: int, batches_per_epoch: int) -> list[types.Datum]:
+def batch_at(train: list[Item], config: CommonConfig, step: int, batches_per_epoch: int) -> list[Item]:
     """The batch of a step: a deterministic shuffle per epoch, so a resumed run sees the same order."""
     epoch, index = divmod(step, batches_per_epoch)
     order = list(range(len(train)))
@@ -118,7 +139,8 @@ def weighted_nll(data: list[types.Datum], output: types.ForwardBackwardOutput) -
     return total, weight_sum
 
 
-async def evaluate(client, test: list[types.Datum], batch_size: int = 16) -> dict[str, float]:
+async def evaluate(client: TrainingClient, test: list[types.Datum], batch_size: int = 16) -> dict[str, float]:
+    """test/nll: the weighted mean NLL of the held-out examples on `client`'s weights (no gradient)."""
     futures = [await client.forward_async(test[i:i + batch_size], "cross_entropy")
                for i in range(0, len(test), batch_size)]
     total, weight_sum = 0.0, 0.0
@@ -128,75 +150,58 @@ async def evaluate(client, test: list[types.Datum], batch_size: int = 16) -> dic
     return {"test/nll": total / max(weight_sum, 1e-9)}
 
 
-async def train(config: SLConfig, ctx, prepared: PreparedSL | None = None) -> None:
+def held_out_evals(config: SLConfig, prepared: PreparedSL) -> PeriodicEvals:
+    """test/nll on the held-out examples (when there are any) and the named eval sets (evals=...:
+    test/<set>/<metric>), at the same points."""
+    test = prepared.test
+    return PeriodicEvals((lambda client: evaluate(client, test)) if test else None, NamedEvals.for_config(config))
+
+
+async def submit(client: TrainingClient, config: SLConfig, step: int, batch: list[types.Datum], lr: float,
+                 metrics: dict[str, float]) -> SubmittedBatch:
+    """Queue a step's forward_backward and optim_step without awaiting them."""
+    submitted = time.perf_counter()
+    fb_future = await client.forward_backward_async(batch, "cross_entropy")
+    optim_future = await client.optim_step_async(adam_params(config, lr))
+    return SubmittedBatch(step, fb_future, optim_future, batch, lr, submitted, metrics)
+
+
+async def log_finished(ctx: RunContext, submitted: SubmittedBatch, plan: LoopPlan, clock: StepClock) -> None:
+    """Await a submitted step and log its metrics (with the evaluations measured before it)."""
+    output, optim = await submitted.results()
+    nll, weight_sum = weighted_nll(submitted.data, output)
+    common = step_metrics(submitted, optim, plan, clock)
+    num_tokens = sum(d.model_input.length for d in submitted.data)
+    metrics = {"train_mean_nll": nll / max(weight_sum, 1e-9), "num_tokens": num_tokens,
+               "num_loss_tokens": weight_sum, "num_sequences": len(submitted.data), **common,
+               "throughput/tokens_per_s": num_tokens / max(common["time/step"], 1e-9), **submitted.metrics}
+    ctx.logger.log_metrics(submitted.step, metrics)
+    ctx.progress(submitted.step + 1, plan.total_steps)
+
+
+async def train(config: SLConfig, ctx: RunContext, prepared: PreparedSL | None = None) -> None:
     prepared = prepared or prepare(config)
     _, client, start_step = start_training_client(config, ctx.resume, ctx)
-    named_evals = NamedEvals.for_config(config)  # evals=...: test/<set>/<metric> at the same points as test NLL
     base_lr = sl_learning_rate(config)
-    batches_per_epoch, total_steps = plan_steps(config, len(prepared.train))
-    ctx.note(f"SL on {config.model}: {prepared.summary()}; {total_steps} steps of {config.batch_size} = "
-             f"{passes_note(config, batches_per_epoch, total_steps)}, "
-             f"lr {base_lr:g} ({config.lr_schedule})" + (f"; resuming at step {start_step}" if start_step else ""))
-    ctx.progress(start_step, total_steps)
-    run_started = time.perf_counter()
-    clock = {"last_done": run_started}
-    pending = None
-
-    async def finish(item) -> None:
-        step, fb_future, optim_future, batch, lr, submitted, extra = item
-        output = await fb_future
-        optim = await optim_future
-        nll, weight_sum = weighted_nll(batch, output)
-        now = time.perf_counter()
-        # wall time since the previous step finished (or since this one was submitted, if later): with submit-ahead
-        # pipelining, this is the step's own share of the time.
-        elapsed = now - max(submitted, clock["last_done"])
-        clock["last_done"] = now
-        num_tokens = sum(d.model_input.length for d in batch)
-        metrics = {
-            "train_mean_nll": nll / max(weight_sum, 1e-9), "learning_rate": lr, "num_tokens": num_tokens,
-            "num_loss_tokens": weight_sum, "num_sequences": len(batch), "epoch": step // batches_per_epoch,
-            "progress": (step + 1) / total_steps, "time/step": elapsed, "time/total": time.perf_counter() - run_started,
-            "throughput/tokens_per_s": num_tokens / max(elapsed, 1e-9),
-        }
-        if optim.metrics and "grad_norm" in optim.metrics:
-            metrics["optim/grad_norm"] = optim.metrics["grad_norm"]
-        metrics.update(extra)
-        ctx.logger.log_metrics(step, metrics)
-        ctx.progress(step + 1, total_steps)
-
-    step = start_step
-    for step in range(start_step, total_steps):
-        if ctx.cancelled():
-            break
-        extra = {}
-        if config.eval_every and step % config.eval_every == 0 and (prepared.test or named_evals):
-            # weights after `step` steps, before this batch
-            extra = (await evaluate(client, prepared.test) if prepared.test else {}) | await named_evals(client)
-        batch = batch_at(prepared.train, config, step, batches_per_epoch)
-        lr = base_lr * lr_multiplier(config.lr_schedule, step, total_steps)
-        submitted = time.perf_counter()
-        fb_future = await client.forward_backward_async(batch, "cross_entropy")
-        optim_future = await client.optim_step_async(adam_params(config, lr))
+    run_plan = plan(config, prepared)
+    loop = LoopSkeleton(config, ctx, client, run_plan, start_step, held_out_evals(config, prepared))
+    loop.start(f"SL on {config.model}: {prepared.summary()}; {run_plan.total_steps} steps of {config.batch_size} = "
+               f"{passes_note(config, run_plan.batches_per_epoch, run_plan.total_steps)}, "
+               f"lr {base_lr:g} ({config.lr_schedule})")
+    clock = StepClock()
+    pending: SubmittedBatch | None = None
+    for step in loop.steps():
+        metrics = await loop.evaluations_due(step, client)  # weights after `step` steps, before this batch
+        batch = batch_at(prepared.train, config, step, run_plan.batches_per_epoch)
+        lr = base_lr * lr_multiplier(config.lr_schedule, step, run_plan.total_steps)
+        submitted = await submit(client, config, step, batch, lr, metrics)
         if pending is not None:
-            await finish(pending)  # the previous step's results, while this step is already queued
-        pending = (step, fb_future, optim_future, batch, lr, submitted, extra)
-        done = step + 1
-        if config.save_every and done % config.save_every == 0 and done < total_steps:
-            await finish(pending)
+            await log_finished(ctx, pending, run_plan, clock)  # the previous step's results, this one already queued
+        pending = submitted
+        if loop.save_due(step + 1):
+            await log_finished(ctx, pending, run_plan, clock)
             pending = None
-            await save_checkpoint(client, ctx, step=done, name=f"{done:06d}",
-                                  loop_state={"batch": done, "epoch": done // batches_per_epoch})
-    else:
-        step = total_steps
+            await loop.save(step + 1)
     if pending is not None:
-        await finish(pending)
-        step = pending[0] + 1
-    completed = step if ctx.cancelled() else total_steps
-    if not ctx.cancelled() and (prepared.test or named_evals):
-        ctx.logger.log_metrics(total_steps, (await evaluate(client, prepared.test) if prepared.test else {})
-                               | await named_evals(client))
-    await save_checkpoint(client, ctx, step=completed, name="final" if completed == total_steps else f"{completed:06d}",
-                          loop_state={"batch": completed, "epoch": completed // batches_per_epoch}, final=True)
-    ctx.note(f"saved step {completed} of {total_steps}")
-
+        await log_finished(ctx, pending, run_plan, clock)
+    await loop.finish(client)

@@ -83,6 +83,7 @@ def test_the_forms_estimate_says_how_much_longer_while_other_runs_take_turns(mon
     promises up to three times the run's own time, not an unquantified 'longer'."""
     from app import forms, state
     from cookbook_engine import config as cfg
+    from cookbook_engine.rl import envs, loop
 
     monkeypatch.setattr(speed, "speeds", lambda model: speed.Speeds(100.0, 300.0, 100.0, measured_at=1.0))
     config = cfg.parse_overrides("rl", ["env=arithmetic", "max_steps=2", "groups_per_batch=2", "group_size=2",
@@ -97,9 +98,10 @@ def test_the_forms_estimate_says_how_much_longer_while_other_runs_take_turns(mon
             return [{"status": status} for status in self.statuses]
 
     monkeypatch.setattr(state, "store", lambda: Store(["running", "queued", "completed"]))
-    busy = forms.estimate(config, None)
+    prepared = loop.PreparedRL(envs.build_env(config, renderer=None), "auto", None, 0)
+    busy = forms.estimate(config, prepared)
     assert f"2 runs training now take turns with it on the CPU: while they run, expect up to " \
            f"{forms._minutes(alone * 3)}" in busy
     monkeypatch.setattr(state, "store", lambda: Store(["completed"]))
-    assert "take" not in forms.estimate(config, None) and f"roughly {forms._minutes(alone)}" in \
-        forms.estimate(config, None)
+    assert "take" not in forms.estimate(config, prepared) and f"roughly {forms._minutes(alone)}" in \
+        forms.estimate(config, prepared)

@@ -155,7 +155,8 @@ def test_arithmetic_curriculum_grows_operands_to_cover_the_held_out_range():
     assert sum(p.a >= 10 and p.b >= 10 for p in late) / len(late) > 0.7  # mostly two-digit once ramped up
     assert {p.op for p in late} == set(arithmetic.TRAIN_OPS) >= set(arithmetic.HELD_OUT_OPS)
     setup = envs.build_env(RLConfig(max_steps=0, num_epochs=2), renderer=None)
-    assert loop.plan_steps(RLConfig(max_steps=0, num_epochs=2), len(setup.train)) == 2 * arithmetic.STEPS_PER_EPOCH
+    prepared = loop.PreparedRL(setup, "auto", None, 0)
+    assert loop.plan(RLConfig(max_steps=0, num_epochs=2), prepared).total_steps == 2 * arithmetic.STEPS_PER_EPOCH
 
 
 def test_code_env_reward_is_the_fraction_of_unit_tests_passed_in_the_sandbox(renderer):

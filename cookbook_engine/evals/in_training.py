@@ -6,14 +6,22 @@ test/facts-probes/accuracy; file sets by their file name without extension).
 config validation name them earlier); calling it with a training client evaluates a fresh sampler snapshot of the
 current weights (`save_weights_and_get_sampling_client`), with a sampling client (RL) that client. Greedy and seeded
 with the run's seed. The loops' own held-out metrics (test NLL, DPO test accuracy, RL held-out correct) stay as
-they are. Not here: the loops (supervised.py, preference.py, rl/loop.py).
+they are; `PeriodicEvals` joins them with the named sets into the one evaluation a loop runs (train_loop.py decides
+when). Not here: the loops (supervised.py, preference.py, rl/loop.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from cookbook_engine.evals import evaluators, sets
+
+if TYPE_CHECKING:
+    from cookbook_engine.config import CommonConfig
+
+HeldOut = Callable[[Any], Awaitable[dict[str, float]]]  # a loop's own held-out metrics on a client's weights
 
 
 def split_names(evals: str) -> list[str]:
@@ -36,11 +44,11 @@ def short_name(spec: str) -> str:
 
 
 class NamedEvals:
-    def __init__(self, eval_sets: list[sets.EvalSet], renderer, seed: int):
+    def __init__(self, eval_sets: list[sets.EvalSet], renderer: Any, seed: int):
         self.eval_sets, self.renderer, self.seed = eval_sets, renderer, seed
 
     @classmethod
-    def for_config(cls, config) -> NamedEvals:
+    def for_config(cls, config: CommonConfig) -> NamedEvals:
         from cookbook_engine import renderers
         from cookbook_engine.train_common import tokenizer_for
 
@@ -53,8 +61,8 @@ class NamedEvals:
     def __bool__(self) -> bool:
         return bool(self.eval_sets)
 
-    async def __call__(self, client) -> dict[str, float]:
-        """test/<set>/<metric> for every named set, on the client's current weights."""
+    async def __call__(self, client: Any) -> dict[str, float]:
+        """test/<set>/<metric> for every named set, on the client's current weights (a training or sampling client)."""
         if not self.eval_sets:
             return {}
         if hasattr(client, "save_weights_and_get_sampling_client_async"):  # a training client: snapshot it
@@ -66,3 +74,18 @@ class NamedEvals:
             for metric in result.metrics:
                 metrics[f"test/{short_name(eval_set.name)}/{metric.name}"] = metric.value
         return metrics
+
+
+class PeriodicEvals:
+    """What a loop measures every `eval_every` steps and at the end: its own held-out metrics (None when it holds no
+    data out), then the named eval sets, on one client's current weights."""
+
+    def __init__(self, held_out: HeldOut | None, named: NamedEvals):
+        self.held_out, self.named = held_out, named
+
+    def __bool__(self) -> bool:
+        return self.held_out is not None or bool(self.named)
+
+    async def __call__(self, client: Any) -> dict[str, float]:
+        metrics = await self.held_out(client) if self.held_out is not None else {}
+        return metrics | await self.named(client)

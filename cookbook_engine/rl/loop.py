@@ -23,8 +23,11 @@ The schedules (tinker-cookbook's sync training, StreamMinibatchConfig and AsyncC
   counted (async/stale_groups_dropped) and its problem sampled again with the newest policy. The cookbook's
   newer AsyncConfig waits for stragglers instead of dropping them; this is its earlier, dropping behaviour.
 
-`prepare()` does every input check (env, data, prompt lengths, settings) before a run exists. Not here: the envs
-(envs.py), advantages (advantages.py), datums (data.py), metric names (metrics.py), the sandbox (sandbox.py).
+`prepare()` does every input check (env, data, prompt lengths, settings) before a run exists; `plan()` says how many
+steps a run takes (max_steps, or else num_epochs passes over the env's batches of problems), which the New run form's
+estimate reads. The loop's frame (evaluations, checkpoints, the end) is train_loop.py's, shared with SL and DPO.
+Not here: the envs (envs.py), advantages (advantages.py), datums (data.py), metric names (metrics.py), the sandbox
+(sandbox.py).
 """
 
 from __future__ import annotations
@@ -32,19 +35,30 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from tinker import types
 
 from cookbook_engine import datasets, renderers, sandbox
 from cookbook_engine.config import RLConfig
-from cookbook_engine.evals.in_training import NamedEvals
+from cookbook_engine.evals.in_training import NamedEvals, PeriodicEvals
 from cookbook_engine.rl import envs, suggested
 from cookbook_engine.rl.advantages import centered_advantages, is_constant
 from cookbook_engine.rl.data import datum_from_rollout, for_training, sample_train_metrics
 from cookbook_engine.rl.metrics import rollout_metrics
 from cookbook_engine.rl.types import EnvGroupBuilder, Rollout, RolloutGroup
-from cookbook_engine.train_common import (adam_params, learning_rate_for, lr_multiplier, save_checkpoint,
-                                          start_training_client, tokenizer_for)
+from cookbook_engine.train_common import (
+    adam_params,
+    learning_rate_for,
+    lr_multiplier,
+    start_training_client,
+    tokenizer_for,
+)
+from cookbook_engine.train_loop import LoopPlan, LoopSkeleton
+
+if TYPE_CHECKING:
+    from cookbook_engine.backends.protocol import ResultFuture, SamplingClient, TrainingClient
+    from cookbook_engine.runs import RunContext
 
 
 @dataclass
@@ -81,7 +95,7 @@ def sampling_params(config: RLConfig, stop, seed: int | None, *, evaluation: boo
                                 top_p=config.top_p if temperature > 0 else 1.0, stop=stop, seed=seed)
 
 
-async def group_rollout(builder: EnvGroupBuilder, sampling_client, config: RLConfig, seed: int | None,
+async def group_rollout(builder: EnvGroupBuilder, sampling_client: SamplingClient, config: RLConfig, seed: int | None,
                         evaluation: bool = False) -> RolloutGroup:
     """Sample the group's completions in one call (the envs share the prompt) and grade each in its env."""
     envs_G = await builder.make_envs()
@@ -99,7 +113,8 @@ async def group_rollout(builder: EnvGroupBuilder, sampling_client, config: RLCon
     return RolloutGroup(rollouts_G, builder.logging_tags())
 
 
-async def evaluate(sampling_client, builders: list[EnvGroupBuilder], config: RLConfig) -> dict[str, float]:
+async def evaluate(sampling_client: SamplingClient, builders: list[EnvGroupBuilder], config: RLConfig
+                   ) -> dict[str, float]:
     """test/env/all/correct etc.: one sample per held-out problem."""
     if not builders:
         return {}
@@ -175,16 +190,16 @@ class SampledGroup:
 class Substep:
     """One optimizer substep in flight: its forward_backward calls (each with its datums) and its optim_step."""
 
-    passes: list[tuple[list[types.Datum], object]]
-    optim: object
+    passes: list[tuple[list[types.Datum], ResultFuture[types.ForwardBackwardOutput]]]
+    optim: ResultFuture[types.OptimStepResponse]
 
 
 def rollout_seed(config: RLConfig, batch: int, index: int, attempt: int = 0) -> int:
     return (config.seed * 1_000_003 + batch) * 1000 + index + attempt * 1_000_000_007
 
 
-async def sample_group(builder: EnvGroupBuilder, sampling_client, version: int, config: RLConfig, batch: int,
-                       index: int, attempt: int = 0) -> SampledGroup:
+async def sample_group(builder: EnvGroupBuilder, sampling_client: SamplingClient, version: int, config: RLConfig,
+                       batch: int, index: int, attempt: int = 0) -> SampledGroup:
     group = await group_rollout(builder, sampling_client, config, seed=rollout_seed(config, batch, index, attempt))
     return SampledGroup(group, version, batch, index, builder, attempt)
 
@@ -196,12 +211,14 @@ def datums_of(groups: list[SampledGroup]) -> list[types.Datum]:
             for rollout, advantage in zip(sampled.group.rollouts_G, centered_advantages(sampled.group.rewards_G))]
 
 
-async def submit_forward_backward(client, data_D: list[types.Datum], config: RLConfig):
+async def submit_forward_backward(client: TrainingClient, data_D: list[types.Datum], config: RLConfig
+                                  ) -> ResultFuture[types.ForwardBackwardOutput]:
     return await client.forward_backward_async([for_training(d) for d in data_D], config.loss_fn,
                                                loss_fn_config(config))
 
 
-async def submit_substeps(client, data_D: list[types.Datum], config: RLConfig, lr: float) -> list[Substep]:
+async def submit_substeps(client: TrainingClient, data_D: list[types.Datum], config: RLConfig, lr: float
+                          ) -> list[Substep]:
     """forward_backward + optim_step per substep, all submitted back to back, nothing awaited."""
     substeps = []
     for chunk in split_substeps(data_D, config.num_substeps):
@@ -210,7 +227,7 @@ async def submit_substeps(client, data_D: list[types.Datum], config: RLConfig, l
     return substeps
 
 
-def queue_sampling_client(client) -> asyncio.Task:
+def queue_sampling_client(client: TrainingClient) -> asyncio.Task[SamplingClient]:
     """Ask for a sampling client on the weights after the submitted steps, before awaiting them: the request
     queues right behind the last optim_step (at Tinker, and on the clocked simulator, in the same clock cycle)."""
     return asyncio.ensure_future(client.save_weights_and_get_sampling_client_async())
@@ -242,7 +259,8 @@ async def collect(substeps: list[Substep]) -> dict[str, float]:
     return metrics
 
 
-async def train_on(client, data_D: list[types.Datum], config: RLConfig, lr: float) -> tuple[dict[str, float], object]:
+async def train_on(client: TrainingClient, data_D: list[types.Datum], config: RLConfig, lr: float
+                   ) -> tuple[dict[str, float], SamplingClient]:
     """Train on the datums (substeps submitted back to back) and return (metrics, the new sampling client)."""
     substeps = await submit_substeps(client, data_D, config, lr)
     sampling_client = queue_sampling_client(client)
@@ -250,8 +268,9 @@ async def train_on(client, data_D: list[types.Datum], config: RLConfig, lr: floa
     return metrics, await sampling_client
 
 
-async def synchronous_step(step: int, builders: list[EnvGroupBuilder], sampling_client, client, config: RLConfig,
-                           lr: float) -> tuple[list[SampledGroup], dict[str, float], object]:
+async def synchronous_step(step: int, builders: list[EnvGroupBuilder], sampling_client: SamplingClient,
+                           client: TrainingClient, config: RLConfig, lr: float
+                           ) -> tuple[list[SampledGroup], dict[str, float], SamplingClient]:
     """Sample every group of the step, then train on them: (groups, metrics, the next sampling client)."""
     started = time.perf_counter()
     groups = list(await asyncio.gather(*[sample_group(builder, sampling_client, step, config, step, index)
@@ -266,8 +285,9 @@ async def synchronous_step(step: int, builders: list[EnvGroupBuilder], sampling_
     return groups, metrics, sampling_client
 
 
-async def streaming_step(step: int, builders: list[EnvGroupBuilder], sampling_client, client, config: RLConfig,
-                         lr: float) -> tuple[list[SampledGroup], dict[str, float], object]:
+async def streaming_step(step: int, builders: list[EnvGroupBuilder], sampling_client: SamplingClient,
+                         client: TrainingClient, config: RLConfig, lr: float
+                         ) -> tuple[list[SampledGroup], dict[str, float], SamplingClient]:
     """Sample the step's groups concurrently and submit each minibatch's forward_backward as soon as its groups
     are in; one optim_step closes each substep. Still on-policy: every group is sampled by the step's client."""
     started = time.perf_counter()
@@ -286,7 +306,7 @@ async def streaming_step(step: int, builders: list[EnvGroupBuilder], sampling_cl
     per_minibatch = [len(part) for part in split_substeps(builders, parts)]
     groups: list[SampledGroup] = []
     substeps: list[Substep] = []
-    passes: list = []
+    passes: list[tuple[list[types.Datum], ResultFuture[types.ForwardBackwardOutput]]] = []
     try:
         for number, size in enumerate(per_minibatch):
             minibatch = []
@@ -323,8 +343,8 @@ class BackgroundSampler:
     and sample each with the newest sampling client (`client`, of policy version `version`), queueing finished
     groups in `finished`. `resample()` samples a dropped problem again. `stop()` cancels everything."""
 
-    def __init__(self, setup: envs.EnvSetup, config: RLConfig, sampling_client, version: int, first_batch: int,
-                 last_batch: int):
+    def __init__(self, setup: envs.EnvSetup, config: RLConfig, sampling_client: SamplingClient, version: int,
+                 first_batch: int, last_batch: int):
         self.setup, self.config = setup, config
         self.client, self.version = sampling_client, version
         self.finished: asyncio.Queue = asyncio.Queue()
@@ -366,8 +386,8 @@ class BackgroundSampler:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
-async def off_policy_step(step: int, wanted: int, sampler: BackgroundSampler, client, config: RLConfig,
-                          lr: float) -> tuple[list[SampledGroup], dict[str, float], object]:
+async def off_policy_step(step: int, wanted: int, sampler: BackgroundSampler, client: TrainingClient,
+                          config: RLConfig, lr: float) -> tuple[list[SampledGroup], dict[str, float], SamplingClient]:
     """Train on the next `wanted` groups sampled at most `max_steps_off_policy` steps ago, dropping staler ones."""
     started = time.perf_counter()
     groups: list[SampledGroup] = []
@@ -416,8 +436,8 @@ def sandbox_note(config: RLConfig) -> str | None:
             f"({capabilities['reason']}); {capabilities['description']}; files: {capabilities['filesystem']}")
 
 
-def log_step(ctx, step: int, total_steps: int, groups: list[SampledGroup], metrics: dict[str, float], lr: float,
-             tokenizer, started: float) -> None:
+def log_step(ctx: RunContext, step: int, total_steps: int, groups: list[SampledGroup], metrics: dict[str, float],
+             lr: float, tokenizer: Any, started: float) -> None:
     groups_P = [sampled.group for sampled in groups]
     advantages_P = [centered_advantages(group.rewards_G) for group in groups_P]
     dropped_P = [is_constant(group.rewards_G) for group in groups_P]
@@ -443,62 +463,63 @@ def rl_learning_rate(config: RLConfig) -> float:
     return suggested.learning_rate(config, learning_rate_for(config))
 
 
-def plan_steps(config: RLConfig, batches_per_epoch: int) -> int:
-    return config.max_steps or batches_per_epoch * config.num_epochs
+def plan(config: RLConfig, prepared: PreparedRL) -> LoopPlan:
+    """The steps this run takes: max_steps, or else num_epochs passes over the env's batches of problems; and the
+    most tokens they sample (every completion at max_tokens)."""
+    batches_per_epoch = max(1, len(prepared.env.train))
+    total_steps = config.max_steps or batches_per_epoch * config.num_epochs
+    return LoopPlan(total_steps, batches_per_epoch,
+                    total_steps * config.groups_per_batch * config.group_size * config.max_tokens)
 
 
-async def train(config: RLConfig, ctx, prepared: PreparedRL | None = None) -> None:
+def held_out_evals(config: RLConfig, prepared: PreparedRL) -> PeriodicEvals:
+    """test/env/all/correct etc. on the held-out problems (when there are any) and the named eval sets (evals=...:
+    test/<set>/<metric>), at the same points, on a sampling client."""
+    test = prepared.env.test
+    return PeriodicEvals((lambda client: evaluate(client, test, config)) if test else None,
+                         NamedEvals.for_config(config))
+
+
+async def train_step(step: int, setup: envs.EnvSetup, client: TrainingClient, sampler: BackgroundSampler | None,
+                     sampling_client: SamplingClient, config: RLConfig, lr: float
+                     ) -> tuple[list[SampledGroup], dict[str, float], SamplingClient]:
+    """One step in the run's schedule (off-policy, streaming or synchronous): (groups, metrics, next sampling
+    client)."""
+    builders = setup.train.get_batch(step)
+    if sampler is not None:
+        return await off_policy_step(step, len(builders), sampler, client, config, lr)
+    if config.pipelining.stream_minibatch:
+        return await streaming_step(step, builders, sampling_client, client, config, lr)
+    return await synchronous_step(step, builders, sampling_client, client, config, lr)
+
+
+async def train(config: RLConfig, ctx: RunContext, prepared: PreparedRL | None = None) -> None:
     prepared = prepared or prepare(config)
     setup, tokenizer = prepared.env, prepared.tokenizer
     _, client, start_step = start_training_client(config, ctx.resume, ctx)
     base_lr = rl_learning_rate(config)
-    total_steps = plan_steps(config, len(setup.train))
-    ctx.note(f"RL on {config.model}: {prepared.summary()}; {total_steps} steps of {config.groups_per_batch} groups "
-             f"x {config.group_size} samples, loss {config.loss_fn}, lr {base_lr:g}, {schedule_summary(config)}"
-             + (f"; resuming at step {start_step}" if start_step else ""))
+    run_plan = plan(config, prepared)
+    total_steps = run_plan.total_steps
+    loop = LoopSkeleton(config, ctx, client, run_plan, start_step, held_out_evals(config, prepared))
     note = sandbox_note(config)
-    if note:
-        ctx.note(note)
-    ctx.progress(start_step, total_steps)
+    loop.start(f"RL on {config.model}: {prepared.summary()}; {total_steps} steps of {config.groups_per_batch} groups "
+               f"x {config.group_size} samples, loss {config.loss_fn}, lr {base_lr:g}, {schedule_summary(config)}",
+               *([note] if note else []))
     sampling_client = await client.save_weights_and_get_sampling_client_async()
-    named_evals = NamedEvals.for_config(config)  # evals=...: test/<set>/<metric> at the same points as held-out correct
     sampler = (BackgroundSampler(setup, config, sampling_client, start_step, start_step, total_steps)
                if config.pipelining.max_steps_off_policy else None)
-    step = start_step
     try:
-        for step in range(start_step, total_steps):
-            if ctx.cancelled():
-                break
+        for step in loop.steps():
             step_started = time.perf_counter()
-            metrics: dict[str, float] = {}
-            if config.eval_every and step % config.eval_every == 0:
-                metrics.update(await evaluate(sampling_client, setup.test, config))
-                metrics.update(await named_evals(sampling_client))
+            metrics = await loop.evaluations_due(step, sampling_client)
             lr = base_lr * lr_multiplier(config.lr_schedule, step, total_steps)
-            builders = setup.train.get_batch(step)
-            if sampler is not None:
-                groups, step_metrics, sampling_client = await off_policy_step(step, len(builders), sampler, client,
-                                                                              config, lr)
-            elif config.pipelining.stream_minibatch:
-                groups, step_metrics, sampling_client = await streaming_step(step, builders, sampling_client, client,
-                                                                             config, lr)
-            else:
-                groups, step_metrics, sampling_client = await synchronous_step(step, builders, sampling_client,
-                                                                               client, config, lr)
+            groups, step_metrics, sampling_client = await train_step(step, setup, client, sampler, sampling_client,
+                                                                     config, lr)
             metrics.update(step_metrics)
             log_step(ctx, step, total_steps, groups, metrics, lr, tokenizer, step_started)
-            done = step + 1
-            if config.save_every and done % config.save_every == 0 and done < total_steps:
-                await save_checkpoint(client, ctx, step=done, name=f"{done:06d}", loop_state={"batch": done})
-        else:
-            step = total_steps
+            if loop.save_due(step + 1):
+                await loop.save(step + 1)
     finally:
         if sampler is not None:
             await sampler.stop()
-    completed = step if ctx.cancelled() else total_steps
-    if not ctx.cancelled() and (setup.test or named_evals):
-        ctx.logger.log_metrics(total_steps, (await evaluate(sampling_client, setup.test, config))
-                               | await named_evals(sampling_client))
-    await save_checkpoint(client, ctx, step=completed, name="final" if completed == total_steps else f"{completed:06d}",
-                          loop_state={"batch": completed}, final=True)
-    ctx.note(f"saved step {completed} of {total_steps}")
+    await loop.finish(sampling_client)

@@ -1,0 +1,177 @@
+"""One plan per loop: the New run form's estimate shows the step count each loop's `plan(config, prepared)` gives,
+and the loop runs exactly that many steps (SL, DPO and RL, with epochs and with max_steps; RL with max_steps=0 runs
+num_epochs passes over the env's batches, where the form once said 0). Fake clients and context: no model loads."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from tinker import types
+
+from cookbook_engine import preference, speed, supervised, train_loop
+from cookbook_engine.backends.protocol import LocalFuture
+from cookbook_engine.config import CommonConfig, DPOConfig, RLConfig, SLConfig
+from cookbook_engine.rl import envs, loop as rl_loop
+from cookbook_engine.train_common import datum_from_tokens
+
+
+class FakeLogger:
+    def __init__(self) -> None:
+        self.metric_steps: list[int] = []
+        self.checkpoints: list[dict[str, Any]] = []
+        self.latest: dict[str, float] = {}
+
+    def log_metrics(self, step: int, metrics: dict[str, float]) -> None:
+        self.metric_steps.append(step)
+
+    def log_checkpoint(self, **record: Any) -> None:
+        self.checkpoints.append(record)
+
+
+class FakeContext:
+    def __init__(self) -> None:
+        self.resume, self.store, self.training_client = None, None, None
+        self.logger = FakeLogger()
+        self.progress_calls: list[tuple[int, int]] = []
+
+    def cancelled(self) -> bool:
+        return False
+
+    def progress(self, step: int, total: int) -> None:
+        self.progress_calls.append((step, total))
+
+    def note(self, message: str) -> None:
+        pass
+
+
+def output_for(data: list[types.Datum], metrics: dict[str, float] | None = None) -> LocalFuture:
+    outputs = [{"logprobs": types.TensorData(data=[-1.0] * d.model_input.length, dtype="float32")} for d in data]
+    return LocalFuture.completed(types.ForwardBackwardOutput(loss_fn_output_type="ArrayRecord",
+                                                             loss_fn_outputs=outputs, metrics=metrics or {}))
+
+
+class FakeTrainingClient:
+    async def forward_backward_async(self, data: list[types.Datum], loss_fn: str,
+                                     loss_fn_config: dict | None = None) -> LocalFuture:
+        return output_for(data)
+
+    async def forward_backward_custom_async(self, data: list[types.Datum], loss_fn: Any) -> LocalFuture:
+        return output_for(data, {"dpo_loss": 0.69})
+
+    async def optim_step_async(self, adam_params: types.AdamParams) -> LocalFuture:
+        return LocalFuture.completed(SimpleNamespace(metrics={"grad_norm": 1.0}))
+
+    async def save_state_async(self, name: str) -> LocalFuture:
+        return LocalFuture.completed(SimpleNamespace(path=f"/state/{name}"))
+
+    async def save_weights_for_sampler_async(self, name: str) -> LocalFuture:
+        return LocalFuture.completed(SimpleNamespace(path=f"/sampler/{name}"))
+
+    async def save_weights_and_get_sampling_client_async(self, name: str | None = None) -> FakeSamplingClient:
+        return FakeSamplingClient()
+
+
+class FakeSamplingClient:
+    async def compute_logprobs_async(self, prompt: types.ModelInput) -> list[float]:
+        return [-1.0] * prompt.length
+
+
+def datums(count: int) -> list[types.Datum]:
+    return [datum_from_tokens([1, 2, 3, 4 + i], [0.0, 1.0, 1.0, 1.0]) for i in range(count)]
+
+
+def sl_prepared(count: int) -> supervised.PreparedSL:
+    train = datums(count)
+    return supervised.PreparedSL(train, [], 0, 0, "fake", sum(d.model_input.length for d in train))
+
+
+def dpo_prepared(count: int) -> preference.PreparedDPO:
+    pairs = [preference.PairDatums(chosen, rejected) for chosen, rejected in zip(datums(count), datums(count))]
+    return preference.PreparedDPO(pairs, [], 0, 0, "fake", 2 * sum(p.chosen.model_input.length for p in pairs))
+
+
+def rl_prepared(config: RLConfig) -> rl_loop.PreparedRL:
+    return rl_loop.PreparedRL(envs.build_env(config, renderer=None), "fake", None, 0)
+
+
+def form_steps(config: CommonConfig, prepared: object, monkeypatch: pytest.MonkeyPatch) -> int:
+    """The step count the New run form's estimate shows ('N steps × ...'), with this machine's speed unmeasured."""
+    from app import forms
+
+    monkeypatch.setattr(speed, "speeds", lambda model: speed.Speeds(100.0, 300.0, 100.0, measured_at=0.0))
+    return int(forms.estimate(config, prepared).split(" steps")[0])
+
+
+def run_loop(module: Any, config: CommonConfig, prepared: object, monkeypatch: pytest.MonkeyPatch) -> FakeContext:
+    """Run a loop's train() on fake clients; returns the context that recorded it."""
+    import asyncio
+
+    client = FakeTrainingClient()
+    monkeypatch.setattr(module, "start_training_client", lambda config, resume, ctx: (None, client, 0))
+    ctx = FakeContext()
+    asyncio.run(module.train(config, ctx, prepared))
+    return ctx
+
+
+def fake_rl_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """RL steps that sample nothing: the loop's frame (step count, saves, the end) is what is measured."""
+    async def step(step: int, builders: list, sampling_client: Any, client: Any, config: RLConfig, lr: float
+                   ) -> tuple[list, dict[str, float], Any]:
+        return [], {}, sampling_client
+
+    async def no_eval(sampling_client: Any, builders: list, config: RLConfig) -> dict[str, float]:
+        return {}
+
+    monkeypatch.setattr(rl_loop, "synchronous_step", step)
+    monkeypatch.setattr(rl_loop, "evaluate", no_eval)
+    monkeypatch.setattr(rl_loop, "log_step", lambda ctx, step, total, *rest: ctx.progress(step + 1, total))
+
+
+CASES = [
+    ("sl", SLConfig(batch_size=4, num_epochs=2, max_steps=0, eval_every=0, save_every=2), 10),
+    ("sl", SLConfig(batch_size=4, num_epochs=1, max_steps=5, eval_every=0, save_every=0), 10),
+    ("sl", SLConfig(batch_size=4, num_epochs=3, max_steps=4, eval_every=0, save_every=0), 10),
+    ("dpo", DPOConfig(batch_size=2, num_epochs=2, max_steps=0, eval_every=0, save_every=3), 5),
+    ("dpo", DPOConfig(batch_size=2, num_epochs=1, max_steps=6, eval_every=0, save_every=0), 5),
+    ("rl", RLConfig(max_steps=0, num_epochs=1, eval_every=0, save_every=0), 0),
+    ("rl", RLConfig(max_steps=3, eval_every=0, save_every=2), 0),
+]
+
+
+@pytest.mark.parametrize("kind,config,count", CASES)
+def test_the_forms_step_count_is_the_loops_plan_and_the_loop_runs_it(kind: str, config: CommonConfig, count: int,
+                                                                     monkeypatch: pytest.MonkeyPatch):
+    prepared = {"sl": lambda: sl_prepared(count), "dpo": lambda: dpo_prepared(count),
+                "rl": lambda: rl_prepared(config)}[kind]()
+    module = train_loop.loop_module(kind)
+    if kind == "dpo":
+        monkeypatch.setattr(preference, "reference_sampling_client", lambda *args: FakeSamplingClient())
+    if kind == "rl":
+        fake_rl_steps(monkeypatch)
+    planned = module.plan(config, prepared).total_steps
+    assert planned > 0
+    assert form_steps(config, prepared, monkeypatch) == planned
+    ctx = run_loop(module, config, prepared, monkeypatch)
+    assert ctx.progress_calls[0] == (0, planned)
+    assert [step for step, _ in ctx.progress_calls[1:]] == list(range(1, planned + 1))
+    final = ctx.logger.checkpoints[-1]
+    assert (final["name"], final["step"], final["loop_state"]["final"]) == ("final", planned, True)
+
+
+def test_an_rl_run_without_max_steps_makes_num_epochs_passes_over_the_envs_batches():
+    config = RLConfig(max_steps=0, num_epochs=2)
+    prepared = rl_prepared(config)
+    plan = rl_loop.plan(config, prepared)
+    assert plan.total_steps == 2 * len(prepared.env.train) == 2 * plan.batches_per_epoch
+    assert plan.tokens == plan.total_steps * config.groups_per_batch * config.group_size * config.max_tokens
+
+
+def test_sl_and_dpo_plan_their_tokens_from_the_average_example():
+    config = SLConfig(batch_size=4, num_epochs=1)
+    prepared = sl_prepared(8)
+    assert supervised.plan(config, prepared) == train_loop.LoopPlan(2, 2, prepared.train_tokens)
+    pairs = dpo_prepared(8)
+    assert preference.plan(DPOConfig(batch_size=4, num_epochs=1), pairs) == \
+        train_loop.LoopPlan(2, 2, pairs.train_tokens)
