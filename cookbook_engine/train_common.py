@@ -6,7 +6,7 @@ resumed). No loop logic here: SL, DPO and RL each own their loop.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tinker import types
 
@@ -14,8 +14,12 @@ from cookbook_engine import models
 from cookbook_engine.backends import service_client
 from cookbook_engine.config import CommonConfig
 
+if TYPE_CHECKING:
+    from cookbook_engine.backends.protocol import ServiceClient, TrainingClient
+    from cookbook_engine.runs import RunContext
 
-def tokenizer_for(config: CommonConfig):
+
+def tokenizer_for(config: CommonConfig) -> Any:
     if config.backend == "tinker":
         from cookbook_engine.backends.tinker import hosted_tokenizer
 
@@ -72,12 +76,14 @@ def fit_length(tokens: list[int], weights: list[float], max_length: int, overlon
     return (tokens, weights) if any(w > 0 for w in weights[1:]) else None
 
 
-def start_training_client(config: CommonConfig, resume: dict | None, ctx=None) -> tuple[Any, Any, int]:
+def start_training_client(config: CommonConfig, resume: dict | None, ctx: RunContext | None = None
+                          ) -> tuple[ServiceClient, TrainingClient, int]:
     """(service client, training client, first step): resumed from a checkpoint's state with its optimizer, or
     started from `start_checkpoint`'s weights, or fresh LoRA. The run's context `ctx`, when given, keeps the
     training client, so the studio's chat can take a fresh snapshot of the live weights between steps."""
-    service = service_client(config.backend, device=config.device, clocked=config.clocked)
+    service: ServiceClient = service_client(config.backend, device=config.device, clocked=config.clocked)
     start = getattr(config, "start_checkpoint", "")
+    client: TrainingClient
     if resume is not None:
         client = service.create_training_client_from_state_with_optimizer(resume["state_path"]).result()
         first_step = int(resume["loop_state"].get("batch", resume["step"]))
@@ -91,7 +97,8 @@ def start_training_client(config: CommonConfig, resume: dict | None, ctx=None) -
     return service, client, first_step
 
 
-async def save_checkpoint(client, ctx, *, step: int, name: str, loop_state: dict, final: bool = False) -> dict:
+async def save_checkpoint(client: TrainingClient, ctx: RunContext, *, step: int, name: str, loop_state: dict,
+                          final: bool = False) -> dict[str, str]:
     """Save the full state (weights + optimizer, for resuming) and sampler weights, and record both."""
     state = await (await client.save_state_async(name))
     sampler = await (await client.save_weights_for_sampler_async(name))
