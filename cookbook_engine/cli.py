@@ -203,9 +203,11 @@ def serve(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     from cookbook_engine import compute_lease
+    from cookbook_engine.log import setup_logging
     from cookbook_engine.paths import HomeError, make_files_private
 
     make_files_private()
+    setup_logging()
     argv = list(sys.argv[1:] if argv is None else argv)
     compute_lease.set_process_label("cookbook " + (argv[0] if argv else ""))
     try:
