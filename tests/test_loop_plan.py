@@ -31,16 +31,19 @@ class FakeLogger:
 
 
 class FakeContext:
-    def __init__(self) -> None:
+    def __init__(self, stop_after: int | None = None) -> None:
         self.resume, self.store, self.training_client = None, None, None
         self.logger = FakeLogger()
         self.progress_calls: list[tuple[int, int]] = []
+        self.stop_after = stop_after  # Stop pressed once this many steps are done
+        self.stopped = False
 
     def cancelled(self) -> bool:
-        return False
+        return self.stopped
 
     def progress(self, step: int, total: int) -> None:
         self.progress_calls.append((step, total))
+        self.stopped = self.stopped or (self.stop_after is not None and step >= self.stop_after)
 
     def note(self, message: str) -> None:
         pass
@@ -53,6 +56,10 @@ def output_for(data: list[types.Datum], metrics: dict[str, float] | None = None)
 
 
 class FakeTrainingClient:
+    async def forward_async(self, data: list[types.Datum], loss_fn: str,
+                            loss_fn_config: dict | None = None) -> LocalFuture:
+        return output_for(data)
+
     async def forward_backward_async(self, data: list[types.Datum], loss_fn: str,
                                      loss_fn_config: dict | None = None) -> LocalFuture:
         return output_for(data)
@@ -84,12 +91,13 @@ def datums(count: int) -> list[types.Datum]:
 
 def sl_prepared(count: int) -> supervised.PreparedSL:
     train = datums(count)
-    return supervised.PreparedSL(train, [], 0, 0, "fake", sum(d.model_input.length for d in train))
+    return supervised.PreparedSL(train, datums(2), 0, 0, "fake", sum(d.model_input.length for d in train))
 
 
 def dpo_prepared(count: int) -> preference.PreparedDPO:
     pairs = [preference.PairDatums(chosen, rejected) for chosen, rejected in zip(datums(count), datums(count))]
-    return preference.PreparedDPO(pairs, [], 0, 0, "fake", 2 * sum(p.chosen.model_input.length for p in pairs))
+    held_out = [preference.PairDatums(chosen, rejected) for chosen, rejected in zip(datums(2), datums(2))]
+    return preference.PreparedDPO(pairs, held_out, 0, 0, "fake", 2 * sum(p.chosen.model_input.length for p in pairs))
 
 
 def rl_prepared(config: RLConfig) -> rl_loop.PreparedRL:
@@ -104,13 +112,14 @@ def form_steps(config: CommonConfig, prepared: object, monkeypatch: pytest.Monke
     return int(forms.estimate(config, prepared).split(" steps")[0])
 
 
-def run_loop(module: Any, config: CommonConfig, prepared: object, monkeypatch: pytest.MonkeyPatch) -> FakeContext:
+def run_loop(module: Any, config: CommonConfig, prepared: object, monkeypatch: pytest.MonkeyPatch,
+             stop_after: int | None = None) -> FakeContext:
     """Run a loop's train() on fake clients; returns the context that recorded it."""
     import asyncio
 
     client = FakeTrainingClient()
     monkeypatch.setattr(module, "start_training_client", lambda config, resume, ctx: (None, client, 0))
-    ctx = FakeContext()
+    ctx = FakeContext(stop_after)
     asyncio.run(module.train(config, ctx, prepared))
     return ctx
 
@@ -158,6 +167,7 @@ def test_the_forms_step_count_is_the_loops_plan_and_the_loop_runs_it(kind: str, 
     assert [step for step, _ in ctx.progress_calls[1:]] == list(range(1, planned + 1))
     final = ctx.logger.checkpoints[-1]
     assert (final["name"], final["step"], final["loop_state"]["final"]) == ("final", planned, True)
+    assert ctx.logger.metric_steps[-1] == planned  # the final evaluation (held-out data), after the last step
 
 
 def test_an_rl_run_without_max_steps_makes_num_epochs_passes_over_the_envs_batches():
@@ -175,3 +185,27 @@ def test_sl_and_dpo_plan_their_tokens_from_the_average_example():
     pairs = dpo_prepared(8)
     assert preference.plan(DPOConfig(batch_size=4, num_epochs=1), pairs) == \
         train_loop.LoopPlan(2, 2, pairs.train_tokens)
+
+
+@pytest.mark.parametrize("kind", ["sl", "dpo", "rl"])
+def test_a_stopped_run_of_any_loop_ends_with_a_checkpoint_of_the_steps_it_completed(kind: str,
+                                                                                   monkeypatch: pytest.MonkeyPatch):
+    """Stop pressed as step 2 finishes: DPO and RL log steps 0-2 and save step 3 as their last checkpoint, not
+    'final', with no final evaluation; SL, which queued step 3 before awaiting step 2, finishes step 3 too."""
+    config = {"sl": SLConfig(batch_size=2, max_steps=6, eval_every=0, save_every=0),
+              "dpo": DPOConfig(batch_size=2, max_steps=6, eval_every=0, save_every=0),
+              "rl": RLConfig(max_steps=6, eval_every=0, save_every=0)}[kind]
+    prepared = {"sl": lambda: sl_prepared(12), "dpo": lambda: dpo_prepared(12),
+                "rl": lambda: rl_prepared(config)}[kind]()
+    if kind == "dpo":
+        monkeypatch.setattr(preference, "reference_sampling_client", lambda *args: FakeSamplingClient())
+    if kind == "rl":
+        fake_rl_steps(monkeypatch)
+    ctx = run_loop(train_loop.loop_module(kind), config, prepared, monkeypatch, stop_after=3)
+    completed = 4 if kind == "sl" else 3
+    assert [step for step, _ in ctx.progress_calls] == list(range(completed + 1))
+    if kind != "rl":  # the fake RL steps log nothing
+        assert ctx.logger.metric_steps == list(range(completed))  # no final evaluation row either
+    final = ctx.logger.checkpoints[-1]
+    assert (final["name"], final["step"], final["loop_state"]["batch"]) == (f"{completed:06d}", completed, completed)
+    assert final["loop_state"]["final"] is True
