@@ -65,7 +65,12 @@ def duplicate(run: dict) -> None:
     """Open the New run page with this run's settings filled in."""
     config = dict(run["config"])
     config["name"] = ""
-    st.session_state[state_keys.NEW_RUN_BASE] = {"kind": run["kind"], "config": config, "name": run["name"]}
+    open_new_run(run["kind"], config, run["name"])
+
+
+def open_new_run(kind: str, config: dict, name: str) -> None:
+    """Open the New run page with these settings filled in (new widget keys, so the form shows them)."""
+    st.session_state[state_keys.NEW_RUN_BASE] = {"kind": kind, "config": config, "name": name}
     st.session_state[state_keys.FORM_GENERATION] = st.session_state.get(state_keys.FORM_GENERATION, 0) + 1
     nav.go("new_run")
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from cookbook_engine import models, paths
 from cookbook_engine.runs import RunManager, get_manager
-from storage import StoreClient
+from storage import RunStore
 
 TINKER_KEY_ENV = "TINKER_API_KEY"
 TINKER_STATUS_TTL_S = 120.0
@@ -55,7 +55,7 @@ def manager() -> RunManager:
     return get_manager()
 
 
-def store() -> StoreClient:
+def store() -> RunStore:
     """The studio's store; every page gets it here, so this is also where a running studio notices runs whose
     process died (at most every few seconds) and shows them as interrupted instead of running forever."""
     runs = manager()

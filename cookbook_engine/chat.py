@@ -86,14 +86,14 @@ def list_targets(store: RunStore | None = None) -> list[ChatTarget]:
                                       f"{step})", "latest", run["base_model"], run["backend"], None, run["run_id"],
                                       _renderer_of(run)))
     for checkpoint in store.list_checkpoints():
-        run = runs_by_id.get(checkpoint["run_id"])
-        if run is None or not checkpoint.get("sampler_path"):
+        owner = runs_by_id.get(checkpoint["run_id"])
+        if owner is None or not checkpoint.get("sampler_path"):
             continue
         final = " (final)" if (checkpoint.get("loop_state") or {}).get("final") else ""
         targets.append(ChatTarget(f"checkpoint:{checkpoint['sampler_path']}",
-                                  f"{run['name']} · step {checkpoint['step']}{final}", "checkpoint",
-                                  run["base_model"], run["backend"], checkpoint["sampler_path"], run["run_id"],
-                                  _renderer_of(run)))
+                                  f"{owner['name']} · step {checkpoint['step']}{final}", "checkpoint",
+                                  owner["base_model"], owner["backend"], checkpoint["sampler_path"], owner["run_id"],
+                                  _renderer_of(owner)))
     return targets
 
 
@@ -156,6 +156,8 @@ def open_weights(target: ChatTarget, store: RunStore | None = None) -> Weights:
         return Weights(_resolved(sampler), "base", None, target.label)
     step = None
     if target.kind == "latest":
+        if target.run_id is None:
+            raise ChatError(f"{target.label}: names no run")
         run = store.get_run(target.run_id)
         if run is None:
             raise ChatError(f"run {target.run_id}: not found (was it deleted?)")

@@ -224,7 +224,10 @@ class RunManager:
         thread = self._threads.get(run_id)
         if thread is not None:
             thread.join(timeout)
-        return self.store.get_run(run_id)
+        run = self.store.get_run(run_id)
+        if run is None:
+            raise KeyError(f"run {run_id}: not found (was it deleted?)")
+        return run
 
     def is_alive(self, run_id: str) -> bool:
         thread = self._threads.get(run_id)

@@ -6,7 +6,7 @@ Evaluations run in the background and also show up here when started with `cookb
 import plotly.graph_objects as go
 import streamlit as st
 
-from app import nav, state, state_keys, widgets
+from app import actions, state, state_keys, widgets
 from cookbook_engine import datasets, lineage
 from cookbook_engine.evals import jobs, report, sets, targets
 from cookbook_engine.evals.evaluators import EvalSettings
@@ -81,6 +81,8 @@ eval_id = st.selectbox("Evaluation", list(by_id), index=list(by_id).index(wanted
 @st.fragment(run_every=2 if by_id[eval_id]["status"] in statuses.ACTIVE else None)
 def progress_line() -> None:
     job = store.get_job(eval_id)
+    if job is None:  # deleted meanwhile
+        return
     total = job["total"] or 1
     if job["status"] in statuses.ACTIVE:
         done = manager.examples_done(eval_id)
@@ -158,9 +160,7 @@ for row in results:
     c1.markdown(f"**{widgets.safe_markdown(row['model'])}**: {widgets.safe_markdown(chain)}")
     state_path = states.get(row["model_path"])
     for column, kind in ((c2, "dpo"), (c3, "rl")):
-        if column.button(f"{kind.upper()} from this checkpoint", key=f"next-{kind}-{row['model']}",
-                         disabled=not state_path, help=None if state_path else "no saved state at this step"):
-            st.session_state[state_keys.NEW_RUN_BASE] = {"kind": kind, "name": run["name"],
-                                                "config": lineage.next_stage(kind, run, state_path)}
-            st.session_state[state_keys.FORM_GENERATION] = st.session_state.get(state_keys.FORM_GENERATION, 0) + 1
-            nav.go("new_run")
+        pressed = column.button(f"{kind.upper()} from this checkpoint", key=f"next-{kind}-{row['model']}",
+                                disabled=not state_path, help=None if state_path else "no saved state at this step")
+        if pressed and state_path:
+            actions.open_new_run(kind, lineage.next_stage(kind, run, state_path), run["name"])

@@ -37,6 +37,8 @@ sweep_id = st.selectbox("Sweep", list(by_id), index=list(by_id).index(wanted) if
 @st.fragment(run_every=3 if by_id[sweep_id]["status"] in statuses.ACTIVE else None)
 def sweep_table() -> None:
     sweep = runner.store.get_sweep(sweep_id)
+    if sweep is None:  # deleted meanwhile
+        return
     c1, c2 = st.columns([4, 1], vertical_alignment="center")
     with c1:
         widgets.status_badge(sweep["status"])
