@@ -26,9 +26,9 @@ class Measured:
 
 ARITHMETIC = Measured(
     learning_rate=5e-4, group_size=8, groups_per_batch=8, temperature=1.0, max_steps=12, max_tokens=16,
-    result="held-out two-digit sums went from 0.17 to 0.66 [0.56, 0.75] (n=100) in 12 steps, about 9 minutes with "
-           "other training sharing the CPU; at 1e-3 a group's samples soon all gave the same answer (3 groups in 4 "
-           "dropped by step 4)")
+    result="held-out two-digit sums went from 0.17 to 0.66 [0.56, 0.75] (n=100) in 12 steps, 2.5 minutes alone on "
+           "the CPU (about 9 with other training sharing it); at 1e-3 a group's samples soon all gave the same "
+           "answer (3 groups in 4 dropped by step 4)")
 # Without a measurement (another model or env): this share of the model's suggested SL rate.
 RL_LR_SCALE = 0.5
 
