@@ -46,7 +46,15 @@ from cookbook_engine.train_common import (
     start_training_client,
     tokenizer_for,
 )
-from cookbook_engine.train_loop import LoopPlan, LoopSkeleton, StepClock, SubmittedBatch, data_plan, step_metrics
+from cookbook_engine.train_loop import (
+    LoopPlan,
+    LoopSkeleton,
+    PreparedData,
+    StepClock,
+    SubmittedBatch,
+    data_plan,
+    step_metrics,
+)
 
 if TYPE_CHECKING:
     from cookbook_engine.backends.protocol import SamplingClient, ServiceClient, TrainingClient
@@ -68,23 +76,11 @@ class PairDatums:
     rejected: types.Datum
 
 
-@dataclass
-class PreparedDPO:
-    train: list[PairDatums]
-    test: list[PairDatums]
-    truncated: int
-    dropped: int
-    renderer: str
-    train_tokens: int
+class PreparedDPO(PreparedData[PairDatums]):
+    """The rendered pairs (their training tokens count both sides)."""
 
-    def summary(self) -> str:
-        parts = [f"{len(self.train)} training and {len(self.test)} held-out pairs",
-                 f"{self.train_tokens:,} training tokens", f"renderer {self.renderer}"]
-        if self.truncated:
-            parts.append(f"{self.truncated} over-long pairs truncated")
-        if self.dropped:
-            parts.append(f"{self.dropped} pairs dropped (nothing left to score within max_length)")
-        return ", ".join(parts)
+    items = "pairs"
+    dropped_note = "pairs dropped (nothing left to score within max_length)"
 
 
 def side_tokens(renderer, prompt: list[dict], continuation: list[dict]) -> tuple[list[int], list[float]]:
@@ -136,7 +132,7 @@ def prepare(config: DPOConfig) -> PreparedDPO:
 
 def plan(config: DPOConfig, prepared: PreparedDPO) -> LoopPlan:
     """The steps this run takes (epochs of batches of pairs, max_steps) and the training tokens (both sides)."""
-    return data_plan(config, len(prepared.train), prepared.train_tokens)
+    return data_plan(config, prepared)
 
 
 def dpo_learning_rate(config: DPOConfig) -> float:

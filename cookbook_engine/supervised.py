@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from tinker import types
 
@@ -32,8 +31,10 @@ from cookbook_engine.train_common import (
     tokenizer_for,
 )
 from cookbook_engine.train_loop import (
+    Item,
     LoopPlan,
     LoopSkeleton,
+    PreparedData,
     StepClock,
     SubmittedBatch,
     data_plan,
@@ -45,26 +46,9 @@ if TYPE_CHECKING:
     from cookbook_engine.backends.protocol import TrainingClient
     from cookbook_engine.runs import RunContext
 
-Item = TypeVar("Item")  # a training example (SL: a datum; DPO: a pair of datums)
 
-
-@dataclass
-class PreparedSL:
-    train: list[types.Datum]
-    test: list[types.Datum]
-    truncated: int
-    dropped: int
-    renderer: str
-    train_tokens: int
-
-    def summary(self) -> str:
-        parts = [f"{len(self.train)} training and {len(self.test)} held-out examples",
-                 f"{self.train_tokens:,} training tokens", f"renderer {self.renderer}"]
-        if self.truncated:
-            parts.append(f"{self.truncated} over-long examples truncated")
-        if self.dropped:
-            parts.append(f"{self.dropped} over-long examples dropped")
-        return ", ".join(parts)
+class PreparedSL(PreparedData[types.Datum]):
+    """The rendered conversations: one datum each."""
 
 
 def render_examples(conversations: list[list[dict]], renderer, config: SLConfig
@@ -107,7 +91,7 @@ def sl_learning_rate(config: SLConfig) -> float:
 
 def plan(config: SLConfig, prepared: PreparedSL) -> LoopPlan:
     """The steps this run takes (epochs of batches, max_steps) and the training tokens they process."""
-    return data_plan(config, len(prepared.train), prepared.train_tokens)
+    return data_plan(config, prepared)
 
 
 def passes_note(config: CommonConfig, batches_per_epoch: int, total_steps: int) -> str:

@@ -1,5 +1,6 @@
 """The shape every training loop shares (SL, DPO and RL): how long a run is (`LoopPlan`, which each loop's `plan()`
-returns and the New run form's estimate reads), the record of a step in flight (`SubmittedBatch`), and what happens
+returns and the New run form's estimate reads), what SL and DPO prepare (`PreparedData`: rendered examples or
+pairs), the record of a step in flight (`SubmittedBatch`), and what happens
 around the steps (`LoopSkeleton`): the steps still to run, ending early when the run is cancelled; the evaluations
 every `eval_every` steps and at the end; a checkpoint every `save_every` steps and a final one.
 
@@ -13,7 +14,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from tinker import types
 
@@ -24,6 +25,9 @@ from cookbook_engine.train_common import save_checkpoint
 if TYPE_CHECKING:
     from cookbook_engine.backends.protocol import ResultFuture, TrainingClient
     from cookbook_engine.runs import RunContext
+
+
+Item = TypeVar("Item")  # a training example (SL: a datum; DPO: a pair of datums)
 
 
 def loop_module(kind: str) -> ModuleType:
@@ -62,11 +66,36 @@ def plan_steps(config: CommonConfig, num_examples: int) -> tuple[int, int]:
     return batches_per_epoch, total
 
 
-def data_plan(config: CommonConfig, num_examples: int, train_tokens: int) -> LoopPlan:
+@dataclass
+class PreparedData(Generic[Item]):
+    """What SL and DPO prepare before a run exists: rendered training and held-out items, how many over-long ones
+    were truncated or dropped, the renderer, and the training tokens."""
+
+    train: list[Item]
+    test: list[Item]
+    truncated: int
+    dropped: int
+    renderer: str
+    train_tokens: int
+    items: ClassVar[str] = "examples"
+    dropped_note: ClassVar[str] = "over-long examples dropped"
+
+    def summary(self) -> str:
+        parts = [f"{len(self.train)} training and {len(self.test)} held-out {self.items}",
+                 f"{self.train_tokens:,} training tokens", f"renderer {self.renderer}"]
+        if self.truncated:
+            parts.append(f"{self.truncated} over-long {self.items} truncated")
+        if self.dropped:
+            parts.append(f"{self.dropped} {self.dropped_note}")
+        return ", ".join(parts)
+
+
+def data_plan(config: CommonConfig, prepared: PreparedData[Any]) -> LoopPlan:
     """The plan of a loop that steps through batches of data (SL, DPO): each step takes a batch of the average
     example's tokens."""
+    num_examples = len(prepared.train)
     batches_per_epoch, total_steps = plan_steps(config, num_examples)
-    tokens_per_example = train_tokens / max(1, num_examples)
+    tokens_per_example = prepared.train_tokens / max(1, num_examples)
     tokens = int(total_steps * min(config.batch_size, num_examples) * tokens_per_example)
     return LoopPlan(total_steps, batches_per_epoch, tokens)
 
