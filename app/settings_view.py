@@ -22,17 +22,17 @@ def learning_rate_used(config: cfg.CommonConfig) -> float | None:
     (cookbook_engine/suggested.py) or the model's suggested rate (scaled for DPO and RL as their loops do); None
     when the model cannot be resolved here."""
     try:
-        if config.kind == "dpo":
+        if isinstance(config, cfg.DPOConfig):
             from cookbook_engine.preference import dpo_learning_rate
 
             return dpo_learning_rate(config)
-        if config.kind == "rl":
+        if isinstance(config, cfg.RLConfig):
             from cookbook_engine.rl.loop import rl_learning_rate
 
             return rl_learning_rate(config)
         from cookbook_engine.supervised import sl_learning_rate
 
-        return sl_learning_rate(config)
+        return sl_learning_rate(config) if isinstance(config, cfg.SLConfig) else None
     except Exception:  # an unknown model or a backend missing from this build: the rate stays "auto"
         return None
 

@@ -14,8 +14,8 @@ forward runs, which tests/test_fast_paths.py checks the fast paths against.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 

@@ -92,7 +92,7 @@ def estimate(config: cfg.CommonConfig, prepared, shape: ModelShape, model_loaded
     per_token = FP32 * (shape.layers * (12 * shape.hidden + 4 * shape.intermediate + 3 * shape.kv_width)
                         + 6 * shape.vocab)  # the standard path keeps logits, softmax, gradients and copies
     activations = tokens * per_token
-    if config.kind == "rl":  # the sampler's key/value cache for a whole batch of samples, and its merged weights
+    if isinstance(config, cfg.RLConfig):  # the sampler's key/value cache for a batch of samples, and merged weights
         rows = config.groups_per_batch * config.group_size
         cache = rows * (prepared.longest_prompt + config.max_tokens) * shape.layers * 2 * shape.kv_width * FP32
         activations = max(activations, cache + shape.parameters * dtype_bytes)
@@ -141,7 +141,7 @@ def check_fits(config: cfg.CommonConfig, prepared) -> MemoryNeed | None:
 
 def _largest_batch_tokens(config: cfg.CommonConfig, prepared) -> int:
     """Tokens in the largest forward/backward the run will do (before the micro-batch cap)."""
-    if config.kind == "rl":
+    if isinstance(config, cfg.RLConfig):
         return config.groups_per_batch * config.group_size * (prepared.longest_prompt + config.max_tokens)
     if config.kind == "dpo":
         longest = max((p.chosen.model_input.length + p.rejected.model_input.length for p in prepared.train),

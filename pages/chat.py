@@ -57,7 +57,7 @@ with st.expander("System prompt and sampling", icon=":material/tune:"):
                                  help="A reply that reaches this many tokens is cut, and marked as cut.")
     c4.button("New conversation", icon=":material/restart_alt:", width="stretch", on_click=conversation.clear)
 params = chat.ChatParams(temperature=temperature, top_p=top_p, max_tokens=int(max_tokens))
-panes = {"a": by_key[key_a], "b": by_key[key_b]} if side_by_side else {"a": by_key[key_a]}
+panes = {"a": by_key[key_a], "b": by_key[key_b]} if key_b is not None else {"a": by_key[key_a]}
 for target in panes.values():
     if target.kind == "latest":
         st.caption(f":material/bolt: {widgets.safe_markdown(target.label)}: each reply samples from a fresh "

@@ -70,9 +70,9 @@ st.dataframe([{"Step": c["step"], "Name": c["name"], "Kind": c["kind"],
 
 labels = {i: f"step {c['step']} · {c['name']}" + (" (final)" if (c.get("loop_state") or {}).get("final") else "")
           for i, c in enumerate(mine)}
-index = st.selectbox("Checkpoint to export", list(labels), format_func=labels.get, key=f"checkpoint-{run_id}")
+index = st.selectbox("Checkpoint to export", list(labels), format_func=lambda i: labels[i], key=f"checkpoint-{run_id}")
 checkpoint = mine[index]
-path = checkpoint.get("sampler_path") or checkpoint.get("state_path")
+path = checkpoint.get("sampler_path") or checkpoint["state_path"]  # every checkpoint has one or both
 stem = f"{run['name']}-{checkpoint['name']}"
 
 c1, c2, c3 = st.columns(3, gap="medium")
@@ -94,10 +94,11 @@ with c2.container(border=True):
     folder = built_export("Build merged model", f"merged-{path}", lambda note: export.merged_model(
         path, name=stem, progress=note), "Merging the adapter into the base model…", "Merged model saved")
     if folder:
+        merged = Path(folder)
         st.success("Saved:", icon=":material/check_circle:")
         st.code(folder, language=None)
-        st.download_button("Download merged model (.zip)", data=lambda: export.zip_folder(folder).read_bytes(),
-                           file_name=f"{Path(folder).name}.zip", mime="application/zip", icon=":material/download:",
+        st.download_button("Download merged model (.zip)", data=lambda: export.zip_folder(merged).read_bytes(),
+                           file_name=f"{merged.name}.zip", mime="application/zip", icon=":material/download:",
                            key=f"merged-{path}", on_click="ignore")
 with c3.container(border=True):
     st.markdown("**GGUF** (llama.cpp, Ollama, LM Studio)")
@@ -109,8 +110,9 @@ with c3.container(border=True):
                         lambda note: export_gguf.gguf_export(path, quantization, name=stem, progress=note),
                         "Merging the adapter and writing the GGUF file…", "GGUF file saved")
     if file:
+        gguf = Path(file)
         st.code(file, language=None)
-        st.download_button("Download the GGUF file", data=lambda: Path(file).read_bytes(), file_name=Path(file).name,
+        st.download_button("Download the GGUF file", data=lambda: gguf.read_bytes(), file_name=gguf.name,
                            mime="application/octet-stream", icon=":material/download:", key=f"gguf-{file}",
                            on_click="ignore")
 

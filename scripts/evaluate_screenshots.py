@@ -2,7 +2,8 @@
 studio, in headless Debian chromium via Playwright, on an existing studio home that already holds an evaluation
 (e.g. one made with `cookbook eval models=base,RUN_ID evals=builtin:facts-probes,builtin:facts-nll`).
 
-    COOKBOOK_HOME=... .venv/bin/python scripts/evaluate_screenshots.py EVAL_ID [--sweep SWEEP_ID] [--out docs/screenshots]
+    COOKBOOK_HOME=... .venv/bin/python scripts/evaluate_screenshots.py EVAL_ID [--sweep SWEEP_ID] \
+        [--out docs/screenshots]
 """
 
 from __future__ import annotations

@@ -25,9 +25,10 @@ import threading
 import time
 import uuid
 import weakref
-from datetime import datetime, timedelta, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -45,13 +46,13 @@ LORA_ALPHA = 32  # fixed, like the hosted service, so learning rates do not depe
 SAMPLER_SLOT = "_sampler"
 MAX_TOKENS_PER_MICROBATCH = 2048  # padded tokens per forward pass; bounds activation memory
 
-_workers: dict[tuple[str, str], "ModelWorker"] = {}  # (base model, device) -> its worker
+_workers: dict[tuple[str, str], ModelWorker] = {}  # (base model, device) -> its worker
 device_choice = device.choose  # the constructor's `device` argument shadows the module inside __init__
 _workers_lock = threading.Lock()
 _ids = itertools.count(1)
 
 
-def get_worker(base_model: str, device_name: str = "auto") -> "ModelWorker":
+def get_worker(base_model: str, device_name: str = "auto") -> ModelWorker:
     """The one worker for a base model on a device in this process, created (and the model loaded) on first use.
     `device_name` is auto, cpu, cuda or mps (device.py decides what auto means here)."""
     name = models.canonical_name(base_model)
@@ -79,7 +80,7 @@ class ModelWorker:
         self._queue: queue.Queue = queue.Queue()
         self._loaded = threading.Event()
         self._load_error: BaseException | None = None
-        self.model = None  # the PeftModel, once loaded
+        self.model: Any = None  # the PeftModel, once loaded (Any: peft's adapter API is typed loosely)
         self.tokenizer = models.load_tokenizer(base_model)
         self.adapters: dict[str, dict] = {}  # adapter name -> lora settings
         self._sampler_snapshot: object | None = None  # identity of the weights now in the sampler slot
@@ -199,7 +200,7 @@ class ModelWorker:
         if name is not None:
             self.model.set_adapter(name)
 
-    def use_snapshot(self, snapshot: "WeightsSnapshot | None") -> None:
+    def use_snapshot(self, snapshot: WeightsSnapshot | None) -> None:
         """Put a sampling client's weights into the sampler slot (a no-op when they are already there)."""
         if snapshot is None:
             return
@@ -247,7 +248,7 @@ def read_adapter_folder(path: str | Path) -> tuple[dict[str, torch.Tensor], dict
 
 def write_checkpoint_meta(folder: Path, ttl_seconds: int | None, user_metadata: dict | None) -> None:
     """checkpoint.json beside the adapter: when it was saved, when it expires (ttl_seconds), the user's metadata."""
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     expires = now + timedelta(seconds=ttl_seconds) if ttl_seconds is not None else None
     meta = {"time": now.isoformat(), "expires_at": expires.isoformat() if expires else None,
             "user_metadata": dict(user_metadata or {})}
@@ -289,7 +290,7 @@ class LocalSamplingClient:
         return self._handle
 
     @staticmethod
-    def from_sampler_handle(handle: str, *, api_key: str | None = None) -> "LocalSamplingClient":
+    def from_sampler_handle(handle: str, *, api_key: str | None = None) -> LocalSamplingClient:
         if handle not in _samplers:
             raise ValueError(f"sampler handle {handle!r}: no sampling client with this handle in this process "
                              "(local handles do not cross processes; use a model_path instead)")
@@ -364,8 +365,8 @@ class LocalSamplingClient:
                     return _last_n([None, *lp.tolist()], prompt_logprobs_last_n)
                 ids = torch.tensor([tokens], dtype=torch.long, device=self._worker.device)
                 logits = model(input_ids=ids).logits
-                lp = sampler.target_logprobs(logits[:, :-1].float(), ids[:, 1:])[0].cpu().tolist()
-            return _last_n([None, *lp], prompt_logprobs_last_n)
+                lp_list = sampler.target_logprobs(logits[:, :-1].float(), ids[:, 1:])[0].cpu().tolist()
+            return _last_n([None, *lp_list], prompt_logprobs_last_n)
 
         return self._run(fn)
 
@@ -374,7 +375,7 @@ class LocalSamplingClient:
         return await self.compute_logprobs(prompt, prompt_logprobs_last_n)
 
 
-_samplers: "weakref.WeakValueDictionary[str, LocalSamplingClient]" = weakref.WeakValueDictionary()
+_samplers: weakref.WeakValueDictionary[str, LocalSamplingClient] = weakref.WeakValueDictionary()
 
 
 def _check_last_n(last_n: int | None, include_prompt_logprobs: bool) -> None:
@@ -407,7 +408,7 @@ class LocalTrainingClient:
     Every request runs on the worker in submission order and returns a future at once."""
 
     def __init__(self, worker: ModelWorker, adapter: str, rank: int, target_modules: list[str],
-                 service: "LocalServiceClient | None" = None):
+                 service: LocalServiceClient | None = None):
         self._worker, self.adapter, self.rank, self.target_modules = worker, adapter, rank, target_modules
         self.model_id = adapter
         self._service = service
@@ -419,7 +420,7 @@ class LocalTrainingClient:
 
     def get_info(self) -> types.GetInfoResponse:
         return types.GetInfoResponse(
-            model_id=self.model_id, model_data={"model_name": self._worker.base_model},
+            model_id=self.model_id, model_data=types.ModelData(model_name=self._worker.base_model),
             optimizer_config=types.AdamOptimizerConfig(), is_lora=True, lora_rank=self.rank,
             model_name=self._worker.base_model,
         )
@@ -465,6 +466,7 @@ class LocalTrainingClient:
             start = end
             inputs = [data[i].model_input.to_ints() for i in chunk]
             targets = [data[i].loss_fn_inputs["target_tokens"].to_torch() for i in chunk]
+            grad_rows: list[torch.Tensor | None]
             if not with_grad:
                 grad_rows = [None] * len(chunk)
             elif grad_rows_D is None:
@@ -531,7 +533,7 @@ class LocalTrainingClient:
         total = {"loss": 0.0}
 
         def on_microbatch(indices, logprobs):
-            loss = 0
+            loss = torch.zeros(())  # a 0-d tensor adds to log-probs on any device
             for i, lp in zip(indices, logprobs):
                 inputs = {k: v.to_torch() for k, v in data[i].loss_fn_inputs.items()}
                 loss = loss + losses.datum_loss(loss_fn, lp, inputs, loss_fn_config)
@@ -780,7 +782,7 @@ class LocalServiceClient:
         rest.sweep_expired()
 
     # --- session ----------------------------------------------------------------------------------------------
-    def __enter__(self) -> "LocalServiceClient":
+    def __enter__(self) -> LocalServiceClient:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -825,7 +827,8 @@ class LocalServiceClient:
         return LocalFuture.completed(trace_loss(fn, input_ranks, self.session_id))
 
     def get_server_capabilities(self) -> types.GetServerCapabilitiesResponse:
-        return types.GetServerCapabilitiesResponse(supported_models=[{"model_name": models.DEFAULT_MODEL}])
+        return types.GetServerCapabilitiesResponse(
+            supported_models=[types.SupportedModel(model_name=models.DEFAULT_MODEL)])
 
     async def get_server_capabilities_async(self) -> types.GetServerCapabilitiesResponse:
         return self.get_server_capabilities()
@@ -849,7 +852,7 @@ class LocalServiceClient:
         write_run_meta(adapter, {"base_model": worker.base_model, "lora_rank": rank, "train_mlp": train_mlp,
                                  "train_attn": train_attn, "train_unembed": False, "session_id": self.session_id,
                                  "user_metadata": {**self.user_metadata, **(user_metadata or {})},
-                                 "created": datetime.now(timezone.utc).isoformat()})
+                                 "created": datetime.now(UTC).isoformat()})
         client = LocalTrainingClient(worker, adapter, rank, targets, self)
         self._training_clients.append(client)
         return client

@@ -22,6 +22,7 @@ from __future__ import annotations
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from tinker import types
@@ -39,7 +40,7 @@ _merged_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model 
 class SampledRow:
     tokens: list[int]
     logprobs: list[float]
-    stop_reason: str  # "stop" | "length"
+    stop_reason: Literal["stop", "length"]
 
 
 def target_logprobs(logits_B_T_V: torch.Tensor, targets_B_T: torch.Tensor) -> torch.Tensor:

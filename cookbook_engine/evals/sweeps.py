@@ -29,7 +29,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
@@ -160,7 +160,7 @@ class SweepRunner:
         self.notes: list[str] = []
 
     def start(self, sweep: SweepPlan) -> str:
-        sweep_id = f"sweep-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
+        sweep_id = f"sweep-{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
         members = [{"kind": m.kind, "settings": m.settings, "config": cfg.to_dict(m.config)} for m in sweep.members]
         spec = {**sweep.spec, "evals": sweep.evals, "max_examples": sweep.eval_settings.max_examples,
                 "concurrency": sweep.concurrency, "include_base": sweep.include_base}
@@ -190,7 +190,7 @@ class SweepRunner:
         thread = self._threads.get(sweep_id)
         if thread is not None:
             thread.join(timeout)
-        return self.store.get_sweep(sweep_id)
+        return self._sweep(sweep_id)
 
     def is_alive(self, sweep_id: str) -> bool:
         thread = self._threads.get(sweep_id)
@@ -205,15 +205,18 @@ class SweepRunner:
     def _note(self, message: str) -> None:
         self.notes.append(message)
 
+    def _sweep(self, sweep_id: str) -> dict:
+        return _stored(self.store.get_sweep(sweep_id), f"sweep {sweep_id}")
+
     def _stopping(self, sweep_id: str) -> bool:
-        if not self._stop[sweep_id].is_set() and self.store.get_sweep(sweep_id)["status"] == RunStatus.CANCELLING:
+        if not self._stop[sweep_id].is_set() and self._sweep(sweep_id)["status"] == RunStatus.CANCELLING:
             self._stop[sweep_id].set()
         return self._stop[sweep_id].is_set()
 
     def _execute(self, sweep_id: str) -> None:
         try:
             self.store.update_sweep(sweep_id, status=RunStatus.RUNNING, error=None)
-            sweep = self.store.get_sweep(sweep_id)
+            sweep = self._sweep(sweep_id)
             if sweep["spec"].get("include_base", True) and sweep["spec"].get("evals"):
                 self._evaluate(sweep, "base", None)
             self._train_all(sweep)
@@ -241,7 +244,7 @@ class SweepRunner:
             time.sleep(POLL_S if active else 0)
         for member in active.values():  # cancelled: stop the members in flight (each saves a checkpoint)
             self.runs.cancel(member["run_id"])
-            run = self.runs.wait(member["run_id"])
+            run = _stored(self.runs.wait(member["run_id"]), f"run {member['run_id']}")
             self.store.update_member(sweep_id, member["idx"], status=run["status"])
 
     def _start_member(self, sweep_id: str, member: dict) -> bool:
@@ -254,7 +257,7 @@ class SweepRunner:
                 self.runs.resume(member["run_id"])
             else:
                 config = cfg.from_dict(member["kind"], member["config"])
-                config.name = config.name or f"{self.store.get_sweep(sweep_id)['name']} #{index}"
+                config.name = config.name or f"{self._sweep(sweep_id)['name']} #{index}"
                 member["run_id"] = self.runs.start(config)
             self.store.update_member(sweep_id, index, status=RunStatus.RUNNING, run_id=member["run_id"], error=None)
             self._note(f"member {index}: run {member['run_id']} ({_settings_text(member['settings'])})")
@@ -266,7 +269,7 @@ class SweepRunner:
 
     def _finish_member(self, sweep: dict, member: dict) -> None:
         sweep_id, index = sweep["sweep_id"], member["idx"]
-        run = self.runs.store.get_run(member["run_id"])
+        run = _stored(self.runs.store.get_run(member["run_id"]), f"run {member['run_id']}")
         if run["status"] != RunStatus.COMPLETED:
             self.store.update_member(sweep_id, index, status=run["status"], error=run.get("error"))
             self._note(f"member {index}: run {run['status']}" + (f" ({run['error']})" if run.get("error") else ""))
@@ -276,7 +279,8 @@ class SweepRunner:
         except Exception as exc:
             self.store.update_member(sweep_id, index, status=RunStatus.FAILED, error=f"evaluation: {exc}")
             return
-        job = self.store.get_job(eval_id) if eval_id else {"status": RunStatus.COMPLETED}
+        job = (_stored(self.store.get_job(eval_id), f"evaluation {eval_id}") if eval_id
+               else {"status": RunStatus.COMPLETED})
         status = RunStatus.COMPLETED if job["status"] == RunStatus.COMPLETED else RunStatus.FAILED
         self.store.update_member(sweep_id, index, status=status, eval_id=eval_id,
                                  error=None if status == RunStatus.COMPLETED else f"evaluation {job['status']}")
@@ -292,6 +296,13 @@ class SweepRunner:
 
 _runner: SweepRunner | None = None
 _runner_lock = threading.Lock()
+
+
+def _stored(row: dict | None, what: str) -> dict:
+    """A row this runner wrote itself (its sweep, a member's run, an evaluation); missing means the store lost it."""
+    if row is None:
+        raise LookupError(f"{what} is not in the studio's store")
+    return row
 
 
 def get_sweep_runner() -> SweepRunner:
