@@ -19,8 +19,7 @@ import duckdb
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from cookbook_engine import config as cfg
-from cookbook_engine import export, supervised
+from cookbook_engine import config as cfg, export, supervised
 from cookbook_engine.rl import graders
 from cookbook_engine.runs import RunManager, get_manager
 from cookbook_engine.train_common import datum_from_tokens
