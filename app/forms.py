@@ -95,8 +95,8 @@ def model_section(kind: str, base: cfg.CommonConfig) -> ModelChoice:
         default = "folder"
     help_text = {"no_key": "Set TINKER_API_KEY before starting the studio to train hosted models.",
                  "checking": "Checking the Tinker service for hosted models…"}.get(tinker.state, tinker.message)
-    choice = st.selectbox("Model", options, index=options.index(default), format_func=labels.get,
-                          key=key(kind, "model"), help=f"Base model to fine-tune with LoRA. {help_text}")
+    choice = str(st.selectbox("Model", options, index=options.index(default), format_func=lambda o: labels[o],
+                              key=key(kind, "model"), help=f"Base model to fine-tune with LoRA. {help_text}"))
     if choice == "default":
         model, backend = models.DEFAULT_MODEL, "local"
     elif choice == "folder":
@@ -165,9 +165,9 @@ def dataset_section(kind: str, data_kind: str, spec: str, label: str = "Dataset"
             nav.link("datasets", "Upload one on the Datasets page")
             return ""
         paths_ = [d["path"] for d in uploaded]
-        names = {d["path"]: f"{d['name']} ({d['num_rows']} rows)" for d in uploaded}
-        return st.selectbox(label, paths_, index=paths_.index(spec) if spec in paths_ else 0, format_func=names.get,
-                            key=key(kind, "uploaded"))
+        shown = {d["path"]: f"{d['name']} ({d['num_rows']} rows)" for d in uploaded}
+        return st.selectbox(label, paths_, index=paths_.index(spec) if spec in paths_ else 0,
+                            format_func=lambda path: shown[path], key=key(kind, "uploaded")) or ""
     if source == "Hugging Face":
         name = st.text_input("Hub dataset", value=spec.removeprefix("hf:") if spec.startswith("hf:") else "",
                              placeholder="owner/name or owner/name:split", key=key(kind, "hub"),
@@ -259,11 +259,11 @@ def settings_form(kind: str, base: cfg.CommonConfig, choice: ModelChoice, data: 
         put(c1, "group_size" if kind == "rl" else "num_epochs")
         for where, name in zip((c2, c3, c4, c5), ("max_steps", "max_length", "save_every", "eval_every")):
             put(where, name)
-        if kind == "sl":
+        if isinstance(base, cfg.SLConfig):
             _sl_fields(base, put)
-        elif kind == "dpo":
+        elif isinstance(base, cfg.DPOConfig):
             _dpo_fields(base, put)
-        else:
+        elif isinstance(base, cfg.RLConfig):
             _rl_fields(base, put)
         with st.expander("Advanced: seed and optimizer"):
             for row in (("seed", "weight_decay", "grad_clip_norm"), ("beta1", "beta2", "eps")):
@@ -331,7 +331,7 @@ def check(config: cfg.CommonConfig) -> CheckResult:
     problems = cfg.validate(config)
     if not config.model:
         problems.insert(0, "model: pick a model")
-    if getattr(config, "dataset", None) == "" and (config.kind != "rl" or config.env == "custom"):
+    if getattr(config, "dataset", None) == "" and getattr(config, "env", "custom") == "custom":
         problems.append("dataset: pick or name a dataset")
     if problems:
         return CheckResult(False, problems)
@@ -350,8 +350,9 @@ def check(config: cfg.CommonConfig) -> CheckResult:
             return CheckResult(False, [f"{config.kind.upper()} training is not available in this build ({exc})"])
         status.update(label="Settings, model and data are fine", state="complete")
     summary = prepared.summary() if callable(getattr(prepared, "summary", None)) else ""
-    if getattr(config, "test_fraction", 0) and getattr(prepared, "test", None) == []:
-        summary += (f". None held out: test_fraction={config.test_fraction} of so few examples rounds to 0 "
+    test_fraction = getattr(config, "test_fraction", 0)
+    if test_fraction and getattr(prepared, "test", None) == []:
+        summary += (f". None held out: test_fraction={test_fraction} of so few examples rounds to 0 "
                     f"(at least {datasets.MIN_ITEMS_FOR_FORCED_TEST} give one)")
     return CheckResult(True, [], prepared, summary, estimate(config, prepared), epochs_note(config, prepared),
                        far_notes(config, prepared))

@@ -65,7 +65,7 @@ def _follow(config, prepared) -> int:
     manager = get_manager()
     notes: list[str] = []
     run_id = manager.start(config, prepared=prepared, echo=notes.append)
-    print(f"run {run_id}  (folder {manager.store.get_run(run_id)['log_dir']})", file=sys.stderr)
+    print(f"run {run_id}  (folder {(manager.store.get_run(run_id) or {}).get('log_dir')})", file=sys.stderr)
     return _watch(manager, run_id, notes)
 
 

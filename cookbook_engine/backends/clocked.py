@@ -207,6 +207,7 @@ class ClockedServiceClient:
         return [self._queues[queue_id].popleft() for _, queue_id in waiting]
 
     def _release(self, request: _Request, tick: int) -> None:
+        assert request.inner is not None, "released before it was admitted"
         inner = request.inner.future()
         if inner.exception() is not None:
             request.outer.set_exception(inner.exception())

@@ -14,7 +14,7 @@ import asyncio
 import concurrent.futures
 import warnings
 from collections.abc import Callable, Generator
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, Self, TypeVar
 
 from tinker import types
 
@@ -32,7 +32,7 @@ class LocalFuture(Generic[T]):
         self._future = future
 
     @classmethod
-    def completed(cls, value: T) -> LocalFuture[T]:
+    def completed(cls, value: T) -> Self:
         future: concurrent.futures.Future = concurrent.futures.Future()
         future.set_result(value)
         return cls(future)

@@ -21,7 +21,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from cookbook_engine import models, renderers
 from cookbook_engine.evals import evaluators, sets, targets
@@ -122,7 +122,7 @@ def result_key(target: targets.ModelTarget, eval_set: sets.EvalSet, settings: Ev
 
 
 def new_eval_id() -> str:
-    return f"eval-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
+    return f"eval-{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
 
 
 # ------------------------------------------------------------------------------------------------ running
@@ -224,7 +224,7 @@ class EvalManager:
         store = self.store
         try:
             store.update_job(job.eval_id, status=RunStatus.RUNNING,
-                             started_at=datetime.now(timezone.utc).replace(tzinfo=None))
+                             started_at=datetime.now(UTC).replace(tzinfo=None))
             asyncio.run(evaluate_all(prepared, job))
             store.update_job(job.eval_id, status=RunStatus.COMPLETED, done=job.done)
         except EvalCancelled:
@@ -242,7 +242,8 @@ class EvalManager:
         if row and row["status"] in statuses.STOPPABLE:
             self.store.update_job(eval_id, status=RunStatus.CANCELLING)
 
-    def wait(self, eval_id: str, timeout: float | None = None) -> dict:
+    def wait(self, eval_id: str, timeout: float | None = None) -> dict | None:
+        """The job's row once its thread in this process ends (or the timeout passes); None for an unknown job."""
         thread = self._threads.get(eval_id)
         if thread is not None:
             thread.join(timeout)
