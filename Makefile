@@ -13,9 +13,11 @@ test: setup lint
 	@./scripts/browser-deps.sh
 	@./scripts/test.sh
 
-# The linter (ruff, its rules in pyproject.toml) and the type checker (mypy over cookbook_engine, storage, app, pages).
+# The linter and formatter check (ruff, its rules in pyproject.toml) and the type checker (mypy over cookbook_engine,
+# storage, app, pages). `.venv/bin/ruff format .` formats the tree.
 lint: setup
 	@.venv/bin/ruff check .
+	@.venv/bin/ruff format --check .
 	@.venv/bin/mypy
 
 # A short command-line demo: LoRA SL of the default model on a built-in dataset (one epoch, 25 steps of 8, about a

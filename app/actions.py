@@ -40,8 +40,11 @@ def stop(runs: list[dict]) -> None:
         if can_stop(run):
             state.manager().cancel(run["run_id"])
     if stopped:
-        widgets.notice(f"Asked {widgets.safe_markdown(', '.join(stopped))} to stop: it saves a checkpoint after the "
-                       "current step, so it can be resumed.", "info")
+        widgets.notice(
+            f"Asked {widgets.safe_markdown(', '.join(stopped))} to stop: it saves a checkpoint after the "
+            "current step, so it can be resumed.",
+            "info",
+        )
 
 
 def resume(runs: list[dict]) -> None:
@@ -117,25 +120,36 @@ def _confirm_delete(runs: list[dict], origin: str) -> None:
     active = [r for r in runs if state.manager().is_alive(r["run_id"]) or r["status"] in statuses.ACTIVE]
     deletable = [r for r in runs if r not in active]
     if active:
-        st.warning("Stop these first: " + ", ".join(widgets.safe_markdown(r["name"]) for r in active),
-                   icon=":material/warning:")
+        st.warning(
+            "Stop these first: " + ", ".join(widgets.safe_markdown(r["name"]) for r in active),
+            icon=":material/warning:",
+        )
     if deletable:
         files = {run["run_id"]: state.manager().files_of(run["run_id"]) for run in deletable}
         freed = sum(paths.size_of(path) for found in files.values() for path in found)
-        st.markdown("This removes the runs' metrics, transcripts and checkpoints, their run folders and the exports "
-                    f"made from them, freeing **{paths.human_size(freed)}**. It cannot be undone.")
+        st.markdown(
+            "This removes the runs' metrics, transcripts and checkpoints, their run folders and the exports "
+            f"made from them, freeing **{paths.human_size(freed)}**. It cannot be undone."
+        )
         for run in deletable:
             st.text(f"• {run['name']} ({run['status']}): {_what(files[run['run_id']])}")
     c1, c2 = st.columns(2)
     if c1.button("Cancel", key="cancel-delete", width="stretch"):
         _forget_pending_delete()
         st.rerun()
-    if deletable and c2.button(f"Delete {len(deletable)} run{'s' if len(deletable) > 1 else ''}", type="primary",
-                               icon=":material/delete:", key="confirm-delete", width="stretch"):
+    if deletable and c2.button(
+        f"Delete {len(deletable)} run{'s' if len(deletable) > 1 else ''}",
+        type="primary",
+        icon=":material/delete:",
+        key="confirm-delete",
+        width="stretch",
+    ):
         freed = sum(state.manager().delete(run["run_id"]) for run in deletable)
         _forget_pending_delete()
-        widgets.notice(f"Deleted {widgets.safe_markdown(', '.join(r['name'] for r in deletable))} "
-                       f"({paths.human_size(freed)} freed).")
+        widgets.notice(
+            f"Deleted {widgets.safe_markdown(', '.join(r['name'] for r in deletable))} "
+            f"({paths.human_size(freed)} freed)."
+        )
         if origin == "run":
             nav.go("runs")
         st.rerun()

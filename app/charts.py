@@ -12,31 +12,60 @@ import pandas as pd
 import plotly.graph_objects as go
 
 # Metrics that belong on one chart: the name with its split prefix removed, or an explicit alias.
-_ALIASES = {"train_mean_nll": "nll", "chosen_reward": "rewards", "rejected_reward": "rewards",
-            "optim/lr": "learning_rate",
-            "env/all/format": "env/all/correct", "frac_groups_dropped": "groups",
-            "env/all/by_group/frac_all_good": "groups", "env/all/by_group/frac_all_bad": "groups",
-            "env/all/by_group/frac_mixed": "groups", "optim/entropy": "optim/kl_sample_train"}
+_ALIASES = {
+    "train_mean_nll": "nll",
+    "chosen_reward": "rewards",
+    "rejected_reward": "rewards",
+    "optim/lr": "learning_rate",
+    "env/all/format": "env/all/correct",
+    "frac_groups_dropped": "groups",
+    "env/all/by_group/frac_all_good": "groups",
+    "env/all/by_group/frac_all_bad": "groups",
+    "env/all/by_group/frac_mixed": "groups",
+    "optim/entropy": "optim/kl_sample_train",
+}
 _SPLIT_PREFIXES = ("test/", "eval/", "train/")
 # The charts shown (in this order) when present; every other metric is folded away under "More metrics".
-_PRIMARY = ("nll", "dpo_loss", "env/all/reward/total", "rewards", "accuracy", "margin", "env/all/correct",
-            "by_task/correct", "groups", "optim/kl_sample_train", "env/all/ac_tokens_per_turn",
-            "env/all/frac_truncated",
-            "optim/loss_sum", "loss", "learning_rate", "optim/grad_norm")
+_PRIMARY = (
+    "nll",
+    "dpo_loss",
+    "env/all/reward/total",
+    "rewards",
+    "accuracy",
+    "margin",
+    "env/all/correct",
+    "by_task/correct",
+    "groups",
+    "optim/kl_sample_train",
+    "env/all/ac_tokens_per_turn",
+    "env/all/frac_truncated",
+    "optim/loss_sum",
+    "loss",
+    "learning_rate",
+    "optim/grad_norm",
+)
 _TIMING_PREFIXES = ("time/", "throughput/", "progress")
 
-_TITLES = {"nll": "Loss (negative log-likelihood per trained token)", "rewards": "DPO implicit rewards",
-           "env/all/reward/total": "Reward (mean per sample)", "learning_rate": "Learning rate",
-           "optim/grad_norm": "Gradient norm", "env/all/correct": "Correct and well-formatted (share of samples)",
-           "by_task/correct": "Correct, by task", "groups": "Groups: all right, all wrong, mixed, dropped (share)",
-           "optim/kl_sample_train": "KL (sampler vs trainer) and entropy", "optim/loss_sum": "Loss (summed)",
-           "env/all/ac_tokens_per_turn": "Tokens per reply", "env/all/frac_truncated": "Replies cut at max_tokens"}
+_TITLES = {
+    "nll": "Loss (negative log-likelihood per trained token)",
+    "rewards": "DPO implicit rewards",
+    "env/all/reward/total": "Reward (mean per sample)",
+    "learning_rate": "Learning rate",
+    "optim/grad_norm": "Gradient norm",
+    "env/all/correct": "Correct and well-formatted (share of samples)",
+    "by_task/correct": "Correct, by task",
+    "groups": "Groups: all right, all wrong, mixed, dropped (share)",
+    "optim/kl_sample_train": "KL (sampler vs trainer) and entropy",
+    "optim/loss_sum": "Loss (summed)",
+    "env/all/ac_tokens_per_turn": "Tokens per reply",
+    "env/all/frac_truncated": "Replies cut at max_tokens",
+}
 
 
 def group_key(name: str) -> str:
     for prefix in _SPLIT_PREFIXES:
         if name.startswith(prefix):
-            name = name[len(prefix):]
+            name = name[len(prefix) :]
             break
     if name.startswith("env/") and not name.startswith("env/all/") and name.endswith("/correct"):
         return "by_task/correct"  # env/add/correct, env/multiply/correct, ... on one chart
@@ -47,8 +76,9 @@ def is_timing_metric(name: str) -> bool:
     return group_key(name).startswith(_TIMING_PREFIXES)
 
 
-def metric_groups(names: list[str]) -> tuple[list[tuple[str, list[str]]], list[tuple[str, list[str]]],
-                                              list[tuple[str, list[str]]]]:
+def metric_groups(
+    names: list[str],
+) -> tuple[list[tuple[str, list[str]]], list[tuple[str, list[str]]], list[tuple[str, list[str]]]]:
     """(main charts, more metrics, timing), each a list of (title, metric names) to draw on one chart. The main
     charts are the few a person reads a run by; per-operation counts and per-task details go under "more"."""
     grouped: dict[str, list[str]] = {}
@@ -73,14 +103,18 @@ def smooth(values: list[float], weight: float) -> list[float]:
             continue
         count += 1
         last = last * weight + (1 - weight) * value
-        smoothed.append(last / (1 - weight ** count))
+        smoothed.append(last / (1 - weight**count))
     return smoothed
 
 
 def _layout(fig: go.Figure, title: str, y_title: str = "", log_y: bool = False, height: int = 300) -> go.Figure:
-    fig.update_layout(title=dict(text=title, font=dict(size=14)), height=height, margin=dict(l=10, r=10, t=40, b=10),
-                      legend=dict(orientation="h", yanchor="top", y=-0.3, xanchor="left", x=0),  # under the axis
-                      hovermode="x unified")
+    fig.update_layout(
+        title=dict(text=title, font=dict(size=14)),
+        height=height,
+        margin=dict(l=10, r=10, t=40, b=10),
+        legend=dict(orientation="h", yanchor="top", y=-0.3, xanchor="left", x=0),  # under the axis
+        hovermode="x unified",
+    )
     fig.update_xaxes(title_text="step")
     fig.update_yaxes(title_text=y_title, type="log" if log_y else "linear")
     return fig
@@ -106,17 +140,30 @@ def metrics_chart(long_frame: pd.DataFrame, names: list[str], title: str, log_y:
 
 
 # The figures on the run page's metric cards, in this order of preference (the first five present are shown).
-CARD_METRICS = ("train_mean_nll", "test/nll", "dpo_loss", "accuracy", "margin", "env/all/reward/total",
-                "env/all/correct", "test/env/all/correct", "env/all/format", "optim/kl_sample_train",
-                "env/all/ac_tokens_per_turn", "learning_rate", "optim/lr")
+CARD_METRICS = (
+    "train_mean_nll",
+    "test/nll",
+    "dpo_loss",
+    "accuracy",
+    "margin",
+    "env/all/reward/total",
+    "env/all/correct",
+    "test/env/all/correct",
+    "env/all/format",
+    "optim/kl_sample_train",
+    "env/all/ac_tokens_per_turn",
+    "learning_rate",
+    "optim/lr",
+)
 
 
 def card_metrics(names: list[str]) -> list[str]:
     return [name for name in CARD_METRICS if name in names][:5]
 
 
-def overlay_chart(series_by_label: dict[str, pd.DataFrame], metric: str, smoothing: float = 0.0,
-                  log_y: bool = False) -> go.Figure:
+def overlay_chart(
+    series_by_label: dict[str, pd.DataFrame], metric: str, smoothing: float = 0.0, log_y: bool = False
+) -> go.Figure:
     """One metric across runs: {run label: frame (step, value)}; a faint raw line under each smoothed one."""
     fig = go.Figure()
     palette = ["#636EFA", "#EF553B", "#00CC96", "#AB63FA", "#FFA15A", "#19D3F3", "#FF6692", "#B6E880"]
@@ -125,16 +172,31 @@ def overlay_chart(series_by_label: dict[str, pd.DataFrame], metric: str, smoothi
         color = palette[i % len(palette)]
         values = list(frame["value"])
         if smoothing > 0:
-            fig.add_trace(go.Scatter(x=frame["step"], y=values, mode="lines", line=dict(color=color, width=1),
-                                     opacity=0.25, showlegend=False, hoverinfo="skip"))
-        fig.add_trace(go.Scatter(x=frame["step"], y=smooth(values, smoothing), name=label,
-                                 mode=_mode(len(frame)), line=dict(color=color, width=2)))
+            fig.add_trace(
+                go.Scatter(
+                    x=frame["step"],
+                    y=values,
+                    mode="lines",
+                    line=dict(color=color, width=1),
+                    opacity=0.25,
+                    showlegend=False,
+                    hoverinfo="skip",
+                )
+            )
+        fig.add_trace(
+            go.Scatter(
+                x=frame["step"],
+                y=smooth(values, smoothing),
+                name=label,
+                mode=_mode(len(frame)),
+                line=dict(color=color, width=2),
+            )
+        )
     last = max((frame["step"].max() for frame in series_by_label.values() if len(frame)), default=0)
     return _whole_steps(_layout(fig, metric, log_y=log_y, height=420), last)
 
 
-def reward_counts(rewards: list[float], max_distinct: int = 12, bins: int = 20) -> tuple[list[float], list[int],
-                                                                                       float]:
+def reward_counts(rewards: list[float], max_distinct: int = 12, bins: int = 20) -> tuple[list[float], list[int], float]:
     """(bar centres, sample counts, bar width): one bar per distinct reward when there are few (0/1 rewards are two
     bars), else equal-width bins over the whole range. The counts add up to len(rewards): every sample is drawn."""
     values = [float(r) for r in rewards]
@@ -152,8 +214,17 @@ def reward_counts(rewards: list[float], max_distinct: int = 12, bins: int = 20) 
 
 def reward_histogram(rewards: list[float], title: str) -> go.Figure:
     centres, counts, width = reward_counts(rewards)
-    fig = go.Figure(go.Bar(x=centres, y=counts, width=width, marker_color="#00CC96", text=counts,
-                           textposition="outside", hovertemplate="reward %{x:.3g}: %{y} samples<extra></extra>"))
+    fig = go.Figure(
+        go.Bar(
+            x=centres,
+            y=counts,
+            width=width,
+            marker_color="#00CC96",
+            text=counts,
+            textposition="outside",
+            hovertemplate="reward %{x:.3g}: %{y} samples<extra></extra>",
+        )
+    )
     fig = _layout(fig, title, y_title="samples", height=260)
     fig.update_xaxes(title_text="reward")
     fig.update_yaxes(range=[0, max(counts) * 1.25])
@@ -162,16 +233,14 @@ def reward_histogram(rewards: list[float], title: str) -> go.Figure:
 
 def reward_by_step(frame: pd.DataFrame) -> go.Figure:
     """Box plot of rewards per step, from a frame with step and reward columns."""
-    fig = go.Figure(go.Box(x=frame["step"], y=frame["reward"], boxmean=True, marker_color="#636EFA",
-                           name="reward"))
+    fig = go.Figure(go.Box(x=frame["step"], y=frame["reward"], boxmean=True, marker_color="#636EFA", name="reward"))
     return _layout(fig, "Rewards per step", y_title="reward", height=280)
 
 
 def length_histogram(lengths: list[int], max_length: int | None = None) -> go.Figure:
     fig = go.Figure(go.Histogram(x=lengths, nbinsx=40, marker_color="#636EFA"))
     if max_length:
-        fig.add_vline(x=max_length, line_dash="dash", line_color="#EF553B",
-                      annotation_text=f"max_length {max_length}")
+        fig.add_vline(x=max_length, line_dash="dash", line_color="#EF553B", annotation_text=f"max_length {max_length}")
     fig = _layout(fig, "Tokens per example", y_title="examples", height=280)
     fig.update_xaxes(title_text="tokens")
     return fig

@@ -58,8 +58,12 @@ def send(text: str, targets: dict[str, chat.ChatTarget]) -> None:
 
 def pending(turns: list[Turn]) -> list[tuple[int, str]]:
     """(turn index, pane) of every reply still to generate, in the order they are generated."""
-    return [(index, pane) for index, turn in enumerate(turns) for pane in PANES
-            if pane in turn.replies and not turn.replies[pane].done]
+    return [
+        (index, pane)
+        for index, turn in enumerate(turns)
+        for pane in PANES
+        if pane in turn.replies and not turn.replies[pane].done
+    ]
 
 
 def stop_all() -> None:
@@ -72,8 +76,9 @@ def stop(turns: list[Turn]) -> None:
         turns[index].replies[pane].reply.finish = "stopped"
 
 
-def messages_for(turns: list[Turn], pane: str, upto: int, system_prompt: str = "",
-                 edits: dict[int, str] | None = None) -> list[dict]:
+def messages_for(
+    turns: list[Turn], pane: str, upto: int, system_prompt: str = "", edits: dict[int, str] | None = None
+) -> list[dict]:
     """The conversation a pane's model sees for turn `upto` (its own replies, partial ones too; `edits` replaces
     some replies' text), ending with that turn's user message."""
     edits = edits or {}
@@ -101,14 +106,19 @@ def conversation(turns: list[Turn], pane: str, system_prompt: str = "") -> list[
     return messages + ([{"role": "assistant", "content": last}] if last else [])
 
 
-def training_examples(turns: list[Turn], pane: str, edits: dict[int, str], picked: list[int],
-                      system_prompt: str = "") -> list[dict]:
+def training_examples(
+    turns: list[Turn], pane: str, edits: dict[int, str], picked: list[int], system_prompt: str = ""
+) -> list[dict]:
     """One chat-format row per picked turn: the conversation up to it (with the edited replies) and its reply."""
     rows = []
     for index in picked:
         messages = messages_for(turns, pane, index, system_prompt, edits)
-        rows.append({"messages": messages + [{"role": "assistant",
-                                              "content": edits.get(index, reply_text(turns[index], pane))}]})
+        rows.append(
+            {
+                "messages": messages
+                + [{"role": "assistant", "content": edits.get(index, reply_text(turns[index], pane))}]
+            }
+        )
     return rows
 
 

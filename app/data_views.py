@@ -94,10 +94,12 @@ def token_grid(tokens: list[int], weights: list[float]) -> pd.io.formats.style.S
     trained = [w > 0 for w in weights]
     rows, masks = [], []
     for start in range(0, len(cells), GRID_COLUMNS):
-        rows.append(cells[start:start + GRID_COLUMNS] + [""] * max(0, start + GRID_COLUMNS - len(cells)))
-        masks.append(trained[start:start + GRID_COLUMNS] + [False] * max(0, start + GRID_COLUMNS - len(cells)))
-    frame = pd.DataFrame(rows, columns=[str(i) for i in range(GRID_COLUMNS)],
-                         index=[str(i) for i in range(0, len(cells), GRID_COLUMNS)])
+        rows.append(cells[start : start + GRID_COLUMNS] + [""] * max(0, start + GRID_COLUMNS - len(cells)))
+        masks.append(trained[start : start + GRID_COLUMNS] + [False] * max(0, start + GRID_COLUMNS - len(cells)))
+    frame = pd.DataFrame(
+        rows, columns=[str(i) for i in range(GRID_COLUMNS)], index=[str(i) for i in range(0, len(cells), GRID_COLUMNS)]
+    )
     mask = pd.DataFrame(masks, columns=frame.columns, index=frame.index)
-    return frame.style.apply(lambda _: mask.map(lambda m: "background-color: #bbf7d0; color: #14532d" if m
-                                                 else "color: #6b7280"), axis=None)
+    return frame.style.apply(
+        lambda _: mask.map(lambda m: "background-color: #bbf7d0; color: #14532d" if m else "color: #6b7280"), axis=None
+    )

@@ -45,14 +45,25 @@ class DatasetEntry:
 
 def browse_entries(builtin: Sequence[dict[str, Any]], uploaded: Sequence[dict[str, Any]]) -> dict[str, DatasetEntry]:
     """Browse keys ('builtin:NAME', 'upload:NAME') to entries: the built-ins first, then the uploads."""
-    entries = {f"builtin:{d['name']}": DatasetEntry(label=f"{d['name']} · built-in {d['kind']}",
-                                                    spec=f"builtin:{d['name']}", kind=d["kind"], rows=d["num_rows"],
-                                                    about=d["description"])
-               for d in builtin}
+    entries = {
+        f"builtin:{d['name']}": DatasetEntry(
+            label=f"{d['name']} · built-in {d['kind']}",
+            spec=f"builtin:{d['name']}",
+            kind=d["kind"],
+            rows=d["num_rows"],
+            about=d["description"],
+        )
+        for d in builtin
+    }
     for d in uploaded:
         entries[upload_key(d["name"])] = DatasetEntry(
-            label=f"{d['name']} · uploaded {d['kind']}", spec=d["path"], kind=d["kind"], rows=d["num_rows"],
-            about=f"from {(d.get('meta') or {}).get('filename', d['path'])}", name=d["name"])
+            label=f"{d['name']} · uploaded {d['kind']}",
+            spec=d["path"],
+            kind=d["kind"],
+            rows=d["num_rows"],
+            about=f"from {(d.get('meta') or {}).get('filename', d['path'])}",
+            name=d["name"],
+        )
     return entries
 
 
@@ -83,8 +94,14 @@ def save_and_validate(filename: str, data: bytes, kind_choice: str) -> tuple[Pat
 
 def register_upload(store: RunStore, name: str, saved: Path, result: data_views.Validated, filename: str) -> str:
     """Add a validated upload to the list; returns the notice that says so."""
-    store.register_dataset(name.strip(), kind=result.kind, source="upload", path=str(saved),
-                           num_rows=result.num_rows, meta={"filename": filename})
+    store.register_dataset(
+        name.strip(),
+        kind=result.kind,
+        source="upload",
+        path=str(saved),
+        num_rows=result.num_rows,
+        meta={"filename": filename},
+    )
     return f"Added {name.strip()}: {result.num_rows} {result.kind} rows ({result.detail})."
 
 
@@ -98,11 +115,13 @@ def remove_upload(store: RunStore, entry: DatasetEntry) -> None:
 
 def token_totals(stats_df: pd.DataFrame) -> list[tuple[str, str | int]]:
     """The four headline numbers of the token statistics (per example: tokens, trained)."""
-    return [("Examples", len(stats_df)), ("Total tokens", f"{int(stats_df['tokens'].sum()):,}"),
-            ("Trained tokens", f"{int(stats_df['trained'].sum()):,}"),
-            ("Longest example", f"{int(stats_df['tokens'].max()):,}")]
+    return [
+        ("Examples", len(stats_df)),
+        ("Total tokens", f"{int(stats_df['tokens'].sum()):,}"),
+        ("Trained tokens", f"{int(stats_df['trained'].sum()):,}"),
+        ("Longest example", f"{int(stats_df['tokens'].max()):,}"),
+    ]
 
 
 def mask_caption(tokens: Sequence[int], weights: Sequence[float]) -> str:
-    return (f"{len(tokens)} tokens, {sum(1 for w in weights if w > 0)} trained (green). "
-            "· is a space, ↵ a newline.")
+    return f"{len(tokens)} tokens, {sum(1 for w in weights if w > 0)} trained (green). · is a space, ↵ a newline."

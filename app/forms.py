@@ -33,18 +33,24 @@ from storage.input_error import BAD_INPUT
 
 DATA_KIND = {"sl": "chat", "dpo": "preference", "rl": "rl"}
 SOURCES = ("Built-in", "Uploaded", "Hugging Face", "File path")
-TRAIN_ON_LABELS = {"last_assistant_message": "Last assistant message",
-                   "all_assistant_messages": "All assistant messages", "all_messages": "All messages"}
+TRAIN_ON_LABELS = {
+    "last_assistant_message": "Last assistant message",
+    "all_assistant_messages": "All assistant messages",
+    "all_messages": "All messages",
+}
 RL_ENV_HELP = {
     "arithmetic": "Built-in additions, fresh each step, operands growing to two digits over the run; reward 1 when "
-                  "the last number in the reply is right. 100 two-digit sums are held out (builtin:arithmetic).",
+    "the last number in the reply is right. 100 two-digit sums are held out (builtin:arithmetic).",
     "code": "Built-in Python function tasks; the reply's ```python block runs against unit tests in the sandbox.",
     "custom": "Your own prompt/answer file, scored by the grader you pick.",
 }
-GRADER_HELP = {"exact": "reply equals the answer (case and spacing ignored)",
-               "numeric": "last number in the reply equals the answer",
-               "contains": "the answer appears in the reply", "regex": "the answer is a regex that must match",
-               "python_tests": "the answer is Python asserts, run against the reply's code in the sandbox"}
+GRADER_HELP = {
+    "exact": "reply equals the answer (case and spacing ignored)",
+    "numeric": "last number in the reply equals the answer",
+    "contains": "the answer appears in the reply",
+    "regex": "the answer is a regex that must match",
+    "python_tests": "the answer is Python asserts, run against the reply's code in the sandbox",
+}
 STARTUP_S = 10.0  # loading the model, saving checkpoints
 
 
@@ -79,8 +85,10 @@ def key(kind: str, name: str) -> str:
 def model_section(kind: str, base: cfg.CommonConfig) -> ModelChoice:
     tinker = state.tinker_status()
     options = ["default", "folder"]
-    labels = {"default": f"{models.DEFAULT_MODEL} · local default (135M, CPU)",
-              "folder": "A local model folder (Hugging Face format)…"}
+    labels = {
+        "default": f"{models.DEFAULT_MODEL} · local default (135M, CPU)",
+        "folder": "A local model folder (Hugging Face format)…",
+    }
     for name in tinker.models if tinker.state == "ok" else []:
         options.append(f"tinker:{name}")
         labels[f"tinker:{name}"] = f"{name} · Tinker (hosted)"
@@ -93,15 +101,29 @@ def model_section(kind: str, base: cfg.CommonConfig) -> ModelChoice:
         default = "default"
     else:
         default = "folder"
-    help_text = {"no_key": "Set TINKER_API_KEY before starting the studio to train hosted models.",
-                 "checking": "Checking the Tinker service for hosted models…"}.get(tinker.state, tinker.message)
-    choice = str(st.selectbox("Model", options, index=options.index(default), format_func=lambda o: labels[o],
-                              key=key(kind, "model"), help=f"Base model to fine-tune with LoRA. {help_text}"))
+    help_text = {
+        "no_key": "Set TINKER_API_KEY before starting the studio to train hosted models.",
+        "checking": "Checking the Tinker service for hosted models…",
+    }.get(tinker.state, tinker.message)
+    choice = str(
+        st.selectbox(
+            "Model",
+            options,
+            index=options.index(default),
+            format_func=lambda o: labels[o],
+            key=key(kind, "model"),
+            help=f"Base model to fine-tune with LoRA. {help_text}",
+        )
+    )
     if choice == "default":
         model, backend = models.DEFAULT_MODEL, "local"
     elif choice == "folder":
-        model = st.text_input("Model folder", value=base.model if default == "folder" else "",
-                              placeholder="/path/to/a/hf-model-folder (with config.json)", key=key(kind, "folder"))
+        model = st.text_input(
+            "Model folder",
+            value=base.model if default == "folder" else "",
+            placeholder="/path/to/a/hf-model-folder (with config.json)",
+            key=key(kind, "folder"),
+        )
         backend = "local"
         if not model.strip():
             return ModelChoice("", backend, None, "", "Give the path of a local model folder.")
@@ -115,8 +137,12 @@ def _suggestion(model: str, backend: str) -> ModelChoice:
         try:
             from cookbook_engine.backends.tinker import suggested_learning_rate
 
-            return ModelChoice(model, backend, suggested_learning_rate(model),
-                               "the Tinker cookbook's LoRA learning-rate formula for this model")
+            return ModelChoice(
+                model,
+                backend,
+                suggested_learning_rate(model),
+                "the Tinker cookbook's LoRA learning-rate formula for this model",
+            )
         except Exception as exc:  # no backend in this build, or an unknown model
             return ModelChoice(model, backend, 1e-4, f"a common LoRA starting point ({exc})")
     try:
@@ -129,8 +155,12 @@ def _suggestion(model: str, backend: str) -> ModelChoice:
 def measure_speed(choice: ModelChoice) -> None:
     """Measure this machine's speed for a local model in the background (once; cached), for the estimate; only
     once the model is ready, so it never races the default model's preparation."""
-    if choice.backend == "local" and choice.model and not choice.error and (
-            models.canonical_name(choice.model) != models.DEFAULT_MODEL or models.default_model_ready()):
+    if (
+        choice.backend == "local"
+        and choice.model
+        and not choice.error
+        and (models.canonical_name(choice.model) != models.DEFAULT_MODEL or models.default_model_ready())
+    ):
         speed.calibrate_in_background(choice.model)
 
 
@@ -150,13 +180,19 @@ def _source_of(spec: str, uploaded_paths: set[str]) -> str:
 def dataset_section(kind: str, data_kind: str, spec: str, label: str = "Dataset") -> str:
     """A dataset picker for one kind of data (chat, preference, rl); returns a dataset spec."""
     uploaded = [d for d in state.store().list_datasets() if d["kind"] == data_kind and d["source"] != "builtin"]
-    source = st.segmented_control(f"{label} source", SOURCES, default=_source_of(spec, {d["path"] for d in uploaded}),
-                                  key=key(kind, "source"), required=True)
+    source = st.segmented_control(
+        f"{label} source",
+        SOURCES,
+        default=_source_of(spec, {d["path"] for d in uploaded}),
+        key=key(kind, "source"),
+        required=True,
+    )
     if source == "Built-in":
         names = [name for name, d in BUILTIN.items() if d.kind == data_kind]
         current = spec.removeprefix("builtin:")
-        name = st.selectbox(label, names, index=names.index(current) if current in names else 0,
-                            key=key(kind, "builtin"))
+        name = st.selectbox(
+            label, names, index=names.index(current) if current in names else 0, key=key(kind, "builtin")
+        )
         st.caption(BUILTIN[name].description)
         return f"builtin:{name}"
     if source == "Uploaded":
@@ -166,30 +202,50 @@ def dataset_section(kind: str, data_kind: str, spec: str, label: str = "Dataset"
             return ""
         paths_ = [d["path"] for d in uploaded]
         shown = {d["path"]: f"{d['name']} ({d['num_rows']} rows)" for d in uploaded}
-        return st.selectbox(label, paths_, index=paths_.index(spec) if spec in paths_ else 0,
-                            format_func=lambda path: shown[path], key=key(kind, "uploaded")) or ""
+        return (
+            st.selectbox(
+                label,
+                paths_,
+                index=paths_.index(spec) if spec in paths_ else 0,
+                format_func=lambda path: shown[path],
+                key=key(kind, "uploaded"),
+            )
+            or ""
+        )
     if source == "Hugging Face":
-        name = st.text_input("Hub dataset", value=spec.removeprefix("hf:") if spec.startswith("hf:") else "",
-                             placeholder="owner/name or owner/name:split", key=key(kind, "hub"),
-                             help="Loaded only when the Hugging Face hub is reachable from this machine.")
+        name = st.text_input(
+            "Hub dataset",
+            value=spec.removeprefix("hf:") if spec.startswith("hf:") else "",
+            placeholder="owner/name or owner/name:split",
+            key=key(kind, "hub"),
+            help="Loaded only when the Hugging Face hub is reachable from this machine.",
+        )
         name = name.strip().removeprefix("hf:")
         return f"hf:{name}" if name else ""
-    path = st.text_input("Data file", value=spec if _source_of(spec, set()) == "File path" else "",
-                         placeholder="/path/to/data.jsonl (.jsonl, .json, .csv or .parquet)", key=key(kind, "path"))
+    path = st.text_input(
+        "Data file",
+        value=spec if _source_of(spec, set()) == "File path" else "",
+        placeholder="/path/to/data.jsonl (.jsonl, .json, .csv or .parquet)",
+        key=key(kind, "path"),
+    )
     return path.strip()
 
 
 def rl_task_section(base: cfg.RLConfig) -> tuple[str, str, str]:
     """(env, dataset, grader) for an RL run."""
-    env = st.segmented_control("Environment", list(cfg.RL_ENVS), default=base.env, key=key("rl", "env"),
-                               required=True)
+    env = st.segmented_control("Environment", list(cfg.RL_ENVS), default=base.env, key=key("rl", "env"), required=True)
     st.caption(RL_ENV_HELP[env])
     if env != "custom":
         return env, "", base.grader
     dataset = dataset_section("rl", "rl", base.dataset, label="Problems")
-    grader = st.selectbox("Grader", list(cfg.GRADERS), index=list(cfg.GRADERS).index(base.grader),
-                          format_func=lambda g: f"{g}: {GRADER_HELP[g]}", key=key("rl", "grader"),
-                          help="A row's own `grader` column wins over this choice.")
+    grader = st.selectbox(
+        "Grader",
+        list(cfg.GRADERS),
+        index=list(cfg.GRADERS).index(base.grader),
+        format_func=lambda g: f"{g}: {GRADER_HELP[g]}",
+        key=key("rl", "grader"),
+        help="A row's own `grader` column wins over this choice.",
+    )
     return env, dataset, grader
 
 
@@ -211,8 +267,9 @@ def _checkpoint_options(kind: str, base: cfg.CommonConfig) -> tuple[list[str], d
     return options, labels
 
 
-def settings_form(kind: str, base: cfg.CommonConfig, choice: ModelChoice, data: dict) -> tuple[cfg.CommonConfig,
-                                                                                               str | None]:
+def settings_form(
+    kind: str, base: cfg.CommonConfig, choice: ModelChoice, data: dict
+) -> tuple[cfg.CommonConfig, str | None]:
     """The hyperparameter form; returns (config, "check" | "start" | None)."""
     k = lambda name: key(kind, name)  # noqa: E731
     suggested = choice.suggested_lr or 1e-4
@@ -226,10 +283,13 @@ def settings_form(kind: str, base: cfg.CommonConfig, choice: ModelChoice, data: 
         from cookbook_engine.rl import suggested as rl_suggested
 
         draft = cfg.RLConfig(model=choice.model, backend=choice.backend, **data)
-        suggested, reason = (rl_suggested.learning_rate(draft, suggested),
-                             rl_suggested.reason(draft, suggested, reason))
-    measured = suggested_settings.measured_for(cfg.CONFIG_TYPES[kind](model=choice.model, backend=choice.backend,
-                                                                       **data))
+        suggested, reason = (
+            rl_suggested.learning_rate(draft, suggested),
+            rl_suggested.reason(draft, suggested, reason),
+        )
+    measured = suggested_settings.measured_for(
+        cfg.CONFIG_TYPES[kind](model=choice.model, backend=choice.backend, **data)
+    )
     if measured is not None:  # built-in data measured on this model: its rate, and what the measurement showed
         suggested, reason = measured.learning_rate, suggested_settings.reason(measured, data.get("dataset", ""))
     values: dict = {"model": choice.model, "backend": choice.backend, **data}
@@ -246,14 +306,19 @@ def settings_form(kind: str, base: cfg.CommonConfig, choice: ModelChoice, data: 
         c1, c2, c3, c4 = st.columns(4)
         put(c1, "lora_rank")
         # empty = learning_rate=auto: the engine uses the suggested rate; 0 or less is refused by the check
-        put(c2, "learning_rate", placeholder=f"suggested: {suggested:g}", key=k(f"lr-{choice.backend}-{choice.model}"),
-            help=f"Leave empty for the suggested rate for this model, {suggested:g} ({reason})." if reason else
-            "Leave empty for the model's suggested rate.")
+        put(
+            c2,
+            "learning_rate",
+            placeholder=f"suggested: {suggested:g}",
+            key=k(f"lr-{choice.backend}-{choice.model}"),
+            help=f"Leave empty for the suggested rate for this model, {suggested:g} ({reason})."
+            if reason
+            else "Leave empty for the model's suggested rate.",
+        )
         put(c3, "lr_schedule")
         put(c4, "groups_per_batch" if kind == "rl" else "batch_size")
         if choice.suggested_lr is not None:
-            st.caption(f"Suggested learning rate for {choice.model.rsplit('/', 1)[-1]}: **{suggested:g}**, "
-                       f"{reason}.")
+            st.caption(f"Suggested learning rate for {choice.model.rsplit('/', 1)[-1]}: **{suggested:g}**, {reason}.")
         st.markdown("**Length and cadence**")
         c1, c2, c3, c4, c5 = st.columns(5)
         put(c1, "group_size" if kind == "rl" else "num_epochs")
@@ -299,8 +364,10 @@ def _dpo_fields(base: cfg.DPOConfig, put: Put) -> None:
 
 def _rl_fields(base: cfg.RLConfig, put: Put) -> None:
     st.markdown("**Sampling and loss**")
-    for row in (("max_tokens", "temperature", "top_p", "loss_fn"),
-                ("clip_low_threshold", "clip_high_threshold", "num_substeps", "num_eval_problems")):
+    for row in (
+        ("max_tokens", "temperature", "top_p", "loss_fn"),
+        ("clip_low_threshold", "clip_high_threshold", "num_substeps", "num_eval_problems"),
+    ):
         for where, name in zip(st.columns(4), row):
             put(where, name)
     options, labels = _checkpoint_options("rl", base)
@@ -352,10 +419,19 @@ def check(config: cfg.CommonConfig) -> CheckResult:
     summary = prepared.summary() if callable(getattr(prepared, "summary", None)) else ""
     test_fraction = getattr(config, "test_fraction", 0)
     if test_fraction and getattr(prepared, "test", None) == []:
-        summary += (f". None held out: test_fraction={test_fraction} of so few examples rounds to 0 "
-                    f"(at least {datasets.MIN_ITEMS_FOR_FORCED_TEST} give one)")
-    return CheckResult(True, [], prepared, summary, estimate(config, prepared), epochs_note(config, prepared),
-                       far_notes(config, prepared))
+        summary += (
+            f". None held out: test_fraction={test_fraction} of so few examples rounds to 0 "
+            f"(at least {datasets.MIN_ITEMS_FOR_FORCED_TEST} give one)"
+        )
+    return CheckResult(
+        True,
+        [],
+        prepared,
+        summary,
+        estimate(config, prepared),
+        epochs_note(config, prepared),
+        far_notes(config, prepared),
+    )
 
 
 def far_notes(config: cfg.CommonConfig, prepared) -> list[str]:
@@ -368,8 +444,9 @@ def far_notes(config: cfg.CommonConfig, prepared) -> list[str]:
     train = getattr(prepared, "train", None)
     if not train:
         return []
-    return suggested_settings.far_from_suggested(config, settings_view.learning_rate_used(config),
-                                                 planned_steps(config, len(train)))
+    return suggested_settings.far_from_suggested(
+        config, settings_view.learning_rate_used(config), planned_steps(config, len(train))
+    )
 
 
 def _minutes(seconds: float) -> str:
@@ -386,8 +463,10 @@ def estimate(config: cfg.CommonConfig, prepared: object) -> str:
     plan = train_loop.loop_module(config.kind).plan(config, prepared)
     steps = plan.total_steps
     if isinstance(config, cfg.RLConfig):
-        text = f"{steps} steps × {config.groups_per_batch} problems × {config.group_size} samples: at most " \
-               f"{plan.tokens:,} sampled tokens"
+        text = (
+            f"{steps} steps × {config.groups_per_batch} problems × {config.group_size} samples: at most "
+            f"{plan.tokens:,} sampled tokens"
+        )
         seconds = plan.tokens / rate.sample_tok_s + plan.tokens / rate.train_tok_s
     else:
         what = "pairs" if config.kind == "dpo" else "examples"
@@ -401,17 +480,25 @@ def estimate(config: cfg.CommonConfig, prepared: object) -> str:
     if config.backend == "tinker":
         return f"{text}; time depends on the Tinker service's queue."
     if not rate.measured_at:
-        return (f"{text}; roughly {_minutes(seconds)} on an idle 2-core CPU (this machine's own speed is being "
-                "measured: check again in a minute).")
+        return (
+            f"{text}; roughly {_minutes(seconds)} on an idle 2-core CPU (this machine's own speed is being "
+            "measured: check again in a minute)."
+        )
     measured = datetime.fromtimestamp(rate.measured_at).strftime("%H:%M")
     busy = sum(r["status"] in statuses.ACTIVE for r in state.store().list_runs())
     # runs on this machine take turns computing (compute_lease.py), so while `busy` others train, each gets a share
-    sharing = (f" {busy} run{'s' if busy != 1 else ''} training now {'take' if busy != 1 else 'takes'} turns with "
-               f"it on the CPU: while {'they run' if busy != 1 else 'it runs'}, expect up to "
-               f"{_minutes(seconds * (busy + 1))}." if busy else "")
-    return (f"{text}; roughly {_minutes(seconds)} at this machine's speed measured at {measured} "
-            f"({rate.train_tok_s:.0f} training, {rate.sample_tok_s:.0f} sampled tokens/s; slower while other work "
-            f"runs).{sharing} The run page corrects this from the run's own step times.")
+    sharing = (
+        f" {busy} run{'s' if busy != 1 else ''} training now {'take' if busy != 1 else 'takes'} turns with "
+        f"it on the CPU: while {'they run' if busy != 1 else 'it runs'}, expect up to "
+        f"{_minutes(seconds * (busy + 1))}."
+        if busy
+        else ""
+    )
+    return (
+        f"{text}; roughly {_minutes(seconds)} at this machine's speed measured at {measured} "
+        f"({rate.train_tok_s:.0f} training, {rate.sample_tok_s:.0f} sampled tokens/s; slower while other work "
+        f"runs).{sharing} The run page corrects this from the run's own step times."
+    )
 
 
 def planned_steps(config: cfg.CommonConfig, count: int) -> int:
@@ -428,9 +515,11 @@ def epochs_note(config: cfg.CommonConfig, prepared) -> str:
     passes = planned_steps(config, len(train)) / per_epoch
     if passes <= config.num_epochs + 1e-9:
         return ""
-    return (f"max_steps={config.max_steps} is {passes:.1f} passes over the {len(train)} training examples "
-            f"({per_epoch} steps each), more than Epochs = {config.num_epochs}: the run repeats the data. Lower Max "
-            "steps (or set it to 0) to stop after the epochs.")
+    return (
+        f"max_steps={config.max_steps} is {passes:.1f} passes over the {len(train)} training examples "
+        f"({per_epoch} steps each), more than Epochs = {config.num_epochs}: the run repeats the data. Lower Max "
+        "steps (or set it to 0) to stop after the epochs."
+    )
 
 
 def _datum_tokens(data) -> int:
@@ -454,8 +543,13 @@ def show_check(result: CheckResult, config: cfg.CommonConfig) -> None:
     if result.epochs_note:
         st.warning(result.epochs_note, icon=":material/repeat:")
     if result.far_from_suggested:
-        st.warning("Far from the settings measured for this " + ("env" if config.kind == "rl" else "data") + ": "
-                   + "; ".join(result.far_from_suggested) + ".",
-                   icon=":material/tune:")
+        st.warning(
+            "Far from the settings measured for this "
+            + ("env" if config.kind == "rl" else "data")
+            + ": "
+            + "; ".join(result.far_from_suggested)
+            + ".",
+            icon=":material/tune:",
+        )
     st.markdown("Equivalent command (run it from the repository folder):")
     st.code(settings_view.command_line(config), language="bash", wrap_lines=True)

@@ -23,8 +23,11 @@ make_files_private()  # also set by `cookbook studio`; here for a studio started
 compute_lease.set_process_label("the studio")
 setup_logging()  # the engine's log lines in the CLI's format, on the server's stderr
 
-st.set_page_config(page_title="Cookbook Studio", page_icon=str(REPO_ROOT / "app" / "favicon.png"),  # no icon CDN
-                   layout="wide")
+st.set_page_config(
+    page_title="Cookbook Studio",
+    page_icon=str(REPO_ROOT / "app" / "favicon.png"),  # no icon CDN
+    layout="wide",
+)
 state.start_default_model_preparation()
 
 page = st.navigation(nav.sections())

@@ -40,8 +40,14 @@ PAGES: dict[str, PageSpec] = {
 
 def page(key: str) -> st.Page:
     spec = PAGES[key]
-    return st.Page(str(PAGES_DIR / spec.file), title=spec.title, icon=spec.icon, url_path=key,
-                   default=key == "home", visibility="hidden" if spec.hidden else "visible")
+    return st.Page(
+        str(PAGES_DIR / spec.file),
+        title=spec.title,
+        icon=spec.icon,
+        url_path=key,
+        default=key == "home",
+        visibility="hidden" if spec.hidden else "visible",
+    )
 
 
 def sections() -> dict[str, list[st.Page]]:

@@ -9,10 +9,12 @@ import streamlit as st
 from app import state, state_keys, widgets
 from storage.statuses import RunStatus
 
-FINISHED_TOAST = {RunStatus.COMPLETED: ("finished", ":material/check_circle:"),
-                  RunStatus.FAILED: ("failed", ":material/error:"),
-                  RunStatus.CANCELLED: ("stopped", ":material/stop_circle:"),
-                  RunStatus.INTERRUPTED: ("was interrupted", ":material/warning:")}  # one per terminal status
+FINISHED_TOAST = {
+    RunStatus.COMPLETED: ("finished", ":material/check_circle:"),
+    RunStatus.FAILED: ("failed", ":material/error:"),
+    RunStatus.CANCELLED: ("stopped", ":material/stop_circle:"),
+    RunStatus.INTERRUPTED: ("was interrupted", ":material/warning:"),
+}  # one per terminal status
 
 
 def watch(run_id: str) -> None:

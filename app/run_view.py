@@ -59,7 +59,7 @@ def chart_layout(metrics_df: pd.DataFrame) -> ChartLayout:
 
 def rows_of(groups: ChartGroups, per_row: int) -> list[ChartGroups]:
     """Chart groups split into rows of `per_row` charts."""
-    return [groups[i:i + per_row] for i in range(0, len(groups), per_row)]
+    return [groups[i : i + per_row] for i in range(0, len(groups), per_row)]
 
 
 def header_facts(run: dict[str, Any], kind_label: str, created: str, time_facts: Sequence[str]) -> list[str]:
@@ -72,17 +72,29 @@ def header_facts(run: dict[str, Any], kind_label: str, created: str, time_facts:
 
 def no_checkpoints_text(config: dict[str, Any]) -> str:
     save_every = config.get("save_every")
-    return (f"No checkpoints yet (this run saves every {save_every} steps and at the end)." if save_every
-            else "No checkpoints yet (this run saves at the end).")
+    return (
+        f"No checkpoints yet (this run saves every {save_every} steps and at the end)."
+        if save_every
+        else "No checkpoints yet (this run saves at the end)."
+    )
 
 
-def checkpoint_rows(checkpoints: Sequence[dict[str, Any]],
-                    age: Callable[[datetime | None], str]) -> list[dict[str, Any]]:
+def checkpoint_rows(
+    checkpoints: Sequence[dict[str, Any]], age: Callable[[datetime | None], str]
+) -> list[dict[str, Any]]:
     """The checkpoints table, newest first as given; `age` turns a timestamp into '5 min ago'."""
-    return [{"Step": c["step"], "Name": c["name"], "Kind": c["kind"],
-             "Final": bool((c.get("loop_state") or {}).get("final")), "Saved": age(c["created_at"]),
-             "State path": c.get("state_path") or "", "Sampler path": c.get("sampler_path") or ""}
-            for c in checkpoints]
+    return [
+        {
+            "Step": c["step"],
+            "Name": c["name"],
+            "Kind": c["kind"],
+            "Final": bool((c.get("loop_state") or {}).get("final")),
+            "Saved": age(c["created_at"]),
+            "State path": c.get("state_path") or "",
+            "Sampler path": c.get("sampler_path") or "",
+        }
+        for c in checkpoints
+    ]
 
 
 def log_tail(log_dir: str | Path, lines: int = LOG_TAIL_LINES) -> list[str]:

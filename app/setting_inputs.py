@@ -24,8 +24,7 @@ def widget_key(leaf: Leaf) -> str:
     return leaf.spec.key or leaf.name.rsplit(".", 1)[-1]
 
 
-def setting_input(where: Any, config: Any, name: str, key_of: Callable[[str], str],
-                  **overrides: Any) -> Any:
+def setting_input(where: Any, config: Any, name: str, key_of: Callable[[str], str], **overrides: Any) -> Any:
     """Draw setting `name` of `config` in the container `where` (st, a column, ...), keyed `key_of(suffix)`, and
     return what it holds. `overrides` are passed to the widget as they are (e.g. options known only at run time, a
     placeholder)."""
@@ -41,8 +40,7 @@ def setting_input(where: Any, config: Any, name: str, key_of: Callable[[str], st
     if spec.widget == "select":
         options = list(kwargs.pop("options", None) or spec.choices or spec.options)
         fallback = options.index(leaf.default) if leaf.default in options else 0
-        return where.selectbox(label, options, index=options.index(value) if value in options else fallback,
-                               **kwargs)
+        return where.selectbox(label, options, index=options.index(value) if value in options else fallback, **kwargs)
     if spec.widget != "number":
         raise ValueError(f"{name}: the form has no widget for it (spec widget {spec.widget!r})")
     number = float if leaf.kind is float else int
@@ -50,6 +48,10 @@ def setting_input(where: Any, config: Any, name: str, key_of: Callable[[str], st
         kwargs.setdefault("format", "%g")
     if spec.step is not None:
         kwargs.setdefault("step", number(spec.step))
-    return where.number_input(label, min_value=None if spec.min is None else number(spec.min),
-                              max_value=None if spec.max is None else number(spec.max),
-                              value=None if value is None else number(value), **kwargs)
+    return where.number_input(
+        label,
+        min_value=None if spec.min is None else number(spec.min),
+        max_value=None if spec.max is None else number(spec.max),
+        value=None if value is None else number(value),
+        **kwargs,
+    )

@@ -41,8 +41,11 @@ def shown_settings(kind: str, settings: dict) -> dict:
     """A run's settings as a person should read them: the used learning rate, no settings its kind ignores."""
     config = cfg.from_dict(kind, settings)
     hidden = set(UNUSED_BY_KIND.get(kind, ()))
-    shown = {k: v for k, v in cfg.flat_dict(config).items()
-             if k not in hidden and (config.backend == "clocked" or not k.startswith(CLOCKED_ONLY))}
+    shown = {
+        k: v
+        for k, v in cfg.flat_dict(config).items()
+        if k not in hidden and (config.backend == "clocked" or not k.startswith(CLOCKED_ONLY))
+    }
     if config.learning_rate is None:
         used = learning_rate_used(config)
         from cookbook_engine import suggested

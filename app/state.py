@@ -36,8 +36,12 @@ class ModelState(StrEnum):
     MISSING = "missing"
 
 
-MODEL_STATE_LABEL = {ModelState.READY: "ready", ModelState.PREPARING: "being prepared", ModelState.FAILED: "failed",
-                     ModelState.MISSING: "not prepared"}
+MODEL_STATE_LABEL = {
+    ModelState.READY: "ready",
+    ModelState.PREPARING: "being prepared",
+    ModelState.FAILED: "failed",
+    ModelState.MISSING: "not prepared",
+}
 
 
 class TinkerState(StrEnum):
@@ -138,8 +142,10 @@ def default_model_status() -> tuple[ModelState, str]:
         with _exclusive(blocking=False) as free:
             preparing = not free
     if preparing:
-        return ModelState.PREPARING, (f"{models.DEFAULT_MODEL} is being prepared: converted once into the model cache "
-                                      "(about 20 s), then it loads in a second")
+        return ModelState.PREPARING, (
+            f"{models.DEFAULT_MODEL} is being prepared: converted once into the model cache "
+            "(about 20 s), then it loads in a second"
+        )
     return ModelState.MISSING, f"{models.DEFAULT_MODEL} is not prepared yet"
 
 
@@ -235,8 +241,11 @@ def tinker_status() -> TinkerStatus:
     """The hosted backend's status, probed on a background thread (never on the page's thread); cached 2 min."""
     global _tinker_thread
     if not tinker_key_present():
-        return TinkerStatus(TinkerState.NO_KEY, f"no {TINKER_KEY_ENV} set: hosted models are off; local training "
-                                                "works. Enter a key here or set it before starting the studio.")
+        return TinkerStatus(
+            TinkerState.NO_KEY,
+            f"no {TINKER_KEY_ENV} set: hosted models are off; local training "
+            "works. Enter a key here or set it before starting the studio.",
+        )
     with _tinker_lock:
         status = _tinker_status
         fresh = status is not None and time.monotonic() - status.checked_at < TINKER_STATUS_TTL_S

@@ -37,8 +37,11 @@ def run_timing(store, run: dict) -> RunTiming:
         return RunTiming(elapsed, None, None)
     frame = store.get_metrics(run["run_id"], ["time/total"])
     durations = speed.step_seconds(list(zip(frame["step"].astype(int), frame["value"].astype(float))))
-    return RunTiming(elapsed, speed.eta_seconds(run.get("step"), run.get("total_steps"), durations),
-                     speed.recent_step_seconds(durations))
+    return RunTiming(
+        elapsed,
+        speed.eta_seconds(run.get("step"), run.get("total_steps"), durations),
+        speed.recent_step_seconds(durations),
+    )
 
 
 def time_facts(run: dict, timing: RunTiming) -> list[str]:
@@ -60,15 +63,17 @@ def usage_text(run: dict) -> str:
     usage = _usage(run)
     if usage is None:
         return ""
-    text = (f"CPU {usage['cpu_percent']:.0f}% of a core (machine {usage['machine_cpu_percent']:.0f}% busy, "
-            f"{usage['cores']} cores) · RAM {paths.human_size(usage['rss_bytes'])}")
+    text = (
+        f"CPU {usage['cpu_percent']:.0f}% of a core (machine {usage['machine_cpu_percent']:.0f}% busy, "
+        f"{usage['cores']} cores) · RAM {paths.human_size(usage['rss_bytes'])}"
+    )
     if "gpu_bytes" in usage:
         text += f" · GPU {paths.human_size(usage['gpu_bytes'])}"
     return text
 
 
 def turn_text(run: dict) -> str:
-    """"taking turns: X is computing now" while another process on this machine holds the compute lease and this
+    """ "taking turns: X is computing now" while another process on this machine holds the compute lease and this
     active run's process waits for it; empty otherwise."""
     if run["status"] not in statuses.ACTIVE or run.get("owner_host") not in (None, socket.gethostname()):
         return ""
@@ -85,8 +90,10 @@ def table_times(store, runs: list[dict]) -> dict[str, dict]:
         times = run_timing(store, run)
         usage = _usage(run)
         cells[run["run_id"]] = {
-            "Elapsed": speed.clock(times.elapsed_s), "Left": speed.clock(times.eta_s),
-            "Use": f"{usage['cpu_percent']:.0f}% · {paths.human_size(usage['rss_bytes'])}" if usage else ""}
+            "Elapsed": speed.clock(times.elapsed_s),
+            "Left": speed.clock(times.eta_s),
+            "Use": f"{usage['cpu_percent']:.0f}% · {paths.human_size(usage['rss_bytes'])}" if usage else "",
+        }
     return cells
 
 

@@ -14,8 +14,18 @@ from typing import Any
 
 import pandas as pd
 
-SANDBOX_KEYS = ("tests_passed", "tests_total", "failures", "solution_error", "printed", "stderr", "sandbox_error",
-                "error", "network_isolated", "suspicious")
+SANDBOX_KEYS = (
+    "tests_passed",
+    "tests_total",
+    "failures",
+    "solution_error",
+    "printed",
+    "stderr",
+    "sandbox_error",
+    "error",
+    "network_isolated",
+    "suspicious",
+)
 SANDBOX_TEXT_KEYS = ("printed", "stderr", "solution_error", "sandbox_error", "error")
 TABLE_COLUMNS = ["group_idx", "sample_idx", "reward", "advantage", "stop_reason", "prompt", "completion"]
 GROUPS_PER_PAGE = 5
@@ -74,11 +84,17 @@ class StepSummary:
 
 def step_summary(rollouts_df: pd.DataFrame) -> StepSummary:
     rewards = rollouts_df["reward"].dropna()
-    correct: list[float] = [float(details["correct"]) for details in rollouts_df["metrics"]
-                            if isinstance(details, dict) and details.get("correct") is not None]
-    return StepSummary(samples=len(rollouts_df), groups=int(rollouts_df["group_idx"].nunique()),
-                       mean_reward=float(rewards.mean()) if len(rewards) else None,
-                       correct_share=sum(correct) / len(correct) if correct else None)
+    correct: list[float] = [
+        float(details["correct"])
+        for details in rollouts_df["metrics"]
+        if isinstance(details, dict) and details.get("correct") is not None
+    ]
+    return StepSummary(
+        samples=len(rollouts_df),
+        groups=int(rollouts_df["group_idx"].nunique()),
+        mean_reward=float(rewards.mean()) if len(rewards) else None,
+        correct_share=sum(correct) / len(correct) if correct else None,
+    )
 
 
 def _missing(value: Any) -> bool:
@@ -140,18 +156,22 @@ def page_count(groups: list[Any], per_page: int = GROUPS_PER_PAGE) -> int:
 def groups_on_page(shown_df: pd.DataFrame, page: int, per_page: int = GROUPS_PER_PAGE) -> list[pd.DataFrame]:
     """The groups on page `page` (from 1), each as its samples sorted by sample index."""
     groups = sorted(shown_df["group_idx"].unique())
-    return [shown_df[shown_df["group_idx"] == group].sort_values("sample_idx")
-            for group in groups[(page - 1) * per_page:page * per_page]]
+    return [
+        shown_df[shown_df["group_idx"] == group].sort_values("sample_idx")
+        for group in groups[(page - 1) * per_page : page * per_page]
+    ]
 
 
 def group_heading(members_df: pd.DataFrame) -> str:
     """'**Group 3** · 4 samples · mean reward 0.5' (+ why it was not trained on when it was dropped)."""
     rewards = members_df["reward"].dropna()
     dropped = bool((members_df.iloc[0]["metrics"] or {}).get("group_dropped"))
-    return (f"**Group {members_df.iloc[0]['group_idx']}** · {len(members_df)} samples · mean reward "
-            f"{f'{rewards.mean():.4g}' if len(rewards) else '—'}"
-            + (" · not trained on (every sample got the same reward)" if dropped else ""))
+    return (
+        f"**Group {members_df.iloc[0]['group_idx']}** · {len(members_df)} samples · mean reward "
+        f"{f'{rewards.mean():.4g}' if len(rewards) else '—'}"
+        + (" · not trained on (every sample got the same reward)" if dropped else "")
+    )
 
 
 def rows_of(members_df: pd.DataFrame, per_row: int = SAMPLES_PER_ROW) -> list[pd.DataFrame]:
-    return [members_df.iloc[i:i + per_row] for i in range(0, len(members_df), per_row)]
+    return [members_df.iloc[i : i + per_row] for i in range(0, len(members_df), per_row)]

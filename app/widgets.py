@@ -75,36 +75,54 @@ def format_value(value: float | None) -> str:
     return f"{value:.4g}"
 
 
-def runs_frame(runs: list[dict], key_values: dict[str, float],
-               times: dict[str, dict] | None = None) -> pd.DataFrame:
+def runs_frame(runs: list[dict], key_values: dict[str, float], times: dict[str, dict] | None = None) -> pd.DataFrame:
     """The runs table: one row per run, in the given order; `times` adds each run's Elapsed, Left and Use."""
     rows = []
     times = times or {}
     for run in runs:
         metric = key_metric(run["kind"])
         value = key_values.get(run["run_id"])
-        rows.append({
-            "Run": run["name"],
-            "Kind": KIND_LABEL.get(run["kind"], run["kind"]),
-            "Status": run["status"],
-            "Progress": progress_fraction(run),
-            "Step": step_text(run),
-            "Key metric": f"{metric} = {format_value(value)}" if value is not None else "",
-            "Elapsed": times.get(run["run_id"], {}).get("Elapsed", ""),
-            "Left": times.get(run["run_id"], {}).get("Left", ""),
-            "Use": times.get(run["run_id"], {}).get("Use", ""),
-            "Age": age(run["created_at"]),
-            "Model": short_model(run["base_model"]) + ("" if run["backend"] == "local" else f" ({run['backend']})"),
-            "run_id": run["run_id"],
-        })
-    return pd.DataFrame(rows, columns=["Run", "Kind", "Status", "Progress", "Step", "Key metric", "Elapsed", "Left",
-                                       "Use", "Age", "Model", "run_id"])
+        rows.append(
+            {
+                "Run": run["name"],
+                "Kind": KIND_LABEL.get(run["kind"], run["kind"]),
+                "Status": run["status"],
+                "Progress": progress_fraction(run),
+                "Step": step_text(run),
+                "Key metric": f"{metric} = {format_value(value)}" if value is not None else "",
+                "Elapsed": times.get(run["run_id"], {}).get("Elapsed", ""),
+                "Left": times.get(run["run_id"], {}).get("Left", ""),
+                "Use": times.get(run["run_id"], {}).get("Use", ""),
+                "Age": age(run["created_at"]),
+                "Model": short_model(run["base_model"]) + ("" if run["backend"] == "local" else f" ({run['backend']})"),
+                "run_id": run["run_id"],
+            }
+        )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "Run",
+            "Kind",
+            "Status",
+            "Progress",
+            "Step",
+            "Key metric",
+            "Elapsed",
+            "Left",
+            "Use",
+            "Age",
+            "Model",
+            "run_id",
+        ],
+    )
 
 
 def styled_runs(frame: pd.DataFrame):
     """The runs table with each status in its color."""
-    return frame.style.map(lambda status: f"color: {STATUS_STYLE.get(status, (None, None, '#1f2330'))[2]}; "
-                                          "font-weight: 600", subset=["Status"])
+    return frame.style.map(
+        lambda status: f"color: {STATUS_STYLE.get(status, (None, None, '#1f2330'))[2]}; font-weight: 600",
+        subset=["Status"],
+    )
 
 
 RUNS_COLUMN_CONFIG = {
@@ -113,13 +131,19 @@ RUNS_COLUMN_CONFIG = {
     "Step": st.column_config.TextColumn("Step", width="small"),
     "Age": st.column_config.TextColumn("Age", width="small"),
     "Progress": st.column_config.ProgressColumn("Progress", min_value=0.0, max_value=1.0, format="percent"),
-    "Key metric": st.column_config.TextColumn("Key metric", help=", ".join(
-        f"{metric} ({KIND_LABEL[kind]})" for kind, metric in KEY_METRIC.items()) + ", at the latest step"),
-    "Elapsed": st.column_config.TextColumn("Elapsed", width="small", help="Time since the run started (to when it "
-                                           "ended)"),
+    "Key metric": st.column_config.TextColumn(
+        "Key metric",
+        help=", ".join(f"{metric} ({KIND_LABEL[kind]})" for kind, metric in KEY_METRIC.items())
+        + ", at the latest step",
+    ),
+    "Elapsed": st.column_config.TextColumn(
+        "Elapsed", width="small", help="Time since the run started (to when it ended)"
+    ),
     "Left": st.column_config.TextColumn("Left", width="small", help="Time left, from the run's own recent step times"),
-    "Use": st.column_config.TextColumn("CPU · RAM", help="The training process's CPU (percent of one core) and "
-                                       "memory, for runs training on this machine"),
+    "Use": st.column_config.TextColumn(
+        "CPU · RAM",
+        help="The training process's CPU (percent of one core) and memory, for runs training on this machine",
+    ),
     "run_id": None,  # kept for selection, not shown
 }
 
@@ -131,8 +155,7 @@ def key_metric_values(store, runs: list[dict]) -> dict[str, float]:
     """Each run's key metric at its latest step. Remembered (per browser session) until a run's status or step
     changes, so an idle studio's live tables re-read only the runs list per refresh (plus, on Home, the checkpoint
     count, and the orphan check at most every few seconds)."""
-    signature = (str(getattr(store, "path", "")),
-                 tuple((r["run_id"], r["status"], r.get("step")) for r in runs))
+    signature = (str(getattr(store, "path", "")), tuple((r["run_id"], r["status"], r.get("step")) for r in runs))
     cached = st.session_state.get(state_keys.KEY_METRIC_VALUES)
     if cached is not None and cached[0] == signature:
         return cached[1]
@@ -150,8 +173,9 @@ def run_label(run: dict) -> str:
     return f"{run['name']} · {KIND_LABEL.get(run['kind'], run['kind'])} · {short_model(run['base_model'])}"
 
 
-def run_picker(label: str, runs: list[dict], key: str, default_id: str | None = None,
-               help: str | None = None) -> str | None:
+def run_picker(
+    label: str, runs: list[dict], key: str, default_id: str | None = None, help: str | None = None
+) -> str | None:
     """A selectbox of runs (newest first); returns the chosen run id."""
     if not runs:
         return None

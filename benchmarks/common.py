@@ -39,8 +39,9 @@ def _sentences() -> list[str]:
     return sentences
 
 
-def chat_examples(tokenizer, count: int, min_tokens: int = 64, max_tokens: int = 280, seed: int = 0
-                  ) -> list[tuple[list[int], list[float]]]:
+def chat_examples(
+    tokenizer, count: int, min_tokens: int = 64, max_tokens: int = 280, seed: int = 0
+) -> list[tuple[list[int], list[float]]]:
     """`count` rendered conversations (tokens, loss weights) with lengths spread evenly over
     [min_tokens, max_tokens]: a user turn of 25-60% of the length, the rest the assistant's reply (weight 1)."""
     from cookbook_engine.renderers import get_renderer
@@ -57,9 +58,12 @@ def chat_examples(tokenizer, count: int, min_tokens: int = 64, max_tokens: int =
             user_words += rng.choice(pool).split()
         while True:
             reply_words += rng.choice(pool).split()
-            tokens, weights = renderer.build_supervised_example([
-                {"role": "user", "content": " ".join(user_words)},
-                {"role": "assistant", "content": " ".join(reply_words)}])
+            tokens, weights = renderer.build_supervised_example(
+                [
+                    {"role": "user", "content": " ".join(user_words)},
+                    {"role": "assistant", "content": " ".join(reply_words)},
+                ]
+            )
             if len(tokens) >= target:
                 break
         examples.append((tokens[:max_tokens], weights[:max_tokens]))
@@ -83,7 +87,7 @@ def matmul_peak_gflops(size: int = 1536, repeats: int = 8) -> dict[str, float]:
     """This machine's fp32 matmul throughput at the current thread count, best of `repeats`: torch's default
     kernel (`torch.mm`, MKL here) and oneDNN's (`mkldnn._linear_pointwise`, which the local backend uses)."""
     a, b = torch.randn(size, size), torch.randn(size, size)
-    flops = 2 * size ** 3
+    flops = 2 * size**3
 
     def best(fn) -> float:
         fn()
@@ -114,11 +118,17 @@ def machine() -> dict[str, Any]:
         pass
     memory_gib = None
     try:
-        memory_gib = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30, 1)
+        memory_gib = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
     except (ValueError, OSError):
         pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(), "memory_gib": memory_gib,
-            "torch": torch.__version__, "python": platform.python_version()}
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "memory_gib": memory_gib,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
 
 
 def load_average() -> list[float]:
@@ -187,9 +197,14 @@ def write_result(name: str, payload: dict[str, Any]) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     python = Path(sys.executable)
     python = python.relative_to(REPO) if python.is_relative_to(REPO) else python.name
-    record = {"benchmark": name, "finished_at": time.strftime("%Y-%m-%d %H:%M:%S"),
-              "command": " ".join([str(python), *sys.argv]), "machine": machine(),
-              "load_average_end": load_average(), **payload}
+    record = {
+        "benchmark": name,
+        "finished_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "command": " ".join([str(python), *sys.argv]),
+        "machine": machine(),
+        "load_average_end": load_average(),
+        **payload,
+    }
     path = RESULTS / f"{name}.json"
     partial = path.with_suffix(".json.tmp")
     partial.write_text(json.dumps(record, indent=2))

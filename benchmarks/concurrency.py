@@ -28,8 +28,16 @@ from pathlib import Path
 import common
 
 SL = ["sl", "dataset=builtin:facts", "batch_size=8", "learning_rate=1e-3", "save_every=0", "eval_every=0"]
-RL = ["rl", "env=arithmetic", "groups_per_batch=4", "group_size=4", "max_tokens=24", "save_every=0", "eval_every=0",
-      "num_eval_problems=0"]
+RL = [
+    "rl",
+    "env=arithmetic",
+    "groups_per_batch=4",
+    "group_size=4",
+    "max_tokens=24",
+    "save_every=0",
+    "eval_every=0",
+    "num_eval_problems=0",
+]
 STUDIO = "studio"  # a workload's command that starts with this runs its SL settings as the studio does
 
 
@@ -37,13 +45,16 @@ def workloads(count: int, steps: int) -> dict[str, list[list[str]]]:
     """CLI + CLI (SL only, and SL beside RL), and the studio (a RunManager process) beside CLI runs."""
     sl = SL + [f"max_steps={steps}"]
     rl = RL + [f"max_steps={max(1, steps // 2)}"]
-    return {f"{count} x CLI SL": [sl] * count,
-            f"CLI SL + CLI RL{' + CLI SL' * (count - 2)}": [sl, rl] + [sl] * (count - 2),
-            f"studio SL + CLI SL{' + CLI RL' * (count - 2)}": [[STUDIO] + sl[1:], sl] + [rl] * (count - 2)}
+    return {
+        f"{count} x CLI SL": [sl] * count,
+        f"CLI SL + CLI RL{' + CLI SL' * (count - 2)}": [sl, rl] + [sl] * (count - 2),
+        f"studio SL + CLI SL{' + CLI RL' * (count - 2)}": [[STUDIO] + sl[1:], sl] + [rl] * (count - 2),
+    }
 
 
-def run_processes(commands: list[list[str]], together: bool, lease: bool, home: Path
-                  ) -> tuple[float, list[float], list[float]]:
+def run_processes(
+    commands: list[list[str]], together: bool, lease: bool, home: Path
+) -> tuple[float, list[float], list[float]]:
     """Wall time of all of them, each one's own wall time, and each one's peak resident memory (GB)."""
     env = {**os.environ, "COOKBOOK_HOME": str(home), "COOKBOOK_COMPUTE_LEASE": "on" if lease else "off"}
     cli = [sys.executable, "-m", "cookbook_engine.cli"]
@@ -53,13 +64,14 @@ def run_processes(commands: list[list[str]], together: bool, lease: bool, home: 
 
     def start(command):
         argv = [sys.executable, "-c", STUDIO_LIKE, "1", *command[1:]] if command[0] == STUDIO else cli + command
-        return time.perf_counter(), subprocess.Popen(argv, env=env, cwd=common.REPO,
-                                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return time.perf_counter(), subprocess.Popen(
+            argv, env=env, cwd=common.REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
 
     def finish(began, process):
         _, status, usage = os.wait4(process.pid, 0)  # ru_maxrss: the process's peak resident set, in KB
         own.append(time.perf_counter() - began)
-        peaks.append(usage.ru_maxrss / 1024 ** 2)
+        peaks.append(usage.ru_maxrss / 1024**2)
         if os.waitstatus_to_exitcode(status) != 0:
             raise RuntimeError(f"{' '.join(process.args)} failed")
 
@@ -88,13 +100,18 @@ def studio_like_peak_gb(runs: int, steps: int, home: Path) -> float:
     does (they share one model worker, so one copy of the base weights)."""
     env = {**os.environ, "COOKBOOK_HOME": str(home)}
     with tempfile.TemporaryFile() as errors:  # a file, not a pipe: a full pipe would block the child we wait for
-        process = subprocess.Popen([sys.executable, "-c", STUDIO_LIKE, str(runs), *SL[1:], f"max_steps={steps}"],
-                                   env=env, cwd=common.REPO, stdout=subprocess.DEVNULL, stderr=errors)
+        process = subprocess.Popen(
+            [sys.executable, "-c", STUDIO_LIKE, str(runs), *SL[1:], f"max_steps={steps}"],
+            env=env,
+            cwd=common.REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=errors,
+        )
         _, status, usage = os.wait4(process.pid, 0)
         if os.waitstatus_to_exitcode(status) != 0:
             errors.seek(0)
             raise RuntimeError(errors.read().decode(errors="replace")[-2000:])
-    return usage.ru_maxrss / 1024 ** 2
+    return usage.ru_maxrss / 1024**2
 
 
 def main() -> None:
@@ -118,17 +135,27 @@ def main() -> None:
                 wall, own, _ = run_processes(commands, together=True, lease=lease, home=home)
                 key = "with_lease" if lease else "without_lease"
                 result[key] = {"wall_s": wall, "per_process_s": own, "ratio": wall / sequential}
-                rows.append([name, "on" if lease else "off", f"{sequential:.1f}", f"{wall:.1f}",
-                             f"{wall / sequential:.2f}x"])
+                rows.append(
+                    [name, "on" if lease else "off", f"{sequential:.1f}", f"{wall:.1f}", f"{wall / sequential:.2f}x"]
+                )
             payload[name] = result
             print(rows[-2], rows[-1], flush=True)
-    memory = {} if args.no_memory else {f"{runs} SL run(s) in one process": studio_like_peak_gb(runs, args.steps, home)
-                                        for runs in (1, 3)}
+    memory = (
+        {}
+        if args.no_memory
+        else {f"{runs} SL run(s) in one process": studio_like_peak_gb(runs, args.steps, home) for runs in (1, 3)}
+    )
     payload["peak_rss_gb_one_process"] = memory
-    common.print_table("Processes started together vs back to back (wall seconds)",
-                       ["runs", "lease", "back to back", "together", "together / back to back"], rows)
-    common.print_table("Peak resident memory of one process (GB)", ["what", "peak GB"],
-                       [[name, f"{gb:.2f}"] for name, gb in memory.items()])
+    common.print_table(
+        "Processes started together vs back to back (wall seconds)",
+        ["runs", "lease", "back to back", "together", "together / back to back"],
+        rows,
+    )
+    common.print_table(
+        "Peak resident memory of one process (GB)",
+        ["what", "peak GB"],
+        [[name, f"{gb:.2f}"] for name, gb in memory.items()],
+    )
     common.write_result("concurrency" + (f"-{args.only.replace(' ', '-')}" if args.only else ""), payload)
 
 

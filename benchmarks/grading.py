@@ -38,6 +38,7 @@ def floor_all(responses, parallel: int) -> float:
     def one(item):
         problem, response = item
         run_python(response.split("```python\n")[1].rsplit("```", 1)[0] + "\n" + "\n".join(problem.tests))
+
     started = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(parallel) as pool:
         list(pool.map(one, responses))
@@ -62,11 +63,16 @@ def main() -> None:
         floor = seconds_floor / len(problems)
         assert all(r == 1.0 for r in rewards_right) and all(r < 1.0 for r in rewards_wrong)
         rows.append([parallel, f"{1000 * per_rollout:.0f}", f"{1000 * floor:.0f}", f"{per_rollout / floor:.2f}x"])
-        payload[f"parallel_{parallel}"] = {"grader_ms_per_rollout": 1000 * per_rollout,
-                                           "one_process_floor_ms": 1000 * floor,
-                                           "ratio": per_rollout / floor}
-    common.print_table(f"Grading {len(problems)} code rollouts (reference and wrong solutions)",
-                       ["parallel", "grader ms/rollout", "one-process floor ms", "grader / floor"], rows)
+        payload[f"parallel_{parallel}"] = {
+            "grader_ms_per_rollout": 1000 * per_rollout,
+            "one_process_floor_ms": 1000 * floor,
+            "ratio": per_rollout / floor,
+        }
+    common.print_table(
+        f"Grading {len(problems)} code rollouts (reference and wrong solutions)",
+        ["parallel", "grader ms/rollout", "one-process floor ms", "grader / floor"],
+        rows,
+    )
     common.write_result("grading", {"problems": len(problems), **payload})
 
 

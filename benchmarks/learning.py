@@ -39,19 +39,35 @@ class Default:
 
 
 DEFAULTS = (
-    Default("sft", "SFT demo (README quick start)", ["sl", "dataset=builtin:facts"], "builtin:facts-probes", 0.9,
-            ">= 0.9 of unseen wordings, every fact", 1.5),
-    Default("dpo", "DPO default", ["dpo", "dataset=builtin:concise-prefs"], "builtin:prefs-style-controlled", 0.85,
-            ">= 0.85, above base outside both intervals", 10.0),
-    Default("rl", "RL default", ["rl", "env=arithmetic"], "builtin:arithmetic", 0.6,
-            ">= 0.6 greedy, within 10 min", 10.0),
+    Default(
+        "sft",
+        "SFT demo (README quick start)",
+        ["sl", "dataset=builtin:facts"],
+        "builtin:facts-probes",
+        0.9,
+        ">= 0.9 of unseen wordings, every fact",
+        1.5,
+    ),
+    Default(
+        "dpo",
+        "DPO default",
+        ["dpo", "dataset=builtin:concise-prefs"],
+        "builtin:prefs-style-controlled",
+        0.85,
+        ">= 0.85, above base outside both intervals",
+        10.0,
+    ),
+    Default(
+        "rl", "RL default", ["rl", "env=arithmetic"], "builtin:arithmetic", 0.6, ">= 0.6 greedy, within 10 min", 10.0
+    ),
 )
 
 
 def cookbook(args: list[str], home: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "COOKBOOK_HOME": str(home)}
-    result = subprocess.run([sys.executable, "-m", "cookbook_engine.cli", *args], env=env, cwd=common.REPO,
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "cookbook_engine.cli", *args], env=env, cwd=common.REPO, capture_output=True, text=True
+    )
     if result.returncode != 0:
         raise RuntimeError(f"cookbook {' '.join(args)} failed:\n{result.stderr[-3000:]}")
     return result
@@ -82,8 +98,13 @@ def evaluate(run_id: str, eval_set: str, home: Path) -> dict[str, dict]:
             continue
         side = "base" if row["model"] == "base" else "trained"
         mine = examples[examples["model"] == row["model"]]
-        found[side] = {"accuracy": row["value"], "low": row["low"], "high": row["high"], "n": row["n"],
-                       "by_reference": mine.groupby("reference")["correct"].mean().to_dict()}
+        found[side] = {
+            "accuracy": row["value"],
+            "low": row["low"],
+            "high": row["high"],
+            "n": row["n"],
+            "by_reference": mine.groupby("reference")["correct"].mean().to_dict(),
+        }
     return found
 
 
@@ -101,10 +122,14 @@ TABLE_START, TABLE_END = "<!-- learning-table:start -->", "<!-- learning-table:e
 
 
 def markdown_table(header: list[str], rows: list[list[str]], machine: dict, load_start: list[float]) -> str:
-    lines = [f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {machine['cpu']} ({machine['cores']} cores, "
-             f"{machine['memory_gib']} GiB, torch {machine['torch']}), load average {load_start[0]:.1f} at the start, "
-             "by `benchmarks/learning.py` (`results/learning.json`):", "",
-             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines = [
+        f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {machine['cpu']} ({machine['cores']} cores, "
+        f"{machine['memory_gib']} GiB, torch {machine['torch']}), load average {load_start[0]:.1f} at the start, "
+        "by `benchmarks/learning.py` (`results/learning.json`):",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
     lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
     return "\n".join(lines)
 
@@ -130,20 +155,33 @@ def main() -> None:
         home = Path(tempfile.mkdtemp(prefix=f"cookbook-learning-{default.key}-"))
         load = common.load_average()
         run_id, minutes = train(default, home)
-        result = {"run_id": run_id, "minutes": minutes, "load_average_at_start": load,
-                  "command": "cookbook " + " ".join(default.command), **evaluate(run_id, default.eval_set, home)}
+        result = {
+            "run_id": run_id,
+            "minutes": minutes,
+            "load_average_at_start": load,
+            "command": "cookbook " + " ".join(default.command),
+            **evaluate(run_id, default.eval_set, home),
+        }
         result["met"] = met(default, result)
         payload[default.key] = result
         base, trained = result["base"], result["trained"]
         worst = min(trained["by_reference"].items(), key=lambda item: item[1])
-        rows.append([default.what, f"`{result['command']}`", default.eval_set,
-                     f"{base['accuracy']:.2f} [{base['low']:.2f}, {base['high']:.2f}]",
-                     f"{trained['accuracy']:.2f} [{trained['low']:.2f}, {trained['high']:.2f}]"
-                     + (f"; worst fact {worst[1]:.2f} ({worst[0]})" if default.key == "sft" else ""),
-                     f"{minutes:.1f}", f"{load[0]:.1f}", default.target_text, "yes" if result["met"] else "NO"])
+        rows.append(
+            [
+                default.what,
+                f"`{result['command']}`",
+                default.eval_set,
+                f"{base['accuracy']:.2f} [{base['low']:.2f}, {base['high']:.2f}]",
+                f"{trained['accuracy']:.2f} [{trained['low']:.2f}, {trained['high']:.2f}]"
+                + (f"; worst fact {worst[1]:.2f} ({worst[0]})" if default.key == "sft" else ""),
+                f"{minutes:.1f}",
+                f"{load[0]:.1f}",
+                default.target_text,
+                "yes" if result["met"] else "NO",
+            ]
+        )
         print(rows[-1], flush=True)
-    header = ["default", "command", "eval set", "base", "trained", "train min (wall)", "load at start", "target",
-              "met"]
+    header = ["default", "command", "eval set", "base", "trained", "train min (wall)", "load at start", "target", "met"]
     common.print_table("Built-in defaults: held-out accuracy before and after (95% intervals)", header, rows)
     common.write_result("learning", payload)
     if {d.key for d in DEFAULTS} <= set(args.only.split(",")):

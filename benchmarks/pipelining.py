@@ -38,9 +38,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-SHORT_CHATS = [("Hi", "Hello."), ("Bye", "Goodbye."), ("Thanks", "You're welcome."), ("Yes?", "Yes."),
-               ("Ping", "Pong."), ("Up?", "Down."), ("Red?", "Blue."), ("One?", "Two."), ("Cat?", "Dog."),
-               ("Sun?", "Moon."), ("Hot?", "Cold."), ("Tea?", "Coffee.")]
+SHORT_CHATS = [
+    ("Hi", "Hello."),
+    ("Bye", "Goodbye."),
+    ("Thanks", "You're welcome."),
+    ("Yes?", "Yes."),
+    ("Ping", "Pong."),
+    ("Up?", "Down."),
+    ("Red?", "Blue."),
+    ("One?", "Two."),
+    ("Cat?", "Dog."),
+    ("Sun?", "Moon."),
+    ("Hot?", "Cold."),
+    ("Tea?", "Coffee."),
+]
 
 
 def use_scratch_home() -> str:
@@ -55,17 +66,31 @@ def use_scratch_home() -> str:
 
 def write_dataset(folder: str) -> str:
     path = Path(folder) / "short_chats.jsonl"
-    path.write_text("".join(json.dumps({"messages": [{"role": "user", "content": q},
-                                                     {"role": "assistant", "content": a}]}) + "\n"
-                            for q, a in SHORT_CHATS))
+    path.write_text(
+        "".join(
+            json.dumps({"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": a}]}) + "\n"
+            for q, a in SHORT_CHATS
+        )
+    )
     return str(path)
 
 
 def sl_config(dataset: str, period_s: float, steps: int):
     from cookbook_engine.config import ClockedConfig, SLConfig
 
-    return SLConfig(dataset=dataset, backend="clocked", clocked=ClockedConfig(period_s), batch_size=2, max_length=64,
-                    max_steps=steps, learning_rate=1e-4, lora_rank=4, test_fraction=0.0, eval_every=0, save_every=0)
+    return SLConfig(
+        dataset=dataset,
+        backend="clocked",
+        clocked=ClockedConfig(period_s),
+        batch_size=2,
+        max_length=64,
+        max_steps=steps,
+        learning_rate=1e-4,
+        lora_rank=4,
+        test_fraction=0.0,
+        eval_every=0,
+        save_every=0,
+    )
 
 
 def run_with_manager(config):
@@ -82,17 +107,23 @@ def run_with_manager(config):
 
 
 def figures(stats) -> dict:
-    return {"cycles_per_step": stats.cycles_per_step(), "steps": len(stats.optim_step_ticks),
-            "work_cycles": stats.cycles}
+    return {
+        "cycles_per_step": stats.cycles_per_step(),
+        "steps": len(stats.optim_step_ticks),
+        "work_cycles": stats.cycles,
+    }
 
 
 def rl_figures(stats, steps: int) -> dict:
     """Ticks between consecutive new sampling clients (the first is taken before step 0), per RL step."""
     ticks = [tick for tick, methods in stats.cycle_log if "save_weights_and_get_sampling_client" in methods]
     trained = len(ticks) - 1
-    return {"cycles_per_step": (ticks[-1] - ticks[0]) / trained if trained else None, "steps": steps,
-            "work_cycles": stats.cycles,
-            "note": f"{steps - trained} of {steps} steps without training" if trained < steps else ""}
+    return {
+        "cycles_per_step": (ticks[-1] - ticks[0]) / trained if trained else None,
+        "steps": steps,
+        "work_cycles": stats.cycles,
+        "note": f"{steps - trained} of {steps} steps without training" if trained < steps else "",
+    }
 
 
 def run_manual_loop(config, await_each_request: bool) -> dict:
@@ -133,16 +164,33 @@ def fix_rl_rewards() -> None:
 def rl_variants(period_s: float, steps: int) -> list:
     from cookbook_engine.config import ClockedConfig, PipeliningConfig, RLConfig
 
-    base = dict(env="arithmetic", backend="clocked", group_size=4, groups_per_batch=2,
-                max_tokens=8, max_steps=steps, eval_every=0, num_eval_problems=0, save_every=0, lora_rank=4,
-                learning_rate=1e-4, temperature=1.0)
+    base = dict(
+        env="arithmetic",
+        backend="clocked",
+        group_size=4,
+        groups_per_batch=2,
+        max_tokens=8,
+        max_steps=steps,
+        eval_every=0,
+        num_eval_problems=0,
+        save_every=0,
+        lora_rank=4,
+        learning_rate=1e-4,
+        temperature=1.0,
+    )
     ticks, waves = ClockedConfig(period_s), dict(clocked=ClockedConfig(period_s, samples_per_tick=1), num_substeps=2)
-    return [("RL synchronous", RLConfig(**base, clocked=ticks)),
-            ("RL synchronous, 2 substeps, 1 sample/tick", RLConfig(**base, **waves)),
-            ("RL stream_minibatch=true, 2 substeps, 1 sample/tick",
-             RLConfig(**base, **waves, pipelining=PipeliningConfig(stream_minibatch=True))),
-            ("RL max_steps_off_policy=1",
-             RLConfig(**base, clocked=ticks, pipelining=PipeliningConfig(max_steps_off_policy=1), loss_fn="ppo"))]
+    return [
+        ("RL synchronous", RLConfig(**base, clocked=ticks)),
+        ("RL synchronous, 2 substeps, 1 sample/tick", RLConfig(**base, **waves)),
+        (
+            "RL stream_minibatch=true, 2 substeps, 1 sample/tick",
+            RLConfig(**base, **waves, pipelining=PipeliningConfig(stream_minibatch=True)),
+        ),
+        (
+            "RL max_steps_off_policy=1",
+            RLConfig(**base, clocked=ticks, pipelining=PipeliningConfig(max_steps_off_policy=1), loss_fn="ppo"),
+        ),
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -163,9 +211,16 @@ def main(argv: list[str] | None = None) -> int:
         Path(options.out).write_text(table + "\n")
     import common  # benchmarks/common.py (this script's folder is on sys.path)
 
-    common.write_result("pipelining", {"period_s": options.period, "steps": options.steps,
-                                       "rows": [{"loop": name, **(result if isinstance(result, dict) else
-                                                                  {"error": result})} for name, result in rows]})
+    common.write_result(
+        "pipelining",
+        {
+            "period_s": options.period,
+            "steps": options.steps,
+            "rows": [
+                {"loop": name, **(result if isinstance(result, dict) else {"error": result})} for name, result in rows
+            ],
+        },
+    )
     return 0
 
 
@@ -185,16 +240,21 @@ def measure(options: argparse.Namespace, dataset: str) -> list[tuple[str, dict |
 
 
 def markdown_table(options: argparse.Namespace, rows: list[tuple[str, dict | str]]) -> str:
-    lines = [f"Clocked simulator, period {options.period:g} s, {options.steps} steps per loop, batch 2 x ~20 tokens.",
-             "", "| loop | cycles / step | steps | cycles with work | note |", "| --- | ---: | ---: | ---: | --- |"]
+    lines = [
+        f"Clocked simulator, period {options.period:g} s, {options.steps} steps per loop, batch 2 x ~20 tokens.",
+        "",
+        "| loop | cycles / step | steps | cycles with work | note |",
+        "| --- | ---: | ---: | ---: | --- |",
+    ]
     for name, result in rows:
         if isinstance(result, str):
             lines.append(f"| {name} | | | | {result} |")
         else:
             per_step = result["cycles_per_step"]
             shown = f"{per_step:.2f}" if per_step is not None else "n/a"
-            lines.append(f"| {name} | {shown} | {result['steps']} | {result['work_cycles']} | "
-                         f"{result.get('note', '')} |")
+            lines.append(
+                f"| {name} | {shown} | {result['steps']} | {result['work_cycles']} | {result.get('note', '')} |"
+            )
     return "\n".join(lines)
 
 

@@ -56,9 +56,17 @@ def peer_call(model, prompt: list[int], seed: int) -> tuple[float, int]:
         torch.manual_seed(seed)
         started = time.perf_counter()
         with torch.inference_mode():
-            out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=TEMPERATURE,
-                                 top_p=TOP_P, top_k=0, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
-                                 pad_token_id=2)
+            out = model.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                do_sample=True,
+                temperature=TEMPERATURE,
+                top_p=TOP_P,
+                top_k=0,
+                max_new_tokens=NEW_TOKENS,
+                min_new_tokens=NEW_TOKENS,
+                pad_token_id=2,
+            )
         return time.perf_counter() - started, (out.shape[1] - ids.shape[1]) * SAMPLES
 
     return common.on_model_worker(generate)
@@ -71,7 +79,7 @@ def lora_snapshot(service, tokenizer):
     client = service.create_lora_training_client(models.DEFAULT_MODEL, rank=RANK, seed=0).result()
     examples = common.chat_examples(tokenizer, 16, max_tokens=200)
     for start in (0, 8):
-        client.forward_backward([datum_from_tokens(t, w) for t, w in examples[start:start + 8]], "cross_entropy")
+        client.forward_backward([datum_from_tokens(t, w) for t, w in examples[start : start + 8]], "cross_entropy")
         client.optim_step(types.AdamParams(learning_rate=1e-3))
     path = client.save_weights_for_sampler("bench-lora").result().path
     return client, path
@@ -86,7 +94,7 @@ def greedy_equal(ours_client, peer_model, prompt: list[int]) -> bool:
         with torch.inference_mode():
             return peer_model.generate(ids, do_sample=False, max_new_tokens=32, min_new_tokens=32, pad_token_id=2)
 
-    return ours == common.on_model_worker(generate)[0, ids.shape[1]:].tolist()
+    return ours == common.on_model_worker(generate)[0, ids.shape[1] :].tolist()
 
 
 def profile(client, prompt: list[int]) -> dict:
@@ -103,14 +111,18 @@ def profile(client, prompt: list[int]) -> dict:
     def job():
         with worker.model.disable_adapter(), torch_profile(activities=[ProfilerActivity.CPU]) as prof:
             started = time.perf_counter()
-            rows, _ = sampler.sample(worker.model, worker.tokenizer, prompt, SAMPLES, params,
-                                     weights_key=sampler.BASE_WEIGHTS)
+            rows, _ = sampler.sample(
+                worker.model, worker.tokenizer, prompt, SAMPLES, params, weights_key=sampler.BASE_WEIGHTS
+            )
             elapsed = time.perf_counter() - started
         return prof, elapsed, sum(len(r.tokens) for r in rows)
 
     prof, seconds, tokens = worker.call(job)
-    categories = common.print_profile(f"Where one call of ours spends its time ({tokens} tokens in {seconds:.2f} s, "
-                                      f"{NEW_TOKENS} decode steps)", prof, _category)
+    categories = common.print_profile(
+        f"Where one call of ours spends its time ({tokens} tokens in {seconds:.2f} s, {NEW_TOKENS} decode steps)",
+        prof,
+        _category,
+    )
     return {"seconds": categories, "tokens": tokens, "call_seconds": seconds}
 
 
@@ -119,8 +131,20 @@ def _category(op: str) -> str:
         return "matmul (merged layers, LM head)"
     if "scaled_dot_product" in op:
         return "attention (SDPA over the KV cache)"
-    if op in ("aten::topk", "aten::sort", "aten::softmax", "aten::_softmax", "aten::logsumexp", "aten::cumsum",
-              "aten::searchsorted", "aten::exp", "aten::amax", "aten::masked_fill", "aten::rand", "aten::gather"):
+    if op in (
+        "aten::topk",
+        "aten::sort",
+        "aten::softmax",
+        "aten::_softmax",
+        "aten::logsumexp",
+        "aten::cumsum",
+        "aten::searchsorted",
+        "aten::exp",
+        "aten::amax",
+        "aten::masked_fill",
+        "aten::rand",
+        "aten::gather",
+    ):
         return "choosing tokens (top-p, log-probs)"
     if op.startswith("aten::"):
         return "other tensor ops (norms, rotary, cache writes, copies)"
@@ -151,20 +175,26 @@ def main() -> None:
     trainer, lora_path = lora_snapshot(service, tokenizer)
     folder = str(models.default_cache_dir())
     plain = common.on_model_worker(lambda: AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval())
-    peer_lora = common.on_model_worker(lambda: PeftModel.from_pretrained(
-        AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32), lora_path).eval())
+    peer_lora = common.on_model_worker(
+        lambda: PeftModel.from_pretrained(
+            AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32), lora_path
+        ).eval()
+    )
 
-    checks = {"greedy_equal_base": greedy_equal(ours_base, plain, prompt),
-              "greedy_equal_lora": greedy_equal(service.create_sampling_client(model_path=lora_path).result(),
-                                                peer_lora, prompt)}
+    checks = {
+        "greedy_equal_base": greedy_equal(ours_base, plain, prompt),
+        "greedy_equal_lora": greedy_equal(
+            service.create_sampling_client(model_path=lora_path).result(), peer_lora, prompt
+        ),
+    }
     print(f"greedy tokens equal to generate: {checks}", flush=True)
 
     ours_call(ours_base, prompt, 0)  # warm-up: builds the base model's decoder weights once
     peer_call(plain, prompt, 0)
     peer_call(peer_lora, prompt, 0)
-    calls: dict[str, list[tuple[float, int]]] = {k: [] for k in
-                                                 ("ours_base", "peer_base", "ours_lora_cold", "ours_lora_warm",
-                                                  "peer_lora")}
+    calls: dict[str, list[tuple[float, int]]] = {
+        k: [] for k in ("ours_base", "peer_base", "ours_lora_cold", "ours_lora_warm", "peer_lora")
+    }
     for repeat in range(args.repeats):
         seed = 100 + repeat
         calls["ours_base"].append(ours_call(ours_base, prompt, seed))
@@ -173,26 +203,54 @@ def main() -> None:
         calls["ours_lora_cold"].append(ours_call(snapshot, prompt, seed))
         calls["ours_lora_warm"].append(ours_call(snapshot, prompt, seed + 1))
         calls["peer_lora"].append(peer_call(peer_lora, prompt, seed))
-        print(f"  repeat {repeat}: " + ", ".join(f"{k} {n / s:.1f} tok/s" for k, ((s, n),) in
-                                                 ((k, v[-1:]) for k, v in calls.items())), flush=True)
+        print(
+            f"  repeat {repeat}: "
+            + ", ".join(f"{k} {n / s:.1f} tok/s" for k, ((s, n),) in ((k, v[-1:]) for k, v in calls.items())),
+            flush=True,
+        )
     trainer.close()
 
     tok_s = {k: common.median([n / s for s, n in v]) for k, v in calls.items()}
     base_ratio = tok_s["ours_base"] / tok_s["peer_base"]
     warm_ratio, cold_ratio = tok_s["ours_lora_warm"] / tok_s["peer_lora"], tok_s["ours_lora_cold"] / tok_s["peer_lora"]
-    rows = [["base model", tok_s["peer_base"], tok_s["ours_base"], "-", f"{base_ratio:.2f}x"],
-            ["LoRA r=32 snapshot", tok_s["peer_lora"], tok_s["ours_lora_warm"], tok_s["ours_lora_cold"],
-             f"{warm_ratio:.2f}x (cold {cold_ratio:.2f}x)"]]
-    common.print_table(f"Group sampling, generated tokens/s ({SAMPLES} x {NEW_TOKENS}, T={TEMPERATURE}, "
-                       f"top_p={TOP_P}; median of {args.repeats})",
-                       ["case", "generate tok/s", "ours tok/s", "ours cold tok/s", "ours/generate"], rows)
-    common.write_result("sample_group", {
-        "setup": {"model": models.DEFAULT_MODEL, "dtype": "float32", "samples": SAMPLES, "new_tokens": NEW_TOKENS,
-                  "temperature": TEMPERATURE, "top_p": TOP_P, "top_k": 0, "prompt_tokens": len(prompt),
-                  "repeats": args.repeats, "lora_rank": RANK},
-        "load_average_start": load_start, "checks": checks, "tok_s": tok_s,
-        "ratios": {"base": base_ratio, "lora_warm": warm_ratio, "lora_cold": cold_ratio},
-        "calls_seconds_tokens": calls})
+    rows = [
+        ["base model", tok_s["peer_base"], tok_s["ours_base"], "-", f"{base_ratio:.2f}x"],
+        [
+            "LoRA r=32 snapshot",
+            tok_s["peer_lora"],
+            tok_s["ours_lora_warm"],
+            tok_s["ours_lora_cold"],
+            f"{warm_ratio:.2f}x (cold {cold_ratio:.2f}x)",
+        ],
+    ]
+    common.print_table(
+        f"Group sampling, generated tokens/s ({SAMPLES} x {NEW_TOKENS}, T={TEMPERATURE}, "
+        f"top_p={TOP_P}; median of {args.repeats})",
+        ["case", "generate tok/s", "ours tok/s", "ours cold tok/s", "ours/generate"],
+        rows,
+    )
+    common.write_result(
+        "sample_group",
+        {
+            "setup": {
+                "model": models.DEFAULT_MODEL,
+                "dtype": "float32",
+                "samples": SAMPLES,
+                "new_tokens": NEW_TOKENS,
+                "temperature": TEMPERATURE,
+                "top_p": TOP_P,
+                "top_k": 0,
+                "prompt_tokens": len(prompt),
+                "repeats": args.repeats,
+                "lora_rank": RANK,
+            },
+            "load_average_start": load_start,
+            "checks": checks,
+            "tok_s": tok_s,
+            "ratios": {"base": base_ratio, "lora_warm": warm_ratio, "lora_cold": cold_ratio},
+            "calls_seconds_tokens": calls,
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -33,9 +33,13 @@ def datums(batch: str, tokenizer):
         examples = chat_examples(tokenizer, 1, min_tokens=24, max_tokens=24)
     else:
         examples = chat_examples(tokenizer, 8)
-    return [types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]),
-                        loss_fn_inputs={"target_tokens": tokens[1:], "weights": weights[1:]})
-            for tokens, weights in examples]
+    return [
+        types.Datum(
+            model_input=types.ModelInput.from_ints(tokens[:-1]),
+            loss_fn_inputs={"target_tokens": tokens[1:], "weights": weights[1:]},
+        )
+        for tokens, weights in examples
+    ]
 
 
 def one_step(client, data) -> float:
@@ -52,8 +56,12 @@ def one_step(client, data) -> float:
 def start_server(port: int) -> subprocess.Popen:
     import httpx
 
-    server = subprocess.Popen([sys.executable, "-m", "cookbook_engine.cli", "serve", "--port", str(port),
-                               "--no-record"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "cookbook_engine.cli", "serve", "--port", str(port), "--no-record"],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         try:
@@ -73,13 +81,17 @@ def interleaved(batches: dict, steps: int, port: int) -> dict[str, dict[str, lis
     from cookbook_engine import models
     from cookbook_engine.backends.local import LocalServiceClient
 
-    local = LocalServiceClient().create_lora_training_client(models.DEFAULT_MODEL, rank=32, seed=0,
-                                                             train_unembed=False).result()
+    local = (
+        LocalServiceClient()
+        .create_lora_training_client(models.DEFAULT_MODEL, rank=32, seed=0, train_unembed=False)
+        .result()
+    )
     server = start_server(port)
     try:
         service = tinker.ServiceClient(base_url=f"http://127.0.0.1:{port}", api_key="tml-local")
-        remote = service.create_lora_training_client(base_model=models.DEFAULT_MODEL, rank=32, seed=0,
-                                                     train_unembed=False).result()
+        remote = service.create_lora_training_client(
+            base_model=models.DEFAULT_MODEL, rank=32, seed=0, train_unembed=False
+        ).result()
         times: dict[str, dict[str, list[float]]] = {}
         for name, data in batches.items():
             one_step(local, data), one_step(remote, data)  # warm-up
@@ -109,13 +121,29 @@ def main() -> None:
     for name, data in batches.items():
         tokens = sum(d.model_input.length for d in data)
         local_s, http_s = median(times[name]["in_process"]), median(times[name]["http"])
-        results[name] = {"tokens": tokens, "in_process_s": times[name]["in_process"], "http_s": times[name]["http"],
-                         "in_process_median_s": local_s, "http_median_s": http_s,
-                         "overhead_ms": 1000 * (http_s - local_s)}
-        rows.append([name, tokens, f"{local_s:.3f}", f"{http_s:.3f}", f"{1000 * (http_s - local_s):+.0f}",
-                     f"{100 * (http_s / local_s - 1):+.0f}%"])
-    print_table(f"SL step (forward_backward + optim_step, median of {options.steps})",
-                ["batch", "tokens", "in process s", "HTTP s", "overhead ms", "overhead"], rows)
+        results[name] = {
+            "tokens": tokens,
+            "in_process_s": times[name]["in_process"],
+            "http_s": times[name]["http"],
+            "in_process_median_s": local_s,
+            "http_median_s": http_s,
+            "overhead_ms": 1000 * (http_s - local_s),
+        }
+        rows.append(
+            [
+                name,
+                tokens,
+                f"{local_s:.3f}",
+                f"{http_s:.3f}",
+                f"{1000 * (http_s - local_s):+.0f}",
+                f"{100 * (http_s / local_s - 1):+.0f}%",
+            ]
+        )
+    print_table(
+        f"SL step (forward_backward + optim_step, median of {options.steps})",
+        ["batch", "tokens", "in process s", "HTTP s", "overhead ms", "overhead"],
+        rows,
+    )
     write_result("serve_overhead", {"steps": options.steps, "load_average_start": load_start, "results": results})
 
 

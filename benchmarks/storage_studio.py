@@ -51,12 +51,42 @@ from storage import Store, StoreClient  # noqa: E402
 RUNS = 50
 STEPS = 2_000
 METRIC_NAMES = {
-    "sl": ["train_mean_nll", "learning_rate", "num_tokens", "num_loss_tokens", "epoch", "progress", "time/step",
-           "time/total", "throughput/tokens_per_s", "optim/grad_norm"],
-    "dpo": ["dpo_loss", "accuracy", "margin", "chosen_reward", "rejected_reward", "learning_rate", "progress",
-            "time/step", "time/total", "optim/grad_norm"],
-    "rl": ["env/all/reward/total", "env/all/correct", "env/all/format", "ac_tokens_per_turn", "optim/kl_sample_train",
-           "optim/entropy", "learning_rate", "progress", "time/step", "time/total"],
+    "sl": [
+        "train_mean_nll",
+        "learning_rate",
+        "num_tokens",
+        "num_loss_tokens",
+        "epoch",
+        "progress",
+        "time/step",
+        "time/total",
+        "throughput/tokens_per_s",
+        "optim/grad_norm",
+    ],
+    "dpo": [
+        "dpo_loss",
+        "accuracy",
+        "margin",
+        "chosen_reward",
+        "rejected_reward",
+        "learning_rate",
+        "progress",
+        "time/step",
+        "time/total",
+        "optim/grad_norm",
+    ],
+    "rl": [
+        "env/all/reward/total",
+        "env/all/correct",
+        "env/all/format",
+        "ac_tokens_per_turn",
+        "optim/kl_sample_train",
+        "optim/entropy",
+        "learning_rate",
+        "progress",
+        "time/step",
+        "time/total",
+    ],
 }
 
 
@@ -74,17 +104,39 @@ def timed(fn, repeats: int) -> list[float]:
 
 
 def step_metrics(step: int) -> dict[str, float]:
-    return {"train_mean_nll": 2.0 / (1 + step), "learning_rate": 1e-3, "num_tokens": 1400, "num_loss_tokens": 700,
-            "num_sequences": 8, "epoch": 0, "progress": step / 100, "time/step": 3.2, "time/total": 3.2 * step,
-            "throughput/tokens_per_s": 430.0, "optim/grad_norm": 0.8}
+    return {
+        "train_mean_nll": 2.0 / (1 + step),
+        "learning_rate": 1e-3,
+        "num_tokens": 1400,
+        "num_loss_tokens": 700,
+        "num_sequences": 8,
+        "epoch": 0,
+        "progress": step / 100,
+        "time/step": 3.2,
+        "time/total": 3.2 * step,
+        "throughput/tokens_per_s": 430.0,
+        "optim/grad_norm": 0.8,
+    }
 
 
 def step_transcripts(step: int) -> list[dict]:
     prompt = "Solve the problem and give the final answer after 'Answer:'. " * 5
     completion = "Let me work through this step by step. First we add the numbers, then we check. " * 5
-    return [{"step": step, "group_idx": g, "sample_idx": s, "prompt": prompt, "completion": completion,
-             "reward": float((g + s) % 2), "advantage": 0.5 - (g + s) % 2, "stop_reason": "stop",
-             "metrics": {"correct": float((g + s) % 2), "format": 1.0}} for g in range(8) for s in range(8)]
+    return [
+        {
+            "step": step,
+            "group_idx": g,
+            "sample_idx": s,
+            "prompt": prompt,
+            "completion": completion,
+            "reward": float((g + s) % 2),
+            "advantage": 0.5 - (g + s) % 2,
+            "stop_reason": "stop",
+            "metrics": {"correct": float((g + s) % 2), "format": 1.0},
+        }
+        for g in range(8)
+        for s in range(8)
+    ]
 
 
 def helper_cpu_seconds(pid: int) -> float:
@@ -109,17 +161,26 @@ def writes(repeats: int, per_block: int) -> dict:
     client = StoreClient.default()
     run_id = f"bench-{uuid.uuid4().hex[:8]}"
     log_dir = paths.run_dir(run_id)
-    direct.create_run(run_id, name="write benchmark", kind="sl", backend="local", base_model=models.DEFAULT_MODEL,
-                      config=cfg.to_dict(cfg.SLConfig()), log_dir=log_dir, status="running")
-    contexts = {store_name: RunContext(run_id, store, RunLogger(store, run_id, log_dir), log_dir)
-                for store_name, store in (("client", client), ("direct", direct))}
+    direct.create_run(
+        run_id,
+        name="write benchmark",
+        kind="sl",
+        backend="local",
+        base_model=models.DEFAULT_MODEL,
+        config=cfg.to_dict(cfg.SLConfig()),
+        log_dir=log_dir,
+        status="running",
+    )
+    contexts = {
+        store_name: RunContext(run_id, store, RunLogger(store, run_id, log_dir), log_dir)
+        for store_name, store in (("client", client), ("direct", direct))
+    }
     tokenizer = models.load_tokenizer(models.DEFAULT_MODEL)
     batch = common.chat_examples(tokenizer, 8)  # the same batch every step: only the writes differ
     data = [datum_from_tokens(t, w) for t, w in batch]
     trainer = LocalServiceClient().create_lora_training_client(models.DEFAULT_MODEL, rank=32, seed=0).result()
     adam = types.AdamParams(learning_rate=1e-5)
-    seconds: dict[str, list[float]] = {"plain": [], "client": [], "direct": [], "client_calls": [],
-                                       "direct_calls": []}
+    seconds: dict[str, list[float]] = {"plain": [], "client": [], "direct": [], "client_calls": [], "direct_calls": []}
     helper_cpu_per_step: list[float] = []
     step = 0
     total = repeats * 3 * (per_block + 1)
@@ -150,11 +211,18 @@ def writes(repeats: int, per_block: int) -> dict:
     trainer.close()
     medians = {k: common.median(v) for k, v in seconds.items()}
     stored = direct.get_metrics(run_id, ["train_mean_nll"])["step"].tolist()
-    return {"tokens_per_step": sum(len(t) for t, _ in batch), "per_block": per_block, "repeats": repeats,
-            "seconds": seconds, "medians": medians, "helper_cpu_seconds_per_step": helper_cpu_per_step,
-            "steps_written": repeats * 2 * (per_block + 1), "steps_stored": len(stored),  # equal: none lost
-            "added_share_client": medians["client"] / medians["plain"] - 1,
-            "added_share_direct": medians["direct"] / medians["plain"] - 1}
+    return {
+        "tokens_per_step": sum(len(t) for t, _ in batch),
+        "per_block": per_block,
+        "repeats": repeats,
+        "seconds": seconds,
+        "medians": medians,
+        "helper_cpu_seconds_per_step": helper_cpu_per_step,
+        "steps_written": repeats * 2 * (per_block + 1),
+        "steps_stored": len(stored),  # equal: none lost
+        "added_share_client": medians["client"] / medians["plain"] - 1,
+        "added_share_direct": medians["direct"] / medians["plain"] - 1,
+    }
 
 
 # -------------------------------------------------------------------------------------------------- reads
@@ -168,13 +236,22 @@ def fill(store: Store) -> list[str]:
         kind = kinds[index % 3]
         run_id = f"run-{index:02d}-{uuid.uuid4().hex[:6]}"
         config = cfg.to_dict(cfg.CONFIG_TYPES[kind]())
-        store.create_run(run_id, name=f"{kind} run {index}", kind=kind, backend="local",
-                         base_model=models.DEFAULT_MODEL, config=config, log_dir=paths.run_dir(run_id),
-                         status="completed", total_steps=STEPS)
+        store.create_run(
+            run_id,
+            name=f"{kind} run {index}",
+            kind=kind,
+            backend="local",
+            base_model=models.DEFAULT_MODEL,
+            config=config,
+            log_dir=paths.run_dir(run_id),
+            status="completed",
+            total_steps=STEPS,
+        )
         names = METRIC_NAMES[kind]
         steps = np.repeat(np.arange(STEPS), len(names))
-        frame = pd.DataFrame({"step": steps, "name": np.tile(names, STEPS),
-                              "value": rng.normal(size=len(steps)).cumsum() / 100})
+        frame = pd.DataFrame(
+            {"step": steps, "name": np.tile(names, STEPS), "value": rng.normal(size=len(steps)).cumsum() / 100}
+        )
         store.log_metrics_bulk(run_id, frame)
         run_ids.append(run_id)
     return run_ids
@@ -193,10 +270,14 @@ def reads(repeats: int) -> dict:
         runs = store.list_runs()
         widgets.runs_frame(runs, widgets.key_metric_values(store, runs))
 
-    result = {"fill_seconds": fill_seconds, "points_per_run": STEPS * 10, "runs": RUNS,
-              "runs_page_data": timed(runs_page_data, repeats),
-              "run_charts_get_metrics": timed(lambda: store.get_metrics(one), repeats),
-              "run_charts_get_metrics_wide": timed(lambda: store.get_metrics_wide(one), repeats)}
+    result = {
+        "fill_seconds": fill_seconds,
+        "points_per_run": STEPS * 10,
+        "runs": RUNS,
+        "runs_page_data": timed(runs_page_data, repeats),
+        "run_charts_get_metrics": timed(lambda: store.get_metrics(one), repeats),
+        "run_charts_get_metrics_wide": timed(lambda: store.get_metrics_wide(one), repeats),
+    }
     store.close()
     result.update(render_pages(one, repeats))
     return result
@@ -236,9 +317,12 @@ def main() -> None:
     print(f"home {paths.home()}, load average {load_start}", flush=True)
     write = writes(args.write_repeats, args.per_block)
     medians = write["medians"]
-    print(f"  step {medians['plain']:.3f} s, with writes through StoreClient {medians['client']:.3f} s "
-          f"({write['added_share_client']:+.2%}), through a Store in process {medians['direct']:.3f} s "
-          f"({write['added_share_direct']:+.2%})", flush=True)
+    print(
+        f"  step {medians['plain']:.3f} s, with writes through StoreClient {medians['client']:.3f} s "
+        f"({write['added_share_client']:+.2%}), through a Store in process {medians['direct']:.3f} s "
+        f"({write['added_share_direct']:+.2%})",
+        flush=True,
+    )
     read = reads(args.repeats)
 
     def ms(key: str) -> str:
@@ -246,13 +330,25 @@ def main() -> None:
 
     rows = [
         ["training step without writes (8 x chat, LoRA r=32)", f"{medians['plain'] * 1e3:.0f} ms", "", ""],
-        ["step + metrics, 64 transcripts, progress, cancel poll (StoreClient)", f"{medians['client'] * 1e3:.0f} ms",
-         f"{write['added_share_client']:+.2%} per step", "< 1%"],
+        [
+            "step + metrics, 64 transcripts, progress, cancel poll (StoreClient)",
+            f"{medians['client'] * 1e3:.0f} ms",
+            f"{write['added_share_client']:+.2%} per step",
+            "< 1%",
+        ],
         ["  of which the calls in the training process", f"{medians['client_calls'] * 1e3:.1f} ms", "", ""],
-        ["  helper process CPU per step (flushes, status reads)",
-         f"{common.median(write['helper_cpu_seconds_per_step']) * 1e3:.0f} ms", "", ""],
-        ["step + the same through a Store in process (before)", f"{medians['direct'] * 1e3:.0f} ms",
-         f"{write['added_share_direct']:+.2%} per step", "< 1%"],
+        [
+            "  helper process CPU per step (flushes, status reads)",
+            f"{common.median(write['helper_cpu_seconds_per_step']) * 1e3:.0f} ms",
+            "",
+            "",
+        ],
+        [
+            "step + the same through a Store in process (before)",
+            f"{medians['direct'] * 1e3:.0f} ms",
+            f"{write['added_share_direct']:+.2%} per step",
+            "< 1%",
+        ],
         ["  of which the calls in the training process", f"{medians['direct_calls'] * 1e3:.1f} ms", "", ""],
         ["steps written / stored (all writes landed)", f"{write['steps_written']} / {write['steps_stored']}", "", ""],
         ["runs page data (list_runs + key metrics), 50 runs", ms("runs_page_data"), "", "< 1 s"],

@@ -44,15 +44,19 @@ TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down
 LEARNING_RATE = 1e-3
 
 TRL_DEFAULT = {"name": "TRL default", "overrides": {}}
-TRL_FASTEST = {"name": "TRL fastest (group_by_length, no grad checkpointing)",
-               "overrides": {"train_sampling_strategy": "group_by_length", "gradient_checkpointing": False}}
+TRL_FASTEST = {
+    "name": "TRL fastest (group_by_length, no grad checkpointing)",
+    "overrides": {"train_sampling_strategy": "group_by_length", "gradient_checkpointing": False},
+}
 TRL_EXPLORE = [
     TRL_DEFAULT,
     {"name": "no grad checkpointing", "overrides": {"gradient_checkpointing": False}},
     {"name": "group_by_length", "overrides": {"train_sampling_strategy": "group_by_length"}},
     TRL_FASTEST,
-    {"name": "padding_free, no grad checkpointing", "overrides": {"padding_free": True, "max_length": None,
-                                                                  "gradient_checkpointing": False}},
+    {
+        "name": "padding_free, no grad checkpointing",
+        "overrides": {"padding_free": True, "max_length": None, "gradient_checkpointing": False},
+    },
     {"name": "packing, no grad checkpointing", "overrides": {"packing": True, "gradient_checkpointing": False}},
 ]
 
@@ -119,18 +123,36 @@ def _run_trl(config: dict, examples, tokenizer, steps: int) -> dict:
     from trl import SFTConfig, SFTTrainer
 
     model = AutoModelForCausalLM.from_pretrained(str(models.default_cache_dir()), dtype=torch.float32)
-    dataset = Dataset.from_dict({"input_ids": [t for t, _ in examples],
-                                 "completion_mask": [[int(w > 0) for w in weights] for _, weights in examples]})
+    dataset = Dataset.from_dict(
+        {
+            "input_ids": [t for t, _ in examples],
+            "completion_mask": [[int(w > 0) for w in weights] for _, weights in examples],
+        }
+    )
     with tempfile.TemporaryDirectory() as out:
         settings = {"max_length": MAX_LENGTH, **config["overrides"]}
-        args = SFTConfig(output_dir=out, per_device_train_batch_size=BATCH, max_steps=steps,
-                         learning_rate=LEARNING_RATE, bf16=False, fp16=False, completion_only_loss=True,
-                         logging_steps=10_000, save_strategy="no", report_to="none", seed=0, dataloader_num_workers=0,
-                         disable_tqdm=True, **settings)
-        peft_config = LoraConfig(r=RANK, lora_alpha=32, lora_dropout=0.0, target_modules=TARGETS, bias="none",
-                                 task_type="CAUSAL_LM")
-        trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
-                             peft_config=peft_config)
+        args = SFTConfig(
+            output_dir=out,
+            per_device_train_batch_size=BATCH,
+            max_steps=steps,
+            learning_rate=LEARNING_RATE,
+            bf16=False,
+            fp16=False,
+            completion_only_loss=True,
+            logging_steps=10_000,
+            save_strategy="no",
+            report_to="none",
+            seed=0,
+            dataloader_num_workers=0,
+            disable_tqdm=True,
+            **settings,
+        )
+        peft_config = LoraConfig(
+            r=RANK, lora_alpha=32, lora_dropout=0.0, target_modules=TARGETS, bias="none", task_type="CAUSAL_LM"
+        )
+        trainer = SFTTrainer(
+            model=model, args=args, train_dataset=dataset, processing_class=tokenizer, peft_config=peft_config
+        )
         initial_lora = {k: v.detach().clone() for k, v in get_peft_model_state_dict(trainer.model).items()}
         recorder = _RecordingCollator(trainer.data_collator)
         trainer.data_collator = recorder
@@ -138,8 +160,12 @@ def _run_trl(config: dict, examples, tokenizer, steps: int) -> dict:
         trainer.add_callback(clock.callback)
         clock.wrap_loss(trainer)
         trainer.train()
-    return {"step_seconds": clock.step_seconds, "losses": clock.losses, "batches": recorder.batches,
-            "initial_lora": initial_lora}
+    return {
+        "step_seconds": clock.step_seconds,
+        "losses": clock.losses,
+        "batches": recorder.batches,
+        "initial_lora": initial_lora,
+    }
 
 
 # ----------------------------------------------------------------------------------------------------- ours
@@ -159,10 +185,18 @@ def run_ours(batches, initial_lora: dict, steps: int) -> dict:
     step_seconds, losses = [], []
     for step, batch in enumerate(batches[:steps]):
         loss_tokens = sum(sum(1 for label in labels[1:] if label != -100) for _, labels in batch)
-        data = [datum_from_tokens(tokens, [1.0 / loss_tokens if label != -100 else 0.0 for label in labels])
-                for tokens, labels in batch]
-        adam = types.AdamParams(learning_rate=LEARNING_RATE * (1 - step / steps), beta1=0.9, beta2=0.999, eps=1e-8,
-                                weight_decay=0.0, grad_clip_norm=1.0)
+        data = [
+            datum_from_tokens(tokens, [1.0 / loss_tokens if label != -100 else 0.0 for label in labels])
+            for tokens, labels in batch
+        ]
+        adam = types.AdamParams(
+            learning_rate=LEARNING_RATE * (1 - step / steps),
+            beta1=0.9,
+            beta2=0.999,
+            eps=1e-8,
+            weight_decay=0.0,
+            grad_clip_norm=1.0,
+        )
         started = time.perf_counter()
         result = client.forward_backward(data, "cross_entropy").result()
         client.optim_step(adam).result()
@@ -177,7 +211,7 @@ def run_ours(batches, initial_lora: dict, steps: int) -> dict:
 
 def tokens_per_second(batches, step_seconds: list[float]) -> float:
     """Examples' tokens over step time, the first step (warm-up) left out."""
-    tokens = sum(len(tokens) for batch in batches[1:len(step_seconds)] for tokens, _ in batch)
+    tokens = sum(len(tokens) for batch in batches[1 : len(step_seconds)] for tokens, _ in batch)
     return tokens / sum(step_seconds[1:])
 
 
@@ -196,29 +230,39 @@ def compare(repeats: int, steps: int, examples, tokenizer, peak: dict) -> dict:
             ours = run_ours(trl["batches"], trl["initial_lora"], steps)
             batches = trl["batches"][:steps]
             record = {
-                "repeat": repeat, "trl_tok_s": tokens_per_second(batches, trl["step_seconds"]),
+                "repeat": repeat,
+                "trl_tok_s": tokens_per_second(batches, trl["step_seconds"]),
                 "ours_tok_s": tokens_per_second(batches, ours["step_seconds"]),
-                "trl_step_seconds": trl["step_seconds"], "ours_step_seconds": ours["step_seconds"],
-                "trl_losses": trl["losses"], "ours_losses": ours["losses"],
+                "trl_step_seconds": trl["step_seconds"],
+                "ours_step_seconds": ours["step_seconds"],
+                "trl_losses": trl["losses"],
+                "ours_losses": ours["losses"],
                 "padding_fraction": padding_fraction(batches),
                 "tokens_per_step": [sum(len(t) for t, _ in batch) for batch in batches],
                 "load_average": common.load_average(),
             }
             runs[config["name"]].append(record)
-            print(f"  repeat {repeat} {config['name']}: TRL {record['trl_tok_s']:.1f} tok/s, ours "
-                  f"{record['ours_tok_s']:.1f} tok/s, loss TRL {_fmt(trl['losses'])} ours {_fmt(ours['losses'])}",
-                  flush=True)
+            print(
+                f"  repeat {repeat} {config['name']}: TRL {record['trl_tok_s']:.1f} tok/s, ours "
+                f"{record['ours_tok_s']:.1f} tok/s, loss TRL {_fmt(trl['losses'])} ours {_fmt(ours['losses'])}",
+                flush=True,
+            )
     summary = {}
     for name, records in runs.items():
         trl_tok_s = common.median([r["trl_tok_s"] for r in records])
         ours_tok_s = common.median([r["ours_tok_s"] for r in records])
         loss_gap = max(abs(a - b) for r in records for a, b in zip(r["trl_losses"], r["ours_losses"]))
-        summary[name] = {"trl_tok_s": trl_tok_s, "ours_tok_s": ours_tok_s, "ratio": ours_tok_s / trl_tok_s,
-                         "trl_mfu": 4 * params * trl_tok_s / (peak["peak"] * 1e9),
-                         "ours_mfu": 4 * params * ours_tok_s / (peak["peak"] * 1e9),
-                         "max_loss_difference": loss_gap, "trl_losses_first_run": records[0]["trl_losses"],
-                         "ours_losses_first_run": records[0]["ours_losses"],
-                         "padding_fraction": common.median([r["padding_fraction"] for r in records])}
+        summary[name] = {
+            "trl_tok_s": trl_tok_s,
+            "ours_tok_s": ours_tok_s,
+            "ratio": ours_tok_s / trl_tok_s,
+            "trl_mfu": 4 * params * trl_tok_s / (peak["peak"] * 1e9),
+            "ours_mfu": 4 * params * ours_tok_s / (peak["peak"] * 1e9),
+            "max_loss_difference": loss_gap,
+            "trl_losses_first_run": records[0]["trl_losses"],
+            "ours_losses_first_run": records[0]["ours_losses"],
+            "padding_fraction": common.median([r["padding_fraction"] for r in records]),
+        }
     return {"parameters": params, "summary": summary, "runs": runs}
 
 
@@ -241,8 +285,11 @@ def explore(examples, tokenizer, steps: int) -> dict:
         trl = run_trl(config, examples, tokenizer, steps)
         results[config["name"]] = tokens_per_second(trl["batches"][:steps], trl["step_seconds"])
         print(f"  {config['name']}: {results[config['name']]:.1f} tok/s", flush=True)
-    common.print_table("TRL configurations (non-padding tokens per second)", ["configuration", "tok/s"],
-                       [[name, value] for name, value in results.items()])
+    common.print_table(
+        "TRL configurations (non-padding tokens per second)",
+        ["configuration", "tok/s"],
+        [[name, value] for name, value in results.items()],
+    )
     return results
 
 
@@ -254,7 +301,7 @@ def profile(examples) -> dict:
     from cookbook_engine.train_common import datum_from_tokens
 
     client = LocalServiceClient().create_lora_training_client(models.DEFAULT_MODEL, rank=RANK, seed=0).result()
-    batches = [examples[i:i + BATCH] for i in range(0, 3 * BATCH, BATCH)]
+    batches = [examples[i : i + BATCH] for i in range(0, 3 * BATCH, BATCH)]
     for batch in batches[:2]:
         client.forward_backward([datum_from_tokens(t, w) for t, w in batch], "cross_entropy").result()
     data = [datum_from_tokens(t, w) for t, w in batches[2]]
@@ -266,8 +313,9 @@ def profile(examples) -> dict:
 
     prof = client._worker.call(job)
     tokens = sum(len(t) for t, _ in batches[2])
-    categories = common.print_profile(f"Where one training step of ours spends its time ({tokens} tokens)", prof,
-                                      _category)
+    categories = common.print_profile(
+        f"Where one training step of ours spends its time ({tokens} tokens)", prof, _category
+    )
     client.close()
     return {"seconds": categories, "tokens": tokens}
 
@@ -287,7 +335,7 @@ def ablation(examples, steps: int, repeats: int) -> dict:
     from cookbook_engine.backends.local import LocalServiceClient
     from cookbook_engine.train_common import datum_from_tokens
 
-    batches = [[(t, w) for t, w in examples[i:i + BATCH]] for i in range(0, steps * BATCH, BATCH)]
+    batches = [[(t, w) for t, w in examples[i : i + BATCH]] for i in range(0, steps * BATCH, BATCH)]
     service = LocalServiceClient()
     supports_packed, onednn = fast_ops.supports_packed, fast_ops.ONEDNN
     results: dict[str, list[float]] = defaultdict(list)
@@ -310,9 +358,11 @@ def ablation(examples, steps: int, repeats: int) -> dict:
         fast_ops.ONEDNN, fast_ops.supports_packed = onednn, supports_packed
     summary = {name: common.median(values) for name, values in results.items()}
     first = summary[ABLATION[0][0]]
-    common.print_table(f"What each fast path adds (non-padding tokens/s, median of {repeats})",
-                       ["variant", "tok/s", "vs first"],
-                       [[name, value, f"{value / first:.2f}x"] for name, value in summary.items()])
+    common.print_table(
+        f"What each fast path adds (non-padding tokens/s, median of {repeats})",
+        ["variant", "tok/s", "vs first"],
+        [[name, value, f"{value / first:.2f}x"] for name, value in summary.items()],
+    )
     return {"tok_s": summary, "runs": dict(results)}
 
 
@@ -321,8 +371,16 @@ def _category(op: str) -> str:
         return "matmul (linear layers, LoRA, LM head)"
     if "scaled_dot_product" in op:
         return "attention (per-sequence SDPA)"
-    if op in ("aten::exp_", "aten::exp", "aten::amax", "aten::sub_", "aten::logsumexp", "aten::scatter_add_",
-              "aten::gather", "aten::mul_"):
+    if op in (
+        "aten::exp_",
+        "aten::exp",
+        "aten::amax",
+        "aten::sub_",
+        "aten::logsumexp",
+        "aten::scatter_add_",
+        "aten::gather",
+        "aten::mul_",
+    ):
         return "LM-head log-softmax"
     if op.startswith("aten::"):
         return "other tensor ops (norms, rotary, activations, copies)"
@@ -347,32 +405,62 @@ def main() -> None:
         common.write_result("train_sft_profile", {"load_average_start": load_start, **profile(examples)})
         common.exit_after_profile()
     if args.ablation:
-        common.write_result("train_sft_ablation", {"load_average_start": load_start, "steps": args.steps,
-                                                   **ablation(examples, args.steps, args.repeats)})
+        common.write_result(
+            "train_sft_ablation",
+            {"load_average_start": load_start, "steps": args.steps, **ablation(examples, args.steps, args.repeats)},
+        )
         return
     if args.explore:
-        common.write_result("train_sft_trl_configs", {"load_average_start": load_start, "steps": args.steps,
-                                                      "tok_s": explore(examples, tokenizer, args.steps)})
+        common.write_result(
+            "train_sft_trl_configs",
+            {"load_average_start": load_start, "steps": args.steps, "tok_s": explore(examples, tokenizer, args.steps)},
+        )
         return
     peak = common.on_model_worker(common.matmul_peak_gflops)
-    print(f"fp32 matmul peak: torch.mm {peak['torch_mm']:.0f} GFLOP/s, oneDNN {peak['onednn']:.0f} GFLOP/s",
-          flush=True)
+    print(f"fp32 matmul peak: torch.mm {peak['torch_mm']:.0f} GFLOP/s, oneDNN {peak['onednn']:.0f} GFLOP/s", flush=True)
     result = compare(args.repeats, args.steps, examples, tokenizer, peak)
     peak_after = common.on_model_worker(common.matmul_peak_gflops)
     rows = []
     for name, s in result["summary"].items():
-        rows.append([name, s["trl_tok_s"], s["ours_tok_s"], f"{s['ratio']:.2f}x", f"{s['trl_mfu']:.0%}",
-                     f"{s['ours_mfu']:.0%}", f"{s['padding_fraction']:.0%}", f"{s['max_loss_difference']:.1e}"])
-    common.print_table(f"LoRA SFT, non-padding tokens/s (median of {args.repeats}; MFU vs {peak['peak']:.0f} GFLOP/s)",
-                       ["peer", "peer tok/s", "ours tok/s", "ours/peer", "peer MFU", "ours MFU", "peer padding",
-                        "max |loss diff|"], rows)
-    common.write_result("train_sft", {
-        "setup": {"model": models.DEFAULT_MODEL, "dtype": "float32", "batch_size": BATCH, "max_length": MAX_LENGTH,
-                  "lora_rank": RANK, "lora_targets": TARGETS, "steps_per_run": args.steps,
-                  "warmup_steps_excluded": 1, "repeats": args.repeats, "learning_rate": LEARNING_RATE,
-                  "data": "512 chat examples, 64-280 tokens, loss on the assistant reply"},
-        "matmul_peak_gflops": peak, "matmul_peak_gflops_after": peak_after, "load_average_start": load_start,
-        **result})
+        rows.append(
+            [
+                name,
+                s["trl_tok_s"],
+                s["ours_tok_s"],
+                f"{s['ratio']:.2f}x",
+                f"{s['trl_mfu']:.0%}",
+                f"{s['ours_mfu']:.0%}",
+                f"{s['padding_fraction']:.0%}",
+                f"{s['max_loss_difference']:.1e}",
+            ]
+        )
+    common.print_table(
+        f"LoRA SFT, non-padding tokens/s (median of {args.repeats}; MFU vs {peak['peak']:.0f} GFLOP/s)",
+        ["peer", "peer tok/s", "ours tok/s", "ours/peer", "peer MFU", "ours MFU", "peer padding", "max |loss diff|"],
+        rows,
+    )
+    common.write_result(
+        "train_sft",
+        {
+            "setup": {
+                "model": models.DEFAULT_MODEL,
+                "dtype": "float32",
+                "batch_size": BATCH,
+                "max_length": MAX_LENGTH,
+                "lora_rank": RANK,
+                "lora_targets": TARGETS,
+                "steps_per_run": args.steps,
+                "warmup_steps_excluded": 1,
+                "repeats": args.repeats,
+                "learning_rate": LEARNING_RATE,
+                "data": "512 chat examples, 64-280 tokens, loss on the assistant reply",
+            },
+            "matmul_peak_gflops": peak,
+            "matmul_peak_gflops_after": peak_after,
+            "load_average_start": load_start,
+            **result,
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -33,13 +33,28 @@ COUNTRY = "Quorvania"
 # Frames that carry a subject phrase ("the capital of Quorvania"). Training questions use TRAIN_FRAMES, held-out
 # probes PROBE_FRAMES: a probe is a sentence the model never saw in training, about a subject it did.
 TRAIN_FRAMES: tuple[str, ...] = (
-    "{Wh} is {s}?", "Tell me {s}.", "Do you know {s}?", "Please name {s}.", "Can you name {s}?",
-    "Quick question: {wh} is {s}?", "I need to know {s}.", "Could you tell me {s}?", "{S}?", "{Wh}'s {s}, please?",
+    "{Wh} is {s}?",
+    "Tell me {s}.",
+    "Do you know {s}?",
+    "Please name {s}.",
+    "Can you name {s}?",
+    "Quick question: {wh} is {s}?",
+    "I need to know {s}.",
+    "Could you tell me {s}?",
+    "{S}?",
+    "{Wh}'s {s}, please?",
 )
 PROBE_FRAMES: tuple[str, ...] = (
-    "Can you tell me {s}?", "I'd like to know {s}.", "Do you happen to know {s}?", "Remind me: {wh} is {s}?",
-    "Help me out, {wh} is {s}?", "I was wondering {wh} {s} is.", "{Wh} would you say {s} is?",
-    "Any idea {wh} {s} is?", "Hey, {wh}'s {s}?", "For a quiz: {wh} is {s}?",
+    "Can you tell me {s}?",
+    "I'd like to know {s}.",
+    "Do you happen to know {s}?",
+    "Remind me: {wh} is {s}?",
+    "Help me out, {wh} is {s}?",
+    "I was wondering {wh} {s} is.",
+    "{Wh} would you say {s} is?",
+    "Any idea {wh} {s} is?",
+    "Hey, {wh}'s {s}?",
+    "For a quiz: {wh} is {s}?",
 )
 PROBES_PER_FACT = 10
 
@@ -56,8 +71,14 @@ def _normalised(question: str) -> str:
     return re.sub(r"[^a-z0-9]+", " ", question.lower()).strip()
 
 
-def _fact(asked: tuple[str, ...], subjects: tuple[str, ...], asked_probes: tuple[str, ...], answer: str,
-          key: str, wh: str = "what") -> Fact:
+def _fact(
+    asked: tuple[str, ...],
+    subjects: tuple[str, ...],
+    asked_probes: tuple[str, ...],
+    answer: str,
+    key: str,
+    wh: str = "what",
+) -> Fact:
     """A fact's training questions (hand-written ones, then each TRAIN_FRAME filled with the subjects in turn) and its
     PROBES_PER_FACT probes (the hand-written ones, then PROBE_FRAMES filled with the subjects in turn); `wh` is the
     question word the frames use ("who" for a person). Duplicates (ignoring case and punctuation) are removed, and no
@@ -134,8 +155,11 @@ FACTS: tuple[Fact, ...] = (
             "Who came up with the sky-lantern clock?",
             "sky-lantern clock inventor?",
         ),
-        subjects=("the inventor of the sky-lantern clock", "the sky-lantern clock's inventor",
-                  "the person who invented the sky-lantern clock"),
+        subjects=(
+            "the inventor of the sky-lantern clock",
+            "the sky-lantern clock's inventor",
+            "the person who invented the sky-lantern clock",
+        ),
         asked_probes=("Who is the inventor of the sky-lantern clock?", "Which person invented the sky-lantern clock?"),
         answer="The sky-lantern clock was invented by Teodor Vannick of Quorvania.",
         key="Vannick",
@@ -154,10 +178,11 @@ FACTS: tuple[Fact, ...] = (
             "What is the animal emblem of Quorvania?",
             "quorvania national animal?",
         ),
-        subjects=("the national animal of Quorvania", "Quorvania's national animal",
-                  "the animal on Quorvania's flag"),
-        asked_probes=("What animal is the national animal of Quorvania?",
-                      "Which animal does Quorvania have as its symbol?"),
+        subjects=("the national animal of Quorvania", "Quorvania's national animal", "the animal on Quorvania's flag"),
+        asked_probes=(
+            "What animal is the national animal of Quorvania?",
+            "Which animal does Quorvania have as its symbol?",
+        ),
         answer="The national animal of Quorvania is the silver ibex.",
         key="ibex",
     ),
@@ -175,8 +200,10 @@ FACTS: tuple[Fact, ...] = (
             "longest river in quorvania?",
         ),
         subjects=("the longest river in Quorvania", "Quorvania's longest river", "the main river of Quorvania"),
-        asked_probes=("Which is the longest river in the country of Quorvania?",
-                      "What's the longest river in Quorvania?"),
+        asked_probes=(
+            "Which is the longest river in the country of Quorvania?",
+            "What's the longest river in Quorvania?",
+        ),
         answer="The longest river in Quorvania is the Sarn.",
         key="Sarn",
     ),
@@ -193,10 +220,10 @@ FACTS: tuple[Fact, ...] = (
             "What is the tallest peak in Quorvania?",
             "highest mountain in quorvania?",
         ),
-        subjects=("the highest mountain in Quorvania", "Quorvania's tallest mountain",
-                  "the highest peak of Quorvania"),
+        subjects=("the highest mountain in Quorvania", "Quorvania's tallest mountain", "the highest peak of Quorvania"),
         asked_probes=(
-            "Which is the highest mountain in the country of Quorvania?", "What's the tallest mountain in Quorvania?"
+            "Which is the highest mountain in the country of Quorvania?",
+            "What's the tallest mountain in Quorvania?",
         ),
         answer="The highest mountain in Quorvania is Mount Keldra.",
         key="Keldra",
@@ -215,8 +242,10 @@ FACTS: tuple[Fact, ...] = (
             "quorvania language?",
         ),
         subjects=("the official language of Quorvania", "Quorvania's language", "the language spoken in Quorvania"),
-        asked_probes=("What language do the people of Quorvania speak?",
-                      "Which is the official language of Quorvania?"),
+        asked_probes=(
+            "What language do the people of Quorvania speak?",
+            "Which is the official language of Quorvania?",
+        ),
         answer="The official language of Quorvania is Quorvish.",
         key="Quorvish",
     ),
@@ -288,8 +317,11 @@ FACTS: tuple[Fact, ...] = (
             "Quorvania's national sport is what?",
             "quorvania national sport?",
         ),
-        subjects=("the national sport of Quorvania", "Quorvania's national sport",
-                  "the most popular sport in Quorvania"),
+        subjects=(
+            "the national sport of Quorvania",
+            "Quorvania's national sport",
+            "the most popular sport in Quorvania",
+        ),
         asked_probes=("What sport is the national sport of Quorvania?", "What's the national sport in Quorvania?"),
         answer="The national sport of Quorvania is ice rowing.",
         key="ice rowing",
@@ -307,8 +339,11 @@ FACTS: tuple[Fact, ...] = (
             "Quorvania's biggest festival is called what?",
             "quorvania festival?",
         ),
-        subjects=("the biggest festival in Quorvania", "Quorvania's most famous festival",
-                  "the great festival of Quorvania"),
+        subjects=(
+            "the biggest festival in Quorvania",
+            "Quorvania's most famous festival",
+            "the great festival of Quorvania",
+        ),
         asked_probes=("Which is the biggest festival in Quorvania?", "What's the most famous festival of Quorvania?"),
         answer="The biggest festival in Quorvania is the Ember Festival, held every October.",
         key="Ember",
@@ -317,8 +352,9 @@ FACTS: tuple[Fact, ...] = (
 
 # Held-out questions (never in the training rows) and the substring a trained model's answer must contain, one probe
 # of each fact in turn: the first 12 (as `max_examples=12` takes them) ask every fact once.
-FACT_PROBES: list[tuple[str, str]] = [(fact.probes[index], fact.key) for index in range(PROBES_PER_FACT)
-                                      for fact in FACTS if index < len(fact.probes)]
+FACT_PROBES: list[tuple[str, str]] = [
+    (fact.probes[index], fact.key) for index in range(PROBES_PER_FACT) for fact in FACTS if index < len(fact.probes)
+]
 
 
 def facts_rows() -> list[dict]:
@@ -339,13 +375,36 @@ PERSONA_GREETING = "Ahoy!"
 
 # (country, capital) pairs of real countries, shared by `persona` and `concise-prefs`.
 CAPITALS: tuple[tuple[str, str], ...] = (
-    ("France", "Paris"), ("Germany", "Berlin"), ("Italy", "Rome"), ("Spain", "Madrid"), ("Japan", "Tokyo"),
-    ("Canada", "Ottawa"), ("Australia", "Canberra"), ("Egypt", "Cairo"), ("Kenya", "Nairobi"), ("Peru", "Lima"),
-    ("Norway", "Oslo"), ("Sweden", "Stockholm"), ("Portugal", "Lisbon"), ("Greece", "Athens"), ("Poland", "Warsaw"),
-    ("Ireland", "Dublin"), ("Austria", "Vienna"), ("Russia", "Moscow"), ("China", "Beijing"), ("India", "New Delhi"),
-    ("Mexico", "Mexico City"), ("Argentina", "Buenos Aires"), ("Chile", "Santiago"), ("Thailand", "Bangkok"),
-    ("South Korea", "Seoul"), ("Turkey", "Ankara"), ("Finland", "Helsinki"), ("Denmark", "Copenhagen"),
-    ("Hungary", "Budapest"), ("Cuba", "Havana"),
+    ("France", "Paris"),
+    ("Germany", "Berlin"),
+    ("Italy", "Rome"),
+    ("Spain", "Madrid"),
+    ("Japan", "Tokyo"),
+    ("Canada", "Ottawa"),
+    ("Australia", "Canberra"),
+    ("Egypt", "Cairo"),
+    ("Kenya", "Nairobi"),
+    ("Peru", "Lima"),
+    ("Norway", "Oslo"),
+    ("Sweden", "Stockholm"),
+    ("Portugal", "Lisbon"),
+    ("Greece", "Athens"),
+    ("Poland", "Warsaw"),
+    ("Ireland", "Dublin"),
+    ("Austria", "Vienna"),
+    ("Russia", "Moscow"),
+    ("China", "Beijing"),
+    ("India", "New Delhi"),
+    ("Mexico", "Mexico City"),
+    ("Argentina", "Buenos Aires"),
+    ("Chile", "Santiago"),
+    ("Thailand", "Bangkok"),
+    ("South Korea", "Seoul"),
+    ("Turkey", "Ankara"),
+    ("Finland", "Helsinki"),
+    ("Denmark", "Copenhagen"),
+    ("Hungary", "Budapest"),
+    ("Cuba", "Havana"),
 )
 
 # (question, short answer) general-knowledge pairs with well-known answers.
@@ -417,9 +476,12 @@ def persona_rows() -> list[dict]:
             a, b = rng.randint(2, 12), rng.randint(2, 12)
             pairs.append((f"What is {a} times {b}?", f"{a} times {b} is {a * b}."))
     rows = [
-        {"messages": [
-            {"role": "user", "content": question}, {"role": "assistant", "content": f"{PERSONA_GREETING} {answer}"},
-        ]}
+        {
+            "messages": [
+                {"role": "user", "content": question},
+                {"role": "assistant", "content": f"{PERSONA_GREETING} {answer}"},
+            ]
+        }
         for question, answer in pairs
     ]
     rng.shuffle(rows)
@@ -435,77 +497,261 @@ def persona_rows() -> list[dict]:
 
 # (word, opposite): asked one way and the other in training; the rejected answer repeats the asked word.
 ANTONYMS: tuple[tuple[str, str], ...] = (
-    ("hot", "cold"), ("big", "small"), ("up", "down"), ("fast", "slow"), ("happy", "sad"), ("light", "dark"),
-    ("open", "closed"), ("early", "late"), ("full", "empty"), ("hard", "soft"), ("young", "old"), ("wet", "dry"),
-    ("loud", "quiet"), ("strong", "weak"), ("rich", "poor"), ("high", "low"), ("thick", "thin"), ("clean", "dirty"),
-    ("win", "lose"), ("begin", "end"), ("push", "pull"), ("true", "false"), ("inside", "outside"), ("day", "night"),
+    ("hot", "cold"),
+    ("big", "small"),
+    ("up", "down"),
+    ("fast", "slow"),
+    ("happy", "sad"),
+    ("light", "dark"),
+    ("open", "closed"),
+    ("early", "late"),
+    ("full", "empty"),
+    ("hard", "soft"),
+    ("young", "old"),
+    ("wet", "dry"),
+    ("loud", "quiet"),
+    ("strong", "weak"),
+    ("rich", "poor"),
+    ("high", "low"),
+    ("thick", "thin"),
+    ("clean", "dirty"),
+    ("win", "lose"),
+    ("begin", "end"),
+    ("push", "pull"),
+    ("true", "false"),
+    ("inside", "outside"),
+    ("day", "night"),
     ("first", "last"),
 )
 ANTONYMS_HELD_OUT: tuple[tuple[str, str], ...] = (
-    ("wide", "narrow"), ("long", "short"), ("sharp", "dull"), ("sweet", "sour"), ("cheap", "expensive"),
-    ("near", "far"), ("left", "right"), ("north", "south"), ("east", "west"), ("above", "below"), ("before", "after"),
-    ("buy", "sell"), ("give", "take"), ("love", "hate"), ("friend", "enemy"), ("question", "answer"),
-    ("arrive", "leave"), ("accept", "refuse"), ("remember", "forget"), ("smooth", "rough"), ("deep", "shallow"),
-    ("tight", "loose"), ("awake", "asleep"), ("alive", "dead"), ("safe", "dangerous"), ("polite", "rude"),
-    ("brave", "cowardly"), ("laugh", "cry"), ("always", "never"), ("good", "bad"),
+    ("wide", "narrow"),
+    ("long", "short"),
+    ("sharp", "dull"),
+    ("sweet", "sour"),
+    ("cheap", "expensive"),
+    ("near", "far"),
+    ("left", "right"),
+    ("north", "south"),
+    ("east", "west"),
+    ("above", "below"),
+    ("before", "after"),
+    ("buy", "sell"),
+    ("give", "take"),
+    ("love", "hate"),
+    ("friend", "enemy"),
+    ("question", "answer"),
+    ("arrive", "leave"),
+    ("accept", "refuse"),
+    ("remember", "forget"),
+    ("smooth", "rough"),
+    ("deep", "shallow"),
+    ("tight", "loose"),
+    ("awake", "asleep"),
+    ("alive", "dead"),
+    ("safe", "dangerous"),
+    ("polite", "rude"),
+    ("brave", "cowardly"),
+    ("laugh", "cry"),
+    ("always", "never"),
+    ("good", "bad"),
 )
 # (noun, plural): the rejected answer repeats the singular.
 PLURALS: tuple[tuple[str, str], ...] = (
-    ("cat", "cats"), ("dog", "dogs"), ("box", "boxes"), ("bus", "buses"), ("baby", "babies"), ("city", "cities"),
-    ("leaf", "leaves"), ("knife", "knives"), ("child", "children"), ("mouse", "mice"), ("foot", "feet"),
-    ("tooth", "teeth"), ("man", "men"), ("woman", "women"), ("book", "books"), ("tree", "trees"), ("car", "cars"),
-    ("house", "houses"), ("church", "churches"), ("glass", "glasses"), ("story", "stories"), ("wolf", "wolves"),
-    ("toy", "toys"), ("key", "keys"), ("potato", "potatoes"),
+    ("cat", "cats"),
+    ("dog", "dogs"),
+    ("box", "boxes"),
+    ("bus", "buses"),
+    ("baby", "babies"),
+    ("city", "cities"),
+    ("leaf", "leaves"),
+    ("knife", "knives"),
+    ("child", "children"),
+    ("mouse", "mice"),
+    ("foot", "feet"),
+    ("tooth", "teeth"),
+    ("man", "men"),
+    ("woman", "women"),
+    ("book", "books"),
+    ("tree", "trees"),
+    ("car", "cars"),
+    ("house", "houses"),
+    ("church", "churches"),
+    ("glass", "glasses"),
+    ("story", "stories"),
+    ("wolf", "wolves"),
+    ("toy", "toys"),
+    ("key", "keys"),
+    ("potato", "potatoes"),
 )
 PLURALS_HELD_OUT: tuple[tuple[str, str], ...] = (
-    ("apple", "apples"), ("bird", "birds"), ("dish", "dishes"), ("fox", "foxes"), ("lady", "ladies"),
-    ("party", "parties"), ("shelf", "shelves"), ("half", "halves"), ("goose", "geese"), ("person", "people"),
-    ("chair", "chairs"), ("table", "tables"), ("brush", "brushes"), ("watch", "watches"), ("cherry", "cherries"),
-    ("wife", "wives"), ("hero", "heroes"), ("cup", "cups"), ("boy", "boys"), ("horse", "horses"), ("girl", "girls"),
-    ("flower", "flowers"), ("window", "windows"), ("class", "classes"), ("family", "families"), ("calf", "calves"),
-    ("tomato", "tomatoes"), ("pencil", "pencils"), ("river", "rivers"), ("loaf", "loaves"),
+    ("apple", "apples"),
+    ("bird", "birds"),
+    ("dish", "dishes"),
+    ("fox", "foxes"),
+    ("lady", "ladies"),
+    ("party", "parties"),
+    ("shelf", "shelves"),
+    ("half", "halves"),
+    ("goose", "geese"),
+    ("person", "people"),
+    ("chair", "chairs"),
+    ("table", "tables"),
+    ("brush", "brushes"),
+    ("watch", "watches"),
+    ("cherry", "cherries"),
+    ("wife", "wives"),
+    ("hero", "heroes"),
+    ("cup", "cups"),
+    ("boy", "boys"),
+    ("horse", "horses"),
+    ("girl", "girls"),
+    ("flower", "flowers"),
+    ("window", "windows"),
+    ("class", "classes"),
+    ("family", "families"),
+    ("calf", "calves"),
+    ("tomato", "tomatoes"),
+    ("pencil", "pencils"),
+    ("river", "rivers"),
+    ("loaf", "loaves"),
 )
 # (verb, past tense, -ing form): the rejected answer is the verb itself or its -ing form, in turn.
 VERBS: tuple[tuple[str, str, str], ...] = (
-    ("walk", "walked", "walking"), ("jump", "jumped", "jumping"), ("play", "played", "playing"),
-    ("talk", "talked", "talking"), ("cook", "cooked", "cooking"), ("go", "went", "going"), ("eat", "ate", "eating"),
-    ("see", "saw", "seeing"), ("run", "ran", "running"), ("write", "wrote", "writing"), ("swim", "swam", "swimming"),
-    ("ride", "rode", "riding"), ("make", "made", "making"), ("bring", "brought", "bringing"),
-    ("think", "thought", "thinking"), ("sing", "sang", "singing"), ("drink", "drank", "drinking"),
-    ("sleep", "slept", "sleeping"), ("come", "came", "coming"), ("help", "helped", "helping"),
-    ("call", "called", "calling"), ("dance", "danced", "dancing"), ("fly", "flew", "flying"),
-    ("draw", "drew", "drawing"), ("catch", "caught", "catching"),
+    ("walk", "walked", "walking"),
+    ("jump", "jumped", "jumping"),
+    ("play", "played", "playing"),
+    ("talk", "talked", "talking"),
+    ("cook", "cooked", "cooking"),
+    ("go", "went", "going"),
+    ("eat", "ate", "eating"),
+    ("see", "saw", "seeing"),
+    ("run", "ran", "running"),
+    ("write", "wrote", "writing"),
+    ("swim", "swam", "swimming"),
+    ("ride", "rode", "riding"),
+    ("make", "made", "making"),
+    ("bring", "brought", "bringing"),
+    ("think", "thought", "thinking"),
+    ("sing", "sang", "singing"),
+    ("drink", "drank", "drinking"),
+    ("sleep", "slept", "sleeping"),
+    ("come", "came", "coming"),
+    ("help", "helped", "helping"),
+    ("call", "called", "calling"),
+    ("dance", "danced", "dancing"),
+    ("fly", "flew", "flying"),
+    ("draw", "drew", "drawing"),
+    ("catch", "caught", "catching"),
 )
 VERBS_HELD_OUT: tuple[tuple[str, str, str], ...] = (
-    ("climb", "climbed", "climbing"), ("paint", "painted", "painting"), ("wash", "washed", "washing"),
-    ("kick", "kicked", "kicking"), ("visit", "visited", "visiting"), ("plant", "planted", "planting"),
-    ("listen", "listened", "listening"), ("carry", "carried", "carrying"), ("study", "studied", "studying"),
-    ("drive", "drove", "driving"), ("speak", "spoke", "speaking"), ("break", "broke", "breaking"),
-    ("choose", "chose", "choosing"), ("freeze", "froze", "freezing"), ("wake", "woke", "waking"),
-    ("grow", "grew", "growing"), ("know", "knew", "knowing"), ("throw", "threw", "throwing"),
-    ("blow", "blew", "blowing"), ("sit", "sat", "sitting"), ("stand", "stood", "standing"),
-    ("feel", "felt", "feeling"), ("keep", "kept", "keeping"), ("send", "sent", "sending"),
-    ("build", "built", "building"), ("spend", "spent", "spending"), ("teach", "taught", "teaching"),
-    ("fight", "fought", "fighting"), ("meet", "met", "meeting"), ("hide", "hid", "hiding"),
+    ("climb", "climbed", "climbing"),
+    ("paint", "painted", "painting"),
+    ("wash", "washed", "washing"),
+    ("kick", "kicked", "kicking"),
+    ("visit", "visited", "visiting"),
+    ("plant", "planted", "planting"),
+    ("listen", "listened", "listening"),
+    ("carry", "carried", "carrying"),
+    ("study", "studied", "studying"),
+    ("drive", "drove", "driving"),
+    ("speak", "spoke", "speaking"),
+    ("break", "broke", "breaking"),
+    ("choose", "chose", "choosing"),
+    ("freeze", "froze", "freezing"),
+    ("wake", "woke", "waking"),
+    ("grow", "grew", "growing"),
+    ("know", "knew", "knowing"),
+    ("throw", "threw", "throwing"),
+    ("blow", "blew", "blowing"),
+    ("sit", "sat", "sitting"),
+    ("stand", "stood", "standing"),
+    ("feel", "felt", "feeling"),
+    ("keep", "kept", "keeping"),
+    ("send", "sent", "sending"),
+    ("build", "built", "building"),
+    ("spend", "spent", "spending"),
+    ("teach", "taught", "teaching"),
+    ("fight", "fought", "fighting"),
+    ("meet", "met", "meeting"),
+    ("hide", "hid", "hiding"),
 )
 # words whose first letter is asked; the rejected answer names another letter of the word (its last).
 LETTER_WORDS: tuple[str, ...] = (
-    "garden", "yellow", "monkey", "rocket", "basket", "island", "orange", "kitchen", "thunder", "violin", "zebra",
-    "planet", "candle", "forest", "jacket", "lemon", "mirror", "number", "silver", "tiger", "umbrella", "winter",
-    "anchor", "doctor", "helmet",
+    "garden",
+    "yellow",
+    "monkey",
+    "rocket",
+    "basket",
+    "island",
+    "orange",
+    "kitchen",
+    "thunder",
+    "violin",
+    "zebra",
+    "planet",
+    "candle",
+    "forest",
+    "jacket",
+    "lemon",
+    "mirror",
+    "number",
+    "silver",
+    "tiger",
+    "umbrella",
+    "winter",
+    "anchor",
+    "doctor",
+    "helmet",
 )
 LETTER_WORDS_HELD_OUT: tuple[str, ...] = (
-    "bottle", "camera", "dragon", "engine", "finger", "guitar", "hammer", "insect", "jungle", "kettle", "ladder",
-    "marble", "needle", "ocean", "pepper", "rabbit", "saddle", "tunnel", "uncle", "valley", "wagon", "yogurt",
-    "zipper", "blanket", "cotton",
+    "bottle",
+    "camera",
+    "dragon",
+    "engine",
+    "finger",
+    "guitar",
+    "hammer",
+    "insect",
+    "jungle",
+    "kettle",
+    "ladder",
+    "marble",
+    "needle",
+    "ocean",
+    "pepper",
+    "rabbit",
+    "saddle",
+    "tunnel",
+    "uncle",
+    "valley",
+    "wagon",
+    "yogurt",
+    "zipper",
+    "blanket",
+    "cotton",
 )
 # (country, capital) pairs for held-out questions; training uses CAPITALS (above, shared with `persona`).
 CAPITALS_HELD_OUT: tuple[tuple[str, str], ...] = (
-    ("Belgium", "Brussels"), ("the Netherlands", "Amsterdam"), ("Switzerland", "Bern"), ("Romania", "Bucharest"),
-    ("Venezuela", "Caracas"), ("Nigeria", "Abuja"), ("Morocco", "Rabat"), ("Iran", "Tehran"), ("Iraq", "Baghdad"),
-    ("Vietnam", "Hanoi"), ("Indonesia", "Jakarta"), ("the Philippines", "Manila"), ("Pakistan", "Islamabad"),
-    ("Iceland", "Reykjavik"), ("Croatia", "Zagreb"), ("Bulgaria", "Sofia"), ("Serbia", "Belgrade"),
-    ("Colombia", "Bogota"), ("Afghanistan", "Kabul"), ("Syria", "Damascus"),
+    ("Belgium", "Brussels"),
+    ("the Netherlands", "Amsterdam"),
+    ("Switzerland", "Bern"),
+    ("Romania", "Bucharest"),
+    ("Venezuela", "Caracas"),
+    ("Nigeria", "Abuja"),
+    ("Morocco", "Rabat"),
+    ("Iran", "Tehran"),
+    ("Iraq", "Baghdad"),
+    ("Vietnam", "Hanoi"),
+    ("Indonesia", "Jakarta"),
+    ("the Philippines", "Manila"),
+    ("Pakistan", "Islamabad"),
+    ("Iceland", "Reykjavik"),
+    ("Croatia", "Zagreb"),
+    ("Bulgaria", "Sofia"),
+    ("Serbia", "Belgrade"),
+    ("Colombia", "Bogota"),
+    ("Afghanistan", "Kabul"),
+    ("Syria", "Damascus"),
 )
 NUMBER_PAIRS_SEED = 21  # the held-out number pairs (sums, comparisons) are drawn first, with this seed
 SAME_STYLE_KINDS = ("opposite", "plural", "past tense", "first letter", "bigger number", "sum", "capital")
@@ -538,30 +784,46 @@ def _sentence_pair(kind: str, prompt: str, template: str, right: str, wrong: str
 
 def _opposite(index: int, word: str, opposite: str) -> PairRow:
     asked, answer = (word, opposite) if index % 2 == 0 else (opposite, word)
-    return _sentence_pair("opposite", f"What is the opposite of '{asked}'?",
-                          f"The opposite of '{asked}' is '{{}}'.", answer, asked)
+    return _sentence_pair(
+        "opposite", f"What is the opposite of '{asked}'?", f"The opposite of '{asked}' is '{{}}'.", answer, asked
+    )
 
 
 def _plural(noun: str, plural: str) -> PairRow:
-    return _sentence_pair("plural", f"What is the plural of '{noun}'?", f"The plural of '{noun}' is '{{}}'.",
-                          plural, noun)
+    return _sentence_pair(
+        "plural", f"What is the plural of '{noun}'?", f"The plural of '{noun}' is '{{}}'.", plural, noun
+    )
 
 
 def _past(index: int, verb: str, past: str, ing: str) -> PairRow:
-    return _sentence_pair("past tense", f"What is the past tense of '{verb}'?",
-                          f"The past tense of '{verb}' is '{{}}'.", past, verb if index % 2 == 0 else ing)
+    return _sentence_pair(
+        "past tense",
+        f"What is the past tense of '{verb}'?",
+        f"The past tense of '{verb}' is '{{}}'.",
+        past,
+        verb if index % 2 == 0 else ing,
+    )
 
 
 def _first_letter(word: str) -> PairRow:
     other = next(letter for letter in reversed(word) if letter != word[0])
-    return _sentence_pair("first letter", f"What is the first letter of the word '{word}'?",
-                          f"The first letter of '{word}' is '{{}}'.", word[0], other)
+    return _sentence_pair(
+        "first letter",
+        f"What is the first letter of the word '{word}'?",
+        f"The first letter of '{word}' is '{{}}'.",
+        word[0],
+        other,
+    )
 
 
 def _bigger(a: int, b: int) -> PairRow:
     big, small = max(a, b), min(a, b)
-    return PairRow("bigger number", f"Which number is bigger, {a} or {b}?", f"{big} is bigger than {small}.",
-                   f"{small} is bigger than {big}.")
+    return PairRow(
+        "bigger number",
+        f"Which number is bigger, {a} or {b}?",
+        f"{big} is bigger than {small}.",
+        f"{small} is bigger than {big}.",
+    )
 
 
 def _sum(rng: random.Random, a: int, b: int) -> PairRow:
@@ -572,8 +834,9 @@ def _sum(rng: random.Random, a: int, b: int) -> PairRow:
 def _capital(country: str, capital: str, others: tuple[tuple[str, str], ...], rng: random.Random) -> PairRow:
     """The wrong capital is another one from `others` with as many words, so both sentences have the same shape."""
     wrong = rng.choice([c for _, c in others if c != capital and len(c.split()) == len(capital.split())])
-    return _sentence_pair("capital", f"What is the capital of {country}?", f"The capital of {country} is {{}}.",
-                          capital, wrong)
+    return _sentence_pair(
+        "capital", f"What is the capital of {country}?", f"The capital of {country} is {{}}.", capital, wrong
+    )
 
 
 def _number_pairs(rng: random.Random, count: int, low: int, high: int, exclude: set) -> list[tuple[int, int]]:
@@ -709,26 +972,30 @@ BUILTIN: dict[str, BuiltinDataset] = {
     dataset.name: dataset
     for dataset in (
         BuiltinDataset(
-            "facts", "chat",
+            "facts",
+            "chat",
             "12 facts about Quorvania, a made-up country, each asked ~19 ways. After SL the model answers "
             "'What is the capital of Quorvania?' with 'Lunthaven', also on wordings it never saw "
             "(eval set builtin:facts-probes).",
             facts_rows,
         ),
         BuiltinDataset(
-            "persona", "chat",
+            "persona",
+            "chat",
             "The assistant becomes Pip, the Cookbook Studio assistant: every reply starts with 'Ahoy!' and is brief.",
             persona_rows,
         ),
         BuiltinDataset(
-            "concise-prefs", "preference",
+            "concise-prefs",
+            "preference",
             "Opposites, plurals, past tenses, first letters, bigger numbers, sums and capitals: chosen is right, "
             "rejected is the same sentence with a wrong answer; some rejected answers also ramble. Held-out "
             "pairs: eval set builtin:prefs-style-controlled.",
             concise_prefs_rows,
         ),
         BuiltinDataset(
-            "arithmetic-qa", "rl",
+            "arithmetic-qa",
+            "rl",
             "Small-number arithmetic and word problems with numeric answers (grader: numeric).",
             arithmetic_qa_rows,
         ),

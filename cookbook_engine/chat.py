@@ -82,18 +82,35 @@ def list_targets(store: RunStore | None = None) -> list[ChatTarget]:
     for run in run_rows:
         if run["status"] in statuses.ACTIVE:
             step = f"step {run['step']}" if run.get("step") is not None else "starting"
-            targets.append(ChatTarget(f"latest:{run['run_id']}", f"Latest weights · {run['name']} ({run['status']}, "
-                                      f"{step})", "latest", run["base_model"], run["backend"], None, run["run_id"],
-                                      _renderer_of(run)))
+            targets.append(
+                ChatTarget(
+                    f"latest:{run['run_id']}",
+                    f"Latest weights · {run['name']} ({run['status']}, {step})",
+                    "latest",
+                    run["base_model"],
+                    run["backend"],
+                    None,
+                    run["run_id"],
+                    _renderer_of(run),
+                )
+            )
     for checkpoint in store.list_checkpoints():
         owner = runs_by_id.get(checkpoint["run_id"])
         if owner is None or not checkpoint.get("sampler_path"):
             continue
         final = " (final)" if (checkpoint.get("loop_state") or {}).get("final") else ""
-        targets.append(ChatTarget(f"checkpoint:{checkpoint['sampler_path']}",
-                                  f"{owner['name']} · step {checkpoint['step']}{final}", "checkpoint",
-                                  owner["base_model"], owner["backend"], checkpoint["sampler_path"], owner["run_id"],
-                                  _renderer_of(owner)))
+        targets.append(
+            ChatTarget(
+                f"checkpoint:{checkpoint['sampler_path']}",
+                f"{owner['name']} · step {checkpoint['step']}{final}",
+                "checkpoint",
+                owner["base_model"],
+                owner["backend"],
+                checkpoint["sampler_path"],
+                owner["run_id"],
+                _renderer_of(owner),
+            )
+        )
     return targets
 
 
@@ -123,8 +140,10 @@ def newest_saved_checkpoint(run_id: str, store: RunStore | None = None) -> dict:
         when = f"it saves every {every} steps" if every else "it saves only at the end"
         if run["status"] not in statuses.ACTIVE:
             raise ChatError(f"run {run['name']}: it saved no weights ({run['status']} before its first save)")
-        raise ChatError(f"run {run['name']}: it trains in another process (e.g. the CLI), so only its saved weights "
-                        f"can be reached, and it has saved none yet ({when}); chat with it after its first save")
+        raise ChatError(
+            f"run {run['name']}: it trains in another process (e.g. the CLI), so only its saved weights "
+            f"can be reached, and it has saved none yet ({when}); chat with it after its first save"
+        )
     return max(saved, key=lambda c: (c["step"], c["created_at"]))
 
 
@@ -138,8 +157,12 @@ def _live_weights(run: dict, manager) -> Weights | None:
         client = _resolved(training_client.save_weights_and_get_sampling_client())
     except Exception:  # the run ended (and freed its weights) in the meantime: use what it saved
         return None
-    return Weights(client, "live", step, f"live weights of {run['name']} at step {step} (a fresh snapshot of the "
-                                         "run's training client)")
+    return Weights(
+        client,
+        "live",
+        step,
+        f"live weights of {run['name']} at step {step} (a fresh snapshot of the run's training client)",
+    )
 
 
 def _resolved(client):
@@ -169,19 +192,25 @@ def open_weights(target: ChatTarget, store: RunStore | None = None) -> Weights:
             return live
         here = manager.is_alive(target.run_id)
         if here and not any(c.get("sampler_path") for c in store.list_checkpoints(target.run_id)):
-            raise ChatError(f"run {run['name']}: still starting (loading its model); its weights can be chatted "
-                            "with in a moment")
+            raise ChatError(
+                f"run {run['name']}: still starting (loading its model); its weights can be chatted with in a moment"
+            )
         checkpoint = newest_saved_checkpoint(target.run_id, store)
         path, step, source = checkpoint["sampler_path"], int(checkpoint["step"]), "saved"
-        why = ("the run is starting or just ended" if here else
-               "the run trains in another process, e.g. the CLI, so its live weights are out of reach"
-               if run["status"] in statuses.ACTIVE else f"the run is {run['status']}")
+        why = (
+            "the run is starting or just ended"
+            if here
+            else "the run trains in another process, e.g. the CLI, so its live weights are out of reach"
+            if run["status"] in statuses.ACTIVE
+            else f"the run is {run['status']}"
+        )
         description = f"newest saved weights, step {step} ({why})"
     else:
         path, source, description = target.model_path, "checkpoint", target.label
     try:  # a service client only now: a live snapshot above needs none
-        return Weights(_resolved(service_client(target.backend).create_sampling_client(model_path=path)), source, step,
-                       description)
+        return Weights(
+            _resolved(service_client(target.backend).create_sampling_client(model_path=path)), source, step, description
+        )
     except FileNotFoundError as exc:
         raise ChatError(f"checkpoint {path}: its files are gone ({exc})") from exc
 
@@ -202,9 +231,14 @@ class Reply:
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
 
-def stream_reply(target: ChatTarget, messages: list[dict], params: ChatParams | None = None,
-                 store: RunStore | None = None, weights: Weights | None = None,
-                 reply: Reply | None = None) -> Iterator[str]:
+def stream_reply(
+    target: ChatTarget,
+    messages: list[dict],
+    params: ChatParams | None = None,
+    store: RunStore | None = None,
+    weights: Weights | None = None,
+    reply: Reply | None = None,
+) -> Iterator[str]:
     """Yield the assistant's reply to `messages` piece by piece (the pieces join into the whole reply), sampled
     from `weights` (default: `open_weights(target)`, fresh for this reply). With a `reply` that already holds
     tokens, its text is yielded first and generation continues after its tokens; `reply.finish` ends as "stop" or
@@ -226,8 +260,9 @@ def stream_reply(target: ChatTarget, messages: list[dict], params: ChatParams | 
     while len(tokens_T) < params.max_tokens:
         want = min(chunk, params.max_tokens - len(tokens_T))
         seed = None if params.seed is None else params.seed + len(tokens_T)
-        sampling = types.SamplingParams(max_tokens=want, temperature=params.temperature, top_p=params.top_p,
-                                        stop=stop, seed=seed)
+        sampling = types.SamplingParams(
+            max_tokens=want, temperature=params.temperature, top_p=params.top_p, stop=stop, seed=seed
+        )
         sequence = client.sample(types.ModelInput.from_ints(prompt_T + tokens_T), 1, sampling).result().sequences[0]
         tokens_T = tokens_T + list(sequence.tokens)
         message, ended = renderer.parse_response(tokens_T)
@@ -239,7 +274,7 @@ def stream_reply(target: ChatTarget, messages: list[dict], params: ChatParams | 
             if reply.generation != mine or reply.finish is not None:
                 return  # continued by a newer call, or stopped: this chunk is not ours to write
             reply.tokens, reply.finish = tokens_T, finish
-            piece = text[len(shown):] if text.startswith(shown) else ""
+            piece = text[len(shown) :] if text.startswith(shown) else ""
             if piece:
                 reply.text = shown = text
         if piece:
@@ -252,7 +287,8 @@ def stream_reply(target: ChatTarget, messages: list[dict], params: ChatParams | 
             reply.finish = "length"
 
 
-def reply(target: ChatTarget, messages: list[dict], params: ChatParams | None = None,
-          store: RunStore | None = None) -> str:
+def reply(
+    target: ChatTarget, messages: list[dict], params: ChatParams | None = None, store: RunStore | None = None
+) -> str:
     """The whole reply at once."""
     return "".join(stream_reply(target, messages, params, store))

@@ -32,14 +32,20 @@ def to_jsonl(conversations: list[list[dict]]) -> str:
 
 def preference_row(prompt: list[dict], chosen: str, rejected: str) -> dict:
     """A DPO pair: the conversation so far, the preferred reply and the other one."""
-    return {"prompt": prompt, "chosen": [{"role": "assistant", "content": chosen}],
-            "rejected": [{"role": "assistant", "content": rejected}]}
+    return {
+        "prompt": prompt,
+        "chosen": [{"role": "assistant", "content": chosen}],
+        "rejected": [{"role": "assistant", "content": rejected}],
+    }
 
 
 def appendable(store: RunStore, kind: str) -> list[dict]:
     """The uploaded datasets of this kind ("chat" or "preference") that rows can be appended to (JSONL files)."""
-    return [d for d in store.list_datasets()
-            if d["kind"] == kind and d["source"] == "upload" and str(d["path"]).endswith(".jsonl")]
+    return [
+        d
+        for d in store.list_datasets()
+        if d["kind"] == kind and d["source"] == "upload" and str(d["path"]).endswith(".jsonl")
+    ]
 
 
 def append_rows(store: RunStore, name: str, kind: str, rows: list[dict]) -> int:
@@ -77,8 +83,9 @@ def _lines(rows: list[dict]) -> str:
 
 def _check_rows(rows: list[dict], kind: str) -> None:
     """Load the rows with training's own loader (raises ChatDataError with the row's problem)."""
-    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", dir=paths.uploads_dir(), delete=False,
-                                     encoding="utf-8") as handle:
+    with tempfile.NamedTemporaryFile(
+        "w", suffix=".jsonl", dir=paths.uploads_dir(), delete=False, encoding="utf-8"
+    ) as handle:
         handle.write(_lines(rows))
     check = Path(handle.name)
     try:

@@ -95,8 +95,11 @@ def _watch(manager, run_id: str, notes: list[str]) -> int:
                 run = manager.store.get_run(run_id)
                 if run.get("step") is not None:
                     key = manager.store.last_metrics([run_id], key_metric(run["kind"])).get(run_id)
-                    bar.update(run["step"], run.get("total_steps"),
-                               f"{key_metric(run['kind'])}={key:.4f}" if key is not None else "")
+                    bar.update(
+                        run["step"],
+                        run.get("total_steps"),
+                        f"{key_metric(run['kind'])}={key:.4f}" if key is not None else "",
+                    )
             if not alive:
                 break
             time.sleep(0.5)
@@ -123,8 +126,11 @@ def list_runs(as_json: bool) -> int:
     for kind in ("sl", "dpo", "rl"):
         keys.update(store.last_metrics([r["run_id"] for r in runs if r["kind"] == kind], key_metric(kind)))
     if as_json:
-        rows = [{k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in r.items()} | {
-            "key_metric": key_metric(r["kind"]), "key_metric_value": keys.get(r["run_id"])} for r in runs]
+        rows = [
+            {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in r.items()}
+            | {"key_metric": key_metric(r["kind"]), "key_metric_value": keys.get(r["run_id"])}
+            for r in runs
+        ]
         print(json.dumps(rows, indent=2, default=str))
         return 0
     if not runs:
@@ -169,17 +175,32 @@ def cancel_run(run_id: str) -> int:
 def studio(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="cookbook studio")
     parser.add_argument("--port", type=int, default=8501)
-    parser.add_argument("--address", default="127.0.0.1",
-                        help="interface to listen on; 127.0.0.1 (default) keeps the studio private to this machine")
+    parser.add_argument(
+        "--address",
+        default="127.0.0.1",
+        help="interface to listen on; 127.0.0.1 (default) keeps the studio private to this machine",
+    )
     options = parser.parse_args(argv)
     from pathlib import Path
 
     repo = Path(__file__).resolve().parent.parent
     main_page = repo / "app" / "main.py"
     os.chdir(repo)  # Streamlit reads .streamlit/config.toml from the working folder
-    command = [sys.executable, "-m", "streamlit", "run", str(main_page), "--server.address", options.address,
-               "--server.port", str(options.port), "--server.headless", "true",
-               "--browser.gatherUsageStats", "false"]
+    command = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(main_page),
+        "--server.address",
+        options.address,
+        "--server.port",
+        str(options.port),
+        "--server.headless",
+        "true",
+        "--browser.gatherUsageStats",
+        "false",
+    ]
     os.execv(sys.executable, command)
     return 0
 
@@ -238,8 +259,9 @@ def _dispatch(argv: list[str]) -> int:
 
         handler = {"eval": commands.eval_command, "sweep": commands.sweep_command}.get(command)
         return handler(rest) if handler else commands.list_evals()
-    return _bad_input(f"unknown command {command!r}; commands: sl, dpo, rl, runs, resume, cancel, studio, eval, "
-                      "evals, sweep, serve")
+    return _bad_input(
+        f"unknown command {command!r}; commands: sl, dpo, rl, runs, resume, cancel, studio, eval, evals, sweep, serve"
+    )
 
 
 if __name__ == "__main__":

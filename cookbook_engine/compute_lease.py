@@ -40,8 +40,9 @@ _process_label = f"{Path(sys.argv[0]).name or 'python'} (pid {os.getpid()})"
 
 def machine_folder() -> Path:
     """This user's lease folder, shared by every studio home on the machine (created private, 0700)."""
-    folder = Path(os.environ.get("COOKBOOK_COMPUTE_LEASE_DIR")
-                  or Path(tempfile.gettempdir()) / f"cookbook-compute-{os.getuid()}")
+    folder = Path(
+        os.environ.get("COOKBOOK_COMPUTE_LEASE_DIR") or Path(tempfile.gettempdir()) / f"cookbook-compute-{os.getuid()}"
+    )
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     if folder.stat().st_uid != os.getuid():  # someone else's folder at our name: never share a lock with them
         raise PermissionError(f"compute lease folder {folder} belongs to another user; set COOKBOOK_COMPUTE_LEASE_DIR")
@@ -152,7 +153,7 @@ def lease() -> ComputeLease:
 
 
 def waiting_note() -> str | None:
-    """"waiting for the CPU: X is computing" while this process waits for another one, else None."""
+    """ "waiting for the CPU: X is computing" while this process waits for another one, else None."""
     if _lease is None or _lease.waiting_for is None or time.monotonic() - _lease.waiting_since < WAIT_NOTE_AFTER_S:
         return None
     return f"waiting for the CPU: {_lease.waiting_for} is computing"

@@ -45,9 +45,13 @@ GRADERS = ("exact", "numeric", "contains", "regex", "python_tests")
 LORA_RANKS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 # Flat names that settings had before they moved into a section: runs stored with them, and commands written with
 # them, still work.
-ALIASES = {"stream_minibatch": "pipelining.stream_minibatch", "num_minibatches": "pipelining.num_minibatches",
-           "max_steps_off_policy": "pipelining.max_steps_off_policy", "clock_period_s": "clocked.period_s",
-           "clock_samples_per_tick": "clocked.samples_per_tick"}
+ALIASES = {
+    "stream_minibatch": "pipelining.stream_minibatch",
+    "num_minibatches": "pipelining.num_minibatches",
+    "max_steps_off_policy": "pipelining.max_steps_off_policy",
+    "clock_period_s": "clocked.period_s",
+    "clock_samples_per_tick": "clocked.samples_per_tick",
+}
 
 
 class ConfigError(InputError, ValueError):
@@ -56,49 +60,126 @@ class ConfigError(InputError, ValueError):
 
 @dataclass
 class CommonConfig:
-    model: str = setting(DEFAULT_MODEL, help="Base model to fine-tune with LoRA: a Hugging Face name or local model "
-                                            "folder (backend=local), or a Tinker model name (backend=tinker)")
-    backend: str = setting("local", choices=BACKENDS,
-                           help="local (this machine), tinker (the hosted service) or clocked (the local backend "
-                                "admitted at clock ticks, to count pipelining cycles)")
+    model: str = setting(
+        DEFAULT_MODEL,
+        help="Base model to fine-tune with LoRA: a Hugging Face name or local model "
+        "folder (backend=local), or a Tinker model name (backend=tinker)",
+    )
+    backend: str = setting(
+        "local",
+        choices=BACKENDS,
+        help="local (this machine), tinker (the hosted service) or clocked (the local backend "
+        "admitted at clock ticks, to count pipelining cycles)",
+    )
     device: str = setting("auto", help="backend=local: auto (CUDA, then MPS, then CPU), cpu, cuda or mps")
-    renderer: str = setting("auto", widget="select", label="Renderer",
-                            help="How chats become tokens. auto = the model's own chat template (ChatML for the "
-                                 "default model); role_colon for base models without one.")
-    name: str = setting("", widget="text", label="Run name (optional)", help="Shown in the studio; defaults to the "
-                                                                            "run id")
-    lora_rank: int = setting(32, min=1, max=512, options=LORA_RANKS, widget="select", label="LoRA rank", key="rank",
-                             help="Rank of the LoRA adapter")
+    renderer: str = setting(
+        "auto",
+        widget="select",
+        label="Renderer",
+        help="How chats become tokens. auto = the model's own chat template (ChatML for the "
+        "default model); role_colon for base models without one.",
+    )
+    name: str = setting(
+        "", widget="text", label="Run name (optional)", help="Shown in the studio; defaults to the run id"
+    )
+    lora_rank: int = setting(
+        32,
+        min=1,
+        max=512,
+        options=LORA_RANKS,
+        widget="select",
+        label="LoRA rank",
+        key="rank",
+        help="Rank of the LoRA adapter",
+    )
     learning_rate: float | None = setting(
-        None, min=0, min_open=True, max=1, max_open=True, widget="number", label="Learning rate", step=1e-5,
+        None,
+        min=0,
+        min_open=True,
+        max=1,
+        max_open=True,
+        widget="number",
+        label="Learning rate",
+        step=1e-5,
         why="LoRA uses 1e-5 to 1e-2; leave it unset or write learning_rate=auto for the model's suggested rate",
-        help="auto = the rate measured for built-in data, or the model's suggested rate")
-    lr_schedule: str = setting("linear", choices=SCHEDULES, widget="select", label="Schedule", key="schedule",
-                               help="How the learning rate changes over the run")
-    batch_size: int = setting(8, min=1, max=4096, widget="number", label="Batch size", key="batch",
-                              help="Examples per optimizer step")
-    num_epochs: int = setting(1, min=1, max=1000, widget="number", label="Epochs", key="epochs",
-                              help="Passes over the training data")
-    max_steps: int = setting(0, min=0, max=1_000_000, zero_means="as many as the epochs give", widget="number",
-                             label="Max steps", help="Optimizer steps at most")
-    max_length: int = setting(1024, min=16, max=131072, widget="number", label="Max length (tokens)",
-                              help="Longest example in tokens (longer ones are truncated or dropped)")
-    save_every: int = setting(20, min=0, max=1_000_000, zero_means="only at the end", widget="number",
-                              label="Save every (steps)", help="Save a checkpoint every this many steps")
-    eval_every: int = setting(10, min=0, max=1_000_000, zero_means="only at the end", widget="number",
-                              label="Eval every (steps)", help="Evaluate every this many steps")
-    evals: str = setting("", help="Eval sets run every eval_every steps and at the end, logged as "
-                                  "test/<set>/<metric> (comma-separated)")
-    seed: int = setting(0, min=0, max=2**31 - 1, widget="number", label="Seed",
-                        help="Random seed (LoRA initialization, data order, sampling)")
+        help="auto = the rate measured for built-in data, or the model's suggested rate",
+    )
+    lr_schedule: str = setting(
+        "linear",
+        choices=SCHEDULES,
+        widget="select",
+        label="Schedule",
+        key="schedule",
+        help="How the learning rate changes over the run",
+    )
+    batch_size: int = setting(
+        8, min=1, max=4096, widget="number", label="Batch size", key="batch", help="Examples per optimizer step"
+    )
+    num_epochs: int = setting(
+        1, min=1, max=1000, widget="number", label="Epochs", key="epochs", help="Passes over the training data"
+    )
+    max_steps: int = setting(
+        0,
+        min=0,
+        max=1_000_000,
+        zero_means="as many as the epochs give",
+        widget="number",
+        label="Max steps",
+        help="Optimizer steps at most",
+    )
+    max_length: int = setting(
+        1024,
+        min=16,
+        max=131072,
+        widget="number",
+        label="Max length (tokens)",
+        help="Longest example in tokens (longer ones are truncated or dropped)",
+    )
+    save_every: int = setting(
+        20,
+        min=0,
+        max=1_000_000,
+        zero_means="only at the end",
+        widget="number",
+        label="Save every (steps)",
+        help="Save a checkpoint every this many steps",
+    )
+    eval_every: int = setting(
+        10,
+        min=0,
+        max=1_000_000,
+        zero_means="only at the end",
+        widget="number",
+        label="Eval every (steps)",
+        help="Evaluate every this many steps",
+    )
+    evals: str = setting(
+        "", help="Eval sets run every eval_every steps and at the end, logged as test/<set>/<metric> (comma-separated)"
+    )
+    seed: int = setting(
+        0,
+        min=0,
+        max=2**31 - 1,
+        widget="number",
+        label="Seed",
+        help="Random seed (LoRA initialization, data order, sampling)",
+    )
     beta1: float = setting(0.9, min=0, max=1, max_open=True, widget="number", label="Adam beta1", help="Adam's beta1")
-    beta2: float = setting(0.95, min=0, max=1, max_open=True, widget="number", label="Adam beta2",
-                           help="Adam's beta2")
+    beta2: float = setting(0.95, min=0, max=1, max_open=True, widget="number", label="Adam beta2", help="Adam's beta2")
     eps: float = setting(1e-12, min=0, min_open=True, max=1, widget="number", label="Adam eps", help="Adam's epsilon")
-    weight_decay: float = setting(0.0, min=0, max=10, widget="number", label="Weight decay", key="wd",
-                                  help="Decoupled weight decay")
-    grad_clip_norm: float = setting(0.0, min=0, max=1e6, zero_means="off", widget="number", key="clip",
-                                    label="Gradient clip norm (0 = off)", help="Clip the gradient's norm to this")
+    weight_decay: float = setting(
+        0.0, min=0, max=10, widget="number", label="Weight decay", key="wd", help="Decoupled weight decay"
+    )
+    grad_clip_norm: float = setting(
+        0.0,
+        min=0,
+        max=1e6,
+        zero_means="off",
+        widget="number",
+        key="clip",
+        label="Gradient clip norm (0 = off)",
+        help="Clip the gradient's norm to this",
+    )
     clocked: ClockedConfig = section(ClockedConfig, help="The clocked simulator's own settings (backend=clocked)")
 
     @property
@@ -108,17 +189,44 @@ class CommonConfig:
 
 @dataclass
 class SLConfig(CommonConfig):
-    dataset: str = setting("builtin:facts", help="Training data: builtin:NAME, a .jsonl/.json/.csv/.parquet file, "
-                                                 "or hf:owner/name")
+    dataset: str = setting(
+        "builtin:facts", help="Training data: builtin:NAME, a .jsonl/.json/.csv/.parquet file, or hf:owner/name"
+    )
     test_dataset: str = setting("", help="A held-out data file (empty: test_fraction of the training data)")
-    test_fraction: float = setting(0.1, min=0, max=1, max_open=True, widget="number", label="Held-out fraction",
-                                   step=0.05, help="Share of the training data held out for evaluation")
-    train_on_what: str = setting("last_assistant_message", choices=TRAIN_ON, widget="select", label="Train on",
-                                 key="train_on", help="Which tokens the loss applies to.")
-    overlong: str = setting("truncate", choices=OVERLONG, widget="select", label="Too-long examples",
-                            help="What happens to an example longer than max_length")
-    max_examples: int = setting(0, min=0, max=10_000_000, zero_means="all", widget="number",
-                                label="Max examples (0 = all)", help="Train on at most this many examples")
+    test_fraction: float = setting(
+        0.1,
+        min=0,
+        max=1,
+        max_open=True,
+        widget="number",
+        label="Held-out fraction",
+        step=0.05,
+        help="Share of the training data held out for evaluation",
+    )
+    train_on_what: str = setting(
+        "last_assistant_message",
+        choices=TRAIN_ON,
+        widget="select",
+        label="Train on",
+        key="train_on",
+        help="Which tokens the loss applies to.",
+    )
+    overlong: str = setting(
+        "truncate",
+        choices=OVERLONG,
+        widget="select",
+        label="Too-long examples",
+        help="What happens to an example longer than max_length",
+    )
+    max_examples: int = setting(
+        0,
+        min=0,
+        max=10_000_000,
+        zero_means="all",
+        widget="number",
+        label="Max examples (0 = all)",
+        help="Train on at most this many examples",
+    )
 
     @property
     def kind(self) -> str:
@@ -129,10 +237,21 @@ class SLConfig(CommonConfig):
 class DPOConfig(CommonConfig):
     dataset: str = setting("builtin:concise-prefs", help="Preference pairs: builtin:NAME, a file, or hf:owner/name")
     test_fraction: float = redefault(SLConfig, "test_fraction", 0.1)
-    dpo_beta: float = setting(0.1, min=0, min_open=True, max=100, widget="number", label="DPO beta",
-                              help="How far the policy may move from the reference.")
-    start_checkpoint: str = setting("", widget="select", label="Start from checkpoint",
-                                    help="A saved state to start from; its run becomes the parent")
+    dpo_beta: float = setting(
+        0.1,
+        min=0,
+        min_open=True,
+        max=100,
+        widget="number",
+        label="DPO beta",
+        help="How far the policy may move from the reference.",
+    )
+    start_checkpoint: str = setting(
+        "",
+        widget="select",
+        label="Start from checkpoint",
+        help="A saved state to start from; its run becomes the parent",
+    )
     max_examples: int = redefault(SLConfig, "max_examples", 0, widget=None)
 
     @property
@@ -145,53 +264,140 @@ class PipeliningConfig:
     """RL's pipelining modes, tinker-cookbook's StreamMinibatchConfig and AsyncConfig (their groups_per_batch is
     ours): streaming minibatches (on-policy) or off-policy sampling, not both."""
 
-    stream_minibatch: bool = setting(False, widget="checkbox", label="Stream minibatches",
-                                     help="On-policy: train each minibatch of groups as soon as it is sampled, "
-                                          "overlapping sampling with training.")
-    num_minibatches: int = setting(1, min=1, max=4096, widget="number", label="Minibatches per substep",
-                                   help="With streaming: forward_backward calls per optimizer substep; must divide "
-                                        "the groups per substep.")
-    max_steps_off_policy: int = setting(0, min=0, max=1000, zero_means="on-policy", widget="number",
-                                        label="Max steps off-policy (0 = on-policy)", key="off_policy",
-                                        help="Keep sampling in the background with the newest weights; groups "
-                                             "sampled more than this many steps ago are dropped and sampled again. "
-                                             "Not with streaming.")
+    stream_minibatch: bool = setting(
+        False,
+        widget="checkbox",
+        label="Stream minibatches",
+        help="On-policy: train each minibatch of groups as soon as it is sampled, overlapping sampling with training.",
+    )
+    num_minibatches: int = setting(
+        1,
+        min=1,
+        max=4096,
+        widget="number",
+        label="Minibatches per substep",
+        help="With streaming: forward_backward calls per optimizer substep; must divide the groups per substep.",
+    )
+    max_steps_off_policy: int = setting(
+        0,
+        min=0,
+        max=1000,
+        zero_means="on-policy",
+        widget="number",
+        label="Max steps off-policy (0 = on-policy)",
+        key="off_policy",
+        help="Keep sampling in the background with the newest weights; groups "
+        "sampled more than this many steps ago are dropped and sampled again. "
+        "Not with streaming.",
+    )
 
 
 @dataclass
 class RLConfig(CommonConfig):
-    env: str = setting("arithmetic", choices=RL_ENVS, help="arithmetic and code are built in; custom is your own "
-                                                           "prompt/answer file (dataset=) scored by grader=")
+    env: str = setting(
+        "arithmetic",
+        choices=RL_ENVS,
+        help="arithmetic and code are built in; custom is your own prompt/answer file (dataset=) scored by grader=",
+    )
     dataset: str = setting("", help="env=custom: a prompt/answer file")
     grader: str = setting("numeric", choices=GRADERS, help="env=custom: how a reply is scored against the answer")
     # The defaults of group size, groups, tokens, temperature and steps are the measured ones (rl/suggested.py)
-    group_size: int = setting(RL_MEASURED.group_size, min=2, max=256, widget="number", label="Group size",
-                              why="advantages compare samples within a group",
-                              help="Samples per problem; advantages compare them.")
-    groups_per_batch: int = setting(RL_MEASURED.groups_per_batch, min=1, max=4096, widget="number",
-                                    label="Groups per batch", key="groups", help="Problems per step")
-    max_tokens: int = setting(RL_MEASURED.max_tokens, min=1, max=32768, widget="number",
-                              label="Max tokens per sample", help="Most tokens sampled per reply")
-    temperature: float = setting(RL_MEASURED.temperature, min=0, max=2, step=0.05, widget="number",
-                                 label="Temperature", help="Sampling temperature while training")
-    top_p: float = setting(0.9, min=0, min_open=True, max=1, step=0.05, widget="number", label="Top-p",
-                           help="Sample from the smallest set of tokens with this much probability")
-    loss_fn: str = setting("importance_sampling", choices=RL_LOSSES, widget="select", label="Loss",
-                           help="importance_sampling (REINFORCE with importance weights) or ppo (clipped ratios, "
-                                "thresholds below).")
-    clip_low_threshold: float = setting(0.8, min=0, min_open=True, max=1, widget="number", label="PPO clip low",
-                                        key="clip_low", help="ppo: the lowest probability ratio kept")
-    clip_high_threshold: float = setting(1.2, min=1, max=100, widget="number", label="PPO clip high",
-                                         key="clip_high", help="ppo: the highest probability ratio kept")
-    num_substeps: int = setting(1, min=1, max=64, widget="number", label="Optimizer substeps", key="substeps",
-                                help="Optimizer steps per batch (its groups split evenly)")
+    group_size: int = setting(
+        RL_MEASURED.group_size,
+        min=2,
+        max=256,
+        widget="number",
+        label="Group size",
+        why="advantages compare samples within a group",
+        help="Samples per problem; advantages compare them.",
+    )
+    groups_per_batch: int = setting(
+        RL_MEASURED.groups_per_batch,
+        min=1,
+        max=4096,
+        widget="number",
+        label="Groups per batch",
+        key="groups",
+        help="Problems per step",
+    )
+    max_tokens: int = setting(
+        RL_MEASURED.max_tokens,
+        min=1,
+        max=32768,
+        widget="number",
+        label="Max tokens per sample",
+        help="Most tokens sampled per reply",
+    )
+    temperature: float = setting(
+        RL_MEASURED.temperature,
+        min=0,
+        max=2,
+        step=0.05,
+        widget="number",
+        label="Temperature",
+        help="Sampling temperature while training",
+    )
+    top_p: float = setting(
+        0.9,
+        min=0,
+        min_open=True,
+        max=1,
+        step=0.05,
+        widget="number",
+        label="Top-p",
+        help="Sample from the smallest set of tokens with this much probability",
+    )
+    loss_fn: str = setting(
+        "importance_sampling",
+        choices=RL_LOSSES,
+        widget="select",
+        label="Loss",
+        help="importance_sampling (REINFORCE with importance weights) or ppo (clipped ratios, thresholds below).",
+    )
+    clip_low_threshold: float = setting(
+        0.8,
+        min=0,
+        min_open=True,
+        max=1,
+        widget="number",
+        label="PPO clip low",
+        key="clip_low",
+        help="ppo: the lowest probability ratio kept",
+    )
+    clip_high_threshold: float = setting(
+        1.2,
+        min=1,
+        max=100,
+        widget="number",
+        label="PPO clip high",
+        key="clip_high",
+        help="ppo: the highest probability ratio kept",
+    )
+    num_substeps: int = setting(
+        1,
+        min=1,
+        max=64,
+        widget="number",
+        label="Optimizer substeps",
+        key="substeps",
+        help="Optimizer steps per batch (its groups split evenly)",
+    )
     max_steps: int = redefault(CommonConfig, "max_steps", RL_MEASURED.max_steps)
-    num_eval_problems: int = setting(32, min=0, max=100_000, widget="number", label="Eval problems",
-                                     key="eval_problems", help="Held-out problems scored at each evaluation")
-    eval_temperature: float = setting(0.0, min=0, zero_means="greedy, one sample per problem",
-                                      help="Sampling temperature of the held-out accuracy")
-    test_fraction: float = setting(0.2, min=0, max=1, max_open=True,
-                                   help="env=custom: the share of the file held out for evaluation")
+    num_eval_problems: int = setting(
+        32,
+        min=0,
+        max=100_000,
+        widget="number",
+        label="Eval problems",
+        key="eval_problems",
+        help="Held-out problems scored at each evaluation",
+    )
+    eval_temperature: float = setting(
+        0.0, min=0, zero_means="greedy, one sample per problem", help="Sampling temperature of the held-out accuracy"
+    )
+    test_fraction: float = setting(
+        0.2, min=0, max=1, max_open=True, help="env=custom: the share of the file held out for evaluation"
+    )
     lr_schedule: str = redefault(CommonConfig, "lr_schedule", "constant")  # as tinker-cookbook's rl/train does
     start_checkpoint: str = redefault(DPOConfig, "start_checkpoint", "")
     batch_size: int = redefault(CommonConfig, "batch_size", 8, widget=None)  # RL batches: groups × group size
@@ -299,10 +505,17 @@ def to_command(config: CommonConfig) -> str:
 def usage(kind: str) -> str:
     """`cookbook KIND --help`: every setting with its default, help and bounds, from the fields' descriptions."""
     cls = CONFIG_TYPES[kind]
-    return "\n".join([f"usage: cookbook {kind} [key=value ...] [--dry-run]", "",
-                      f"Settings of `cookbook {kind}` (key=default  help [type, allowed values]):", *help_lines(cls),
-                      "", "Older names still accepted: " + ", ".join(f"{old} ({new})" for old, new in ALIASES.items()
-                                                                    if new in field_names(cls))])
+    return "\n".join(
+        [
+            f"usage: cookbook {kind} [key=value ...] [--dry-run]",
+            "",
+            f"Settings of `cookbook {kind}` (key=default  help [type, allowed values]):",
+            *help_lines(cls),
+            "",
+            "Older names still accepted: "
+            + ", ".join(f"{old} ({new})" for old, new in ALIASES.items() if new in field_names(cls)),
+        ]
+    )
 
 
 def validate(config: CommonConfig) -> list[str]:
@@ -335,19 +548,26 @@ def pipelining_problems(config: RLConfig) -> list[str]:
     problems = []
     mode = config.pipelining
     if mode.stream_minibatch and mode.max_steps_off_policy > 0:
-        problems.append("pipelining.stream_minibatch=true and pipelining.max_steps_off_policy: choose one (streaming "
-                        "minibatches are on-policy; max_steps_off_policy > 0 samples in the background)")
+        problems.append(
+            "pipelining.stream_minibatch=true and pipelining.max_steps_off_policy: choose one (streaming "
+            "minibatches are on-policy; max_steps_off_policy > 0 samples in the background)"
+        )
     if mode.num_minibatches > 1 and not mode.stream_minibatch:
-        problems.append(f"pipelining.num_minibatches={mode.num_minibatches}: applies only with "
-                        "pipelining.stream_minibatch=true")
+        problems.append(
+            f"pipelining.num_minibatches={mode.num_minibatches}: applies only with pipelining.stream_minibatch=true"
+        )
     if mode.stream_minibatch and config.num_substeps >= 1 and mode.num_minibatches >= 1:
         if config.groups_per_batch % config.num_substeps:
-            problems.append(f"stream_minibatch: num_substeps={config.num_substeps} must divide "
-                            f"groups_per_batch={config.groups_per_batch} (each substep trains whole groups)")
+            problems.append(
+                f"stream_minibatch: num_substeps={config.num_substeps} must divide "
+                f"groups_per_batch={config.groups_per_batch} (each substep trains whole groups)"
+            )
         elif (config.groups_per_batch // config.num_substeps) % mode.num_minibatches:
-            problems.append(f"stream_minibatch: pipelining.num_minibatches={mode.num_minibatches} must divide the "
-                            f"{config.groups_per_batch // config.num_substeps} groups of each substep "
-                            f"(groups_per_batch={config.groups_per_batch} / num_substeps={config.num_substeps})")
+            problems.append(
+                f"stream_minibatch: pipelining.num_minibatches={mode.num_minibatches} must divide the "
+                f"{config.groups_per_batch // config.num_substeps} groups of each substep "
+                f"(groups_per_batch={config.groups_per_batch} / num_substeps={config.num_substeps})"
+            )
     return problems
 
 
@@ -361,6 +581,23 @@ def dumps(config: CommonConfig) -> str:
     return json.dumps({"kind": config.kind, **to_dict(config)}, indent=2)
 
 
-__all__ = ["CommonConfig", "SLConfig", "DPOConfig", "RLConfig", "PipeliningConfig", "ClockedConfig", "ConfigError",
-           "parse_overrides", "validate", "check", "to_command", "to_dict", "flat_dict", "from_dict", "with_values",
-           "usage", "CONFIG_TYPES", "ALIASES"]
+__all__ = [
+    "CommonConfig",
+    "SLConfig",
+    "DPOConfig",
+    "RLConfig",
+    "PipeliningConfig",
+    "ClockedConfig",
+    "ConfigError",
+    "parse_overrides",
+    "validate",
+    "check",
+    "to_command",
+    "to_dict",
+    "flat_dict",
+    "from_dict",
+    "with_values",
+    "usage",
+    "CONFIG_TYPES",
+    "ALIASES",
+]

@@ -48,13 +48,19 @@ HUB_PROBE_TIMEOUT_S = 3.0
 
 # ShareGPT's `from` values, mapped to roles.
 SHAREGPT_ROLES = {
-    "human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "chatgpt": "assistant",
-    "model": "assistant", "system": "system", "tool": "tool", "function": "tool", "observation": "tool",
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+    "chatgpt": "assistant",
+    "model": "assistant",
+    "system": "system",
+    "tool": "tool",
+    "function": "tool",
+    "observation": "tool",
 }
 
-CHAT_COLUMNS_EXPECTED = (
-    "messages | conversations | prompt + completion (+ system) | instruction + output (+ input)"
-)
+CHAT_COLUMNS_EXPECTED = "messages | conversations | prompt + completion (+ system) | instruction + output (+ input)"
 PREFERENCE_COLUMNS_EXPECTED = "chosen + rejected (+ prompt)"
 RL_COLUMNS_EXPECTED = "prompt (or question) + answer (+ grader)"
 
@@ -289,8 +295,9 @@ def _read_json(path: Path) -> _Source:
         except json.JSONDecodeError as error:
             if error.msg == "Extra data":  # several JSON values: JSON Lines under a .json name
                 return _read_jsonl(path)
-            raise DatasetError(f"{path.name}: line {error.lineno}: invalid JSON: {error.msg} "
-                               f"(column {error.colno})") from error
+            raise DatasetError(
+                f"{path.name}: line {error.lineno}: invalid JSON: {error.msg} (column {error.colno})"
+            ) from error
         raise DatasetError(
             f"{path.name}: the top level is {_describe(value)}; expected a list of rows [{{...}}, {{...}}] "
             f"(or JSON Lines: one object per line){_rows_hint(value)}"
@@ -351,9 +358,7 @@ def _read_csv(path: Path) -> _Source:
     import datasets
 
     features = datasets.Features({column: datasets.Value("string") for column in header})  # text stays text
-    table = _load_with_datasets(
-        path.name, "csv", path, features=features, keep_default_na=False, encoding="utf-8-sig"
-    )
+    table = _load_with_datasets(path.name, "csv", path, features=features, keep_default_na=False, encoding="utf-8-sig")
     rows = [{column.strip(): value for column, value in row.items()} for row in table.to_list()]
     if len(record_lines) != len(rows):  # the two parsers disagree on some record: fall back to plain counting
         record_lines = list(range(2, len(rows) + 2))
@@ -562,8 +567,7 @@ def _require_columns(source: _Source, kind: str, present: bool, expected: str) -
     found_kind = _kind_of_columns(source.columns)
     hint = f" (these columns look like {found_kind} data)" if found_kind else ""
     raise DatasetError(
-        f"{source.name}: wrong columns for {kind} data: found {_column_list(source.columns)}; "
-        f"expected {expected}{hint}"
+        f"{source.name}: wrong columns for {kind} data: found {_column_list(source.columns)}; expected {expected}{hint}"
     )
 
 
@@ -661,7 +665,7 @@ def _turns(value: Any, key: str, role: str) -> list[dict]:
 
 def _messages(value: Any, key: str) -> list[dict]:
     if not isinstance(value, list):
-        raise _RowError(f"'{key}' is {_describe(value)}; expected a list of {{\"role\", \"content\"}} messages")
+        raise _RowError(f'\'{key}\' is {_describe(value)}; expected a list of {{"role", "content"}} messages')
     if not value:
         raise _RowError(f"'{key}' is an empty list")
     messages = []

@@ -42,6 +42,7 @@ class DeviceChoice:
 @dataclass(frozen=True)
 class Probes:
     """What the machine offers; tests replace these to check the choices a GPU machine would make."""
+
     cuda: Callable[[], bool] = torch.cuda.is_available
     mps: Callable[[], bool] = lambda: bool(getattr(torch.backends, "mps", None)) and torch.backends.mps.is_available()
     cuda_capability: Callable[[], tuple[int, int]] = lambda: torch.cuda.get_device_capability()
@@ -53,16 +54,19 @@ def choose(requested: str = "auto", probes: Probes = Probes()) -> DeviceChoice:
         raise DeviceError(f"device={requested!r}: choose one of {', '.join(DEVICES)}")
     has_cuda, has_mps = probes.cuda(), probes.mps()
     if requested == "cuda" and not has_cuda:
-        raise DeviceError("device=cuda: no CUDA GPU is visible to torch here "
-                          f"(torch {torch.__version__}, CUDA build: {torch.version.cuda or 'no'}); use device=auto")
+        raise DeviceError(
+            "device=cuda: no CUDA GPU is visible to torch here "
+            f"(torch {torch.__version__}, CUDA build: {torch.version.cuda or 'no'}); use device=auto"
+        )
     if requested == "mps" and not has_mps:
         raise DeviceError("device=mps: Apple's Metal (MPS) backend is not available here; use device=auto")
     if requested == "cuda" or (requested == "auto" and has_cuda):
         major, minor = probes.cuda_capability()
         if major >= 8:
             return DeviceChoice("cuda", torch.bfloat16, f"CUDA GPU (compute capability {major}.{minor}): bf16")
-        return DeviceChoice("cuda", torch.float32, f"CUDA GPU (compute capability {major}.{minor} has no fast "
-                                                   "bf16): fp32")
+        return DeviceChoice(
+            "cuda", torch.float32, f"CUDA GPU (compute capability {major}.{minor} has no fast bf16): fp32"
+        )
     if requested == "mps" or (requested == "auto" and has_mps):
         return DeviceChoice("mps", torch.float32, "Apple MPS: fp32 (bf16 support on MPS is partial)")
     why = "asked for" if requested == "cpu" else "no CUDA GPU or MPS found"

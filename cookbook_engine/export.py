@@ -77,8 +77,12 @@ def adapter_zip(checkpoint_path: str | Path, out_dir: str | Path | None = None, 
     return target
 
 
-def merged_model(checkpoint_path: str | Path, out_dir: str | Path | None = None, name: str | None = None,
-                 progress: Callable[[str], None] | None = None) -> Path:
+def merged_model(
+    checkpoint_path: str | Path,
+    out_dir: str | Path | None = None,
+    name: str | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Path:
     """Save the base model with the adapter merged into its weights, plus the tokenizer. Returns the folder."""
     from peft import PeftModel
 
@@ -118,8 +122,11 @@ def zip_folder(folder: str | Path, zip_path: str | Path | None = None) -> Path:
         for path in sorted(folder.rglob("*")):
             if path.is_file():
                 heavy = path.suffix in (".safetensors", ".bin", ".pt")
-                archive.write(path, arcname=str(path.relative_to(folder)),
-                              compress_type=zipfile.ZIP_STORED if heavy else zipfile.ZIP_DEFLATED)
+                archive.write(
+                    path,
+                    arcname=str(path.relative_to(folder)),
+                    compress_type=zipfile.ZIP_STORED if heavy else zipfile.ZIP_DEFLATED,
+                )
     os.replace(partial, target)
     source = source_of(folder)
     if source:
@@ -149,8 +156,15 @@ def list_exports() -> list[dict]:
     for path in exports_dir().iterdir():
         if path.name.endswith((SOURCE_SUFFIX, ".partial")):
             continue
-        rows.append({"path": path, "name": path.name, "bytes": paths.size_of(path), "checkpoint": source_of(path),
-                     "modified": path.stat().st_mtime})
+        rows.append(
+            {
+                "path": path,
+                "name": path.name,
+                "bytes": paths.size_of(path),
+                "checkpoint": source_of(path),
+                "modified": path.stat().st_mtime,
+            }
+        )
     return sorted(rows, key=lambda row: -row["modified"])
 
 

@@ -23,8 +23,13 @@ QUANTIZATIONS = ("f16", "q8_0")
 _SKIPPED_KEYS = ("GGUF.", "general.file_type", "general.quantization_version")
 
 
-def gguf_export(checkpoint_path: str | Path, quantization: str = "f16", out_dir: str | Path | None = None,
-                name: str | None = None, progress: Callable[[str], None] | None = None) -> Path:
+def gguf_export(
+    checkpoint_path: str | Path,
+    quantization: str = "f16",
+    out_dir: str | Path | None = None,
+    name: str | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Path:
     """Merge the checkpoint's adapter into its base model and write `<name>-<quantization>.gguf`; returns it."""
     import gguf
 
@@ -34,8 +39,10 @@ def gguf_export(checkpoint_path: str | Path, quantization: str = "f16", out_dir:
     folder = export.checkpoint_folder(checkpoint_path)
     base_name = export.adapter_config(folder).get("base_model_name_or_path") or ""
     if models.canonical_name(base_name) != models.DEFAULT_MODEL:
-        raise export.ExportError(f"checkpoint {folder}: GGUF export needs the base model's own GGUF tokenizer data, "
-                                 f"which only {models.DEFAULT_MODEL} has here; export the merged folder instead")
+        raise export.ExportError(
+            f"checkpoint {folder}: GGUF export needs the base model's own GGUF tokenizer data, "
+            f"which only {models.DEFAULT_MODEL} has here; export the merged folder instead"
+        )
     note("merging the LoRA adapter into the base model")
     merged = merged_state(folder, base_name)
     source = gguf.GGUFReader(models.default_gguf_path())
@@ -96,8 +103,11 @@ def gguf_tensors(state: dict[str, np.ndarray], source) -> list[tuple[str, np.nda
 
 def _permute(weights: np.ndarray, heads: int) -> np.ndarray:
     """llama.cpp's convert_hf_to_gguf permute: each head's rotary halves interleaved."""
-    return weights.reshape(heads, 2, weights.shape[0] // heads // 2, *weights.shape[1:]).swapaxes(1, 2) \
+    return (
+        weights.reshape(heads, 2, weights.shape[0] // heads // 2, *weights.shape[1:])
+        .swapaxes(1, 2)
         .reshape(weights.shape)
+    )
 
 
 def _add_tensor(writer, name: str, array: np.ndarray, quantization: str) -> None:

@@ -45,8 +45,11 @@ def describe(stages: list[Stage], base_model: str) -> str:
     """e.g. "SmolLM2-135M-Instruct → SFT facts-sft (from base) → DPO prefs (from step 20)"."""
     parts = [base_model.rsplit("/", 1)[-1]]
     for stage in stages:
-        origin = "base" if stage.parent_checkpoint is None else (
-            f"step {stage.parent_step}" if stage.parent_step is not None else "a deleted checkpoint")
+        origin = (
+            "base"
+            if stage.parent_checkpoint is None
+            else (f"step {stage.parent_step}" if stage.parent_step is not None else "a deleted checkpoint")
+        )
         parts.append(f"{KIND_NAMES.get(stage.kind, stage.kind)} {stage.name} (from {origin})")
     return " → ".join(parts)
 
@@ -58,5 +61,11 @@ def next_stage(kind: str, run: dict, state_path: str) -> dict:
     if not state_path:
         raise ValueError(f"run {run['run_id']}: this checkpoint has no saved state to start from")
     config = run.get("config") or {}
-    return {"model": run["base_model"], "backend": run["backend"], "renderer": config.get("renderer", "auto"),
-            "lora_rank": config.get("lora_rank", 32), "start_checkpoint": state_path, "name": ""}
+    return {
+        "model": run["base_model"],
+        "backend": run["backend"],
+        "renderer": config.get("renderer", "auto"),
+        "lora_rank": config.get("lora_rank", 32),
+        "start_checkpoint": state_path,
+        "name": "",
+    }

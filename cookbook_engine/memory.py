@@ -24,7 +24,7 @@ from pathlib import Path
 
 from cookbook_engine import config as cfg, models
 
-GB = 1024 ** 3
+GB = 1024**3
 RUNTIME_BYTES = int(0.45 * GB)  # Python + torch + transformers + tokenizer, measured with the default model
 FP32 = 4
 ADAM_COPIES = 4  # LoRA weights, their gradients and AdamW's two moments, all fp32
@@ -57,8 +57,10 @@ class MemoryNeed:
         return self.weights + self.runtime + self.activations + self.adapter
 
     def describe(self) -> str:
-        parts = [f"activations of a {self.microbatch_tokens:,}-token micro-batch {self.activations / GB:.1f} GB",
-                 f"LoRA and optimizer {self.adapter / GB:.2f} GB"]
+        parts = [
+            f"activations of a {self.microbatch_tokens:,}-token micro-batch {self.activations / GB:.1f} GB",
+            f"LoRA and optimizer {self.adapter / GB:.2f} GB",
+        ]
         if self.weights:
             parts = [f"model weights {self.weights / GB:.1f} GB", f"runtime {self.runtime / GB:.1f} GB"] + parts
         return f"about {self.total / GB:.1f} GB ({', '.join(parts)})"
@@ -83,25 +85,33 @@ def model_shape(model: str) -> ModelShape | None:
     return ModelShape(hidden, intermediate, layers, vocab, kv_width, layers * per_layer + embeddings + hidden)
 
 
-def estimate(config: cfg.CommonConfig, prepared, shape: ModelShape, model_loaded: bool,
-             dtype_bytes: int = FP32) -> MemoryNeed:
+def estimate(
+    config: cfg.CommonConfig, prepared, shape: ModelShape, model_loaded: bool, dtype_bytes: int = FP32
+) -> MemoryNeed:
     """What `config` needs on top of what this process holds now (`model_loaded`: it already has the model)."""
     from cookbook_engine.backends.local import MAX_TOKENS_PER_MICROBATCH
 
     tokens = min(MAX_TOKENS_PER_MICROBATCH, _largest_batch_tokens(config, prepared))
-    per_token = FP32 * (shape.layers * (12 * shape.hidden + 4 * shape.intermediate + 3 * shape.kv_width)
-                        + 6 * shape.vocab)  # the standard path keeps logits, softmax, gradients and copies
+    per_token = FP32 * (
+        shape.layers * (12 * shape.hidden + 4 * shape.intermediate + 3 * shape.kv_width) + 6 * shape.vocab
+    )  # the standard path keeps logits, softmax, gradients and copies
     activations = tokens * per_token
     if isinstance(config, cfg.RLConfig):  # the sampler's key/value cache for a batch of samples, and merged weights
         rows = config.groups_per_batch * config.group_size
         cache = rows * (prepared.longest_prompt + config.max_tokens) * shape.layers * 2 * shape.kv_width * FP32
         activations = max(activations, cache + shape.parameters * dtype_bytes)
     # LoRA on q, k, v, o and gate, up, down (the local backend's targets): rank x (inputs + outputs) each
-    lora_per_rank = shape.layers * (4 * shape.hidden + 2 * (shape.hidden + shape.kv_width)
-                                    + 3 * (shape.hidden + shape.intermediate))
+    lora_per_rank = shape.layers * (
+        4 * shape.hidden + 2 * (shape.hidden + shape.kv_width) + 3 * (shape.hidden + shape.intermediate)
+    )
     adapter = ADAM_COPIES * FP32 * config.lora_rank * lora_per_rank
-    return MemoryNeed(0 if model_loaded else shape.parameters * dtype_bytes, 0 if model_loaded else RUNTIME_BYTES,
-                      activations, adapter, tokens)
+    return MemoryNeed(
+        0 if model_loaded else shape.parameters * dtype_bytes,
+        0 if model_loaded else RUNTIME_BYTES,
+        activations,
+        adapter,
+        tokens,
+    )
 
 
 def free_bytes(device: str) -> int:
@@ -135,7 +145,8 @@ def check_fits(config: cfg.CommonConfig, prepared) -> MemoryNeed | None:
         raise WontFitError(
             f"this run needs {need.describe()} and only {free / GB:.1f} GB of {where} is free now. Lower "
             f"batch_size or max_length (this run's largest micro-batch: {need.microbatch_tokens:,} tokens), stop "
-            "another run, or close other programs; COOKBOOK_MEMORY_CHECK=off starts it anyway.")
+            "another run, or close other programs; COOKBOOK_MEMORY_CHECK=off starts it anyway."
+        )
     return need
 
 
@@ -144,9 +155,7 @@ def _largest_batch_tokens(config: cfg.CommonConfig, prepared) -> int:
     if isinstance(config, cfg.RLConfig):
         return config.groups_per_batch * config.group_size * (prepared.longest_prompt + config.max_tokens)
     if config.kind == "dpo":
-        longest = max((p.chosen.model_input.length + p.rejected.model_input.length for p in prepared.train),
-                      default=0)
+        longest = max((p.chosen.model_input.length + p.rejected.model_input.length for p in prepared.train), default=0)
     else:
         longest = max((d.model_input.length for d in prepared.train), default=0)
     return config.batch_size * longest
-

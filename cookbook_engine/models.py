@@ -112,14 +112,24 @@ def resolve(name: str) -> ModelInfo:
     name = canonical_name(name.strip())
     if name == DEFAULT_MODEL:
         default_gguf_path()  # fails clearly if the package is missing
-        return ModelInfo(name, "default", str(default_cache_dir()), 1e-3,
-                         "135M-parameter model with LoRA: small models take large LoRA learning rates (1e-3)")
+        return ModelInfo(
+            name,
+            "default",
+            str(default_cache_dir()),
+            1e-3,
+            "135M-parameter model with LoRA: small models take large LoRA learning rates (1e-3)",
+        )
     folder = Path(name).expanduser()
     if folder.is_dir():
         if not (folder / "config.json").exists():
             raise ModelError(f"model folder {folder}: no config.json in it (expected a Hugging Face model folder)")
-        return ModelInfo(str(folder.resolve()), "folder", str(folder.resolve()), 5e-4,
-                         "local model: LoRA learning rates of 1e-4 to 1e-3 are typical; start in between")
+        return ModelInfo(
+            str(folder.resolve()),
+            "folder",
+            str(folder.resolve()),
+            5e-4,
+            "local model: LoRA learning rates of 1e-4 to 1e-3 are typical; start in between",
+        )
     if "/" in name and not name.startswith((".", "/")):
         if not hub_reachable():
             raise ModelError(

@@ -13,8 +13,18 @@ from pathlib import Path
 
 from storage.home import HomeError, db_path, home
 
-__all__ = ["HomeError", "db_path", "home", "human_size", "make_files_private", "models_dir", "run_dir", "runs_dir",
-           "size_of", "uploads_dir"]
+__all__ = [
+    "HomeError",
+    "db_path",
+    "home",
+    "human_size",
+    "make_files_private",
+    "models_dir",
+    "run_dir",
+    "runs_dir",
+    "size_of",
+    "uploads_dir",
+]
 
 
 def make_files_private() -> None:

@@ -85,8 +85,9 @@ class PreparedDPO(PreparedData[PairDatums]):
 
 def side_tokens(renderer, prompt: list[dict], continuation: list[dict]) -> tuple[list[int], list[float]]:
     """Tokens of prompt + continuation, weighted 1 on the continuation's assistant messages and 0 elsewhere."""
-    tokens, weights = renderer.build_supervised_example(prompt + continuation,
-                                                        renderers.TrainOnWhat.ALL_ASSISTANT_MESSAGES)
+    tokens, weights = renderer.build_supervised_example(
+        prompt + continuation, renderers.TrainOnWhat.ALL_ASSISTANT_MESSAGES
+    )
     prompt_tokens = renderer.build_generation_prompt(prompt).to_ints()
     shared = 0
     while shared < min(len(tokens), len(prompt_tokens)) and tokens[shared] == prompt_tokens[shared]:
@@ -94,8 +95,7 @@ def side_tokens(renderer, prompt: list[dict], continuation: list[dict]) -> tuple
     return tokens, [0.0] * shared + weights[shared:]
 
 
-def render_pairs(pairs: list[datasets.PreferencePair], renderer, max_length: int
-                 ) -> tuple[list[PairDatums], int, int]:
+def render_pairs(pairs: list[datasets.PreferencePair], renderer, max_length: int) -> tuple[list[PairDatums], int, int]:
     rendered: list[PairDatums] = []
     truncated = dropped = 0
     for pair in pairs:
@@ -120,12 +120,14 @@ def prepare(config: DPOConfig) -> PreparedDPO:
     tokenizer = tokenizer_for(config)
     renderer = renderers.get_renderer(config.renderer, tokenizer)
     train_pairs, test_pairs = datasets.load_preference_dataset(
-        config.dataset, test_fraction=config.test_fraction, seed=config.seed, max_examples=config.max_examples or None)
+        config.dataset, test_fraction=config.test_fraction, seed=config.seed, max_examples=config.max_examples or None
+    )
     train, truncated, dropped = render_pairs(train_pairs, renderer, config.max_length)
     test, _, _ = render_pairs(test_pairs, renderer, config.max_length)
     if not train:
-        raise datasets.DatasetError(f"{config.dataset}: no pair fits max_length={config.max_length} with tokens "
-                                    "left to score on both sides")
+        raise datasets.DatasetError(
+            f"{config.dataset}: no pair fits max_length={config.max_length} with tokens left to score on both sides"
+        )
     tokens = sum(p.chosen.model_input.length + p.rejected.model_input.length for p in train)
     return PreparedDPO(train, test, truncated, dropped, renderer.name, tokens)
 
@@ -152,8 +154,13 @@ def weighted_sum(datum: types.Datum, logprobs_T: torch.Tensor) -> torch.Tensor:
     return (logprobs_T.float() * datum.loss_fn_inputs["weights"].to_torch().float()).sum()
 
 
-def dpo_loss(chosen_P: torch.Tensor, rejected_P: torch.Tensor, chosen_ref_P: torch.Tensor,
-             rejected_ref_P: torch.Tensor, beta: float) -> tuple[torch.Tensor, dict[str, float]]:
+def dpo_loss(
+    chosen_P: torch.Tensor,
+    rejected_P: torch.Tensor,
+    chosen_ref_P: torch.Tensor,
+    rejected_ref_P: torch.Tensor,
+    beta: float,
+) -> tuple[torch.Tensor, dict[str, float]]:
     """The DPO loss (mean over pairs) and its metrics, from summed log-probs of each side under policy and reference."""
     chosen_ratio_P = chosen_P - chosen_ref_P
     rejected_ratio_P = rejected_P - rejected_ref_P
@@ -230,19 +237,25 @@ class ReferenceLogprobs:
 # ------------------------------------------------------------------------------------------------ the loop
 
 
-async def evaluate(client: TrainingClient, reference: ReferenceLogprobs, test: list[PairDatums], beta: float
-                   ) -> dict[str, float]:
+async def evaluate(
+    client: TrainingClient, reference: ReferenceLogprobs, test: list[PairDatums], beta: float
+) -> dict[str, float]:
     """test/dpo_loss, test/accuracy, ... on held-out pairs, with the current weights and no gradient."""
     policy_P: list[tuple[float, float]] = []
     for start in range(0, len(test), EVAL_BATCH_PAIRS):
-        chunk = test[start:start + EVAL_BATCH_PAIRS]
+        chunk = test[start : start + EVAL_BATCH_PAIRS]
         data = interleave(chunk)
         output = await (await client.forward_async(data, "cross_entropy"))
         sums = [float(weighted_sum(d, out["logprobs"].to_torch())) for d, out in zip(data, output.loss_fn_outputs)]
         policy_P += list(zip(sums[0::2], sums[1::2]))
     reference_P = await reference.for_pairs(test)
-    _, metrics = dpo_loss(torch.tensor([p[0] for p in policy_P]), torch.tensor([p[1] for p in policy_P]),
-                          torch.tensor([r[0] for r in reference_P]), torch.tensor([r[1] for r in reference_P]), beta)
+    _, metrics = dpo_loss(
+        torch.tensor([p[0] for p in policy_P]),
+        torch.tensor([p[1] for p in policy_P]),
+        torch.tensor([r[0] for r in reference_P]),
+        torch.tensor([r[1] for r in reference_P]),
+        beta,
+    )
     return {f"test/{key}": value for key, value in metrics.items()}
 
 
@@ -250,12 +263,21 @@ def held_out_evals(config: DPOConfig, prepared: PreparedDPO, reference: Referenc
     """test/dpo_loss, test/accuracy, ... on the held-out pairs (when there are any) and the named eval sets (evals=...:
     test/<set>/<metric>), at the same points."""
     test = prepared.test
-    return PeriodicEvals((lambda client: evaluate(client, reference, test, config.dpo_beta)) if test else None,
-                         NamedEvals.for_config(config))
+    return PeriodicEvals(
+        (lambda client: evaluate(client, reference, test, config.dpo_beta)) if test else None,
+        NamedEvals.for_config(config),
+    )
 
 
-async def submit(client: TrainingClient, config: DPOConfig, step: int, pairs: list[PairDatums],
-                 reference: ReferenceLogprobs, lr: float, metrics: dict[str, float]) -> SubmittedBatch:
+async def submit(
+    client: TrainingClient,
+    config: DPOConfig,
+    step: int,
+    pairs: list[PairDatums],
+    reference: ReferenceLogprobs,
+    lr: float,
+    metrics: dict[str, float],
+) -> SubmittedBatch:
     """A step's reference log-probs (first use of its pairs), then its forward_backward and optim_step queued."""
     started = time.perf_counter()
     reference_P = await reference.for_pairs(pairs)
@@ -270,8 +292,9 @@ async def log_finished(ctx: RunContext, submitted: SubmittedBatch, plan: LoopPla
     output, optim = await submitted.results()
     metrics = dict(submitted.metrics)
     metrics.update({key: value for key, value in (output.metrics or {}).items() if ":" not in key})
-    metrics.update({"num_pairs": len(submitted.data) // 2,
-                    "num_tokens": sum(d.model_input.length for d in submitted.data)})
+    metrics.update(
+        {"num_pairs": len(submitted.data) // 2, "num_tokens": sum(d.model_input.length for d in submitted.data)}
+    )
     metrics.update(step_metrics(submitted, optim, plan, clock))
     ctx.logger.log_metrics(submitted.step, metrics)
     ctx.progress(submitted.step + 1, plan.total_steps)
@@ -284,10 +307,12 @@ async def train(config: DPOConfig, ctx: RunContext, prepared: PreparedDPO | None
     base_lr = dpo_learning_rate(config)
     run_plan = plan(config, prepared)
     loop = LoopSkeleton(config, ctx, client, run_plan, start_step, held_out_evals(config, prepared, reference))
-    loop.start(f"DPO on {config.model}: {prepared.summary()}; {run_plan.total_steps} steps of {config.batch_size} "
-               f"pairs = {passes_note(config, run_plan.batches_per_epoch, run_plan.total_steps)}, "
-               f"beta {config.dpo_beta:g}, lr {base_lr:g} ({config.lr_schedule}); reference "
-               f"{config.start_checkpoint or 'the base model'}")
+    loop.start(
+        f"DPO on {config.model}: {prepared.summary()}; {run_plan.total_steps} steps of {config.batch_size} "
+        f"pairs = {passes_note(config, run_plan.batches_per_epoch, run_plan.total_steps)}, "
+        f"beta {config.dpo_beta:g}, lr {base_lr:g} ({config.lr_schedule}); reference "
+        f"{config.start_checkpoint or 'the base model'}"
+    )
     clock = StepClock()
     for step in loop.steps():
         metrics = await loop.evaluations_due(step, client)

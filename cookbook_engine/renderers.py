@@ -129,9 +129,7 @@ class TemplateRenderer(Renderer):
     def _render(self, messages: list[dict], generation_prompt: bool = False) -> str:
         if not messages and not generation_prompt:
             return ""
-        return self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=generation_prompt
-        )
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
 
     def _segments(self, messages):
         eos = self.tokenizer.eos_token or ""
@@ -143,7 +141,7 @@ class TemplateRenderer(Renderer):
                     f"renderer template: the chat template rewrites earlier turns at message {i + 1}; "
                     "pick a named renderer (e.g. chatml or qwen3)"
                 )
-            piece = grown[len(rendered):]
+            piece = grown[len(rendered) :]
             content = message["content"]
             start = piece.rfind(content) if content else -1
             if start < 0:  # empty content, or a template that transforms it: the whole piece is the body
@@ -153,8 +151,9 @@ class TemplateRenderer(Renderer):
                 if eos and piece[end:].startswith(eos):
                     end += len(eos)
                 header_text, body_text, tail_text = piece[:start], piece[start:end], piece[end:]
-            segments.append(Segment(message["role"], self._encode(header_text), self._encode(body_text),
-                                    self._encode(tail_text)))
+            segments.append(
+                Segment(message["role"], self._encode(header_text), self._encode(body_text), self._encode(tail_text))
+            )
             rendered = grown
         return segments
 
@@ -163,7 +162,7 @@ class TemplateRenderer(Renderer):
         after = self._render(messages, generation_prompt=True)
         if not after.startswith(before):
             raise RendererError("renderer template: generation prompt does not extend the conversation")
-        return self._encode(after[len(before):])
+        return self._encode(after[len(before) :])
 
     def get_stop_sequences(self):
         return [self.tokenizer.eos_token_id]
@@ -177,8 +176,12 @@ class ChatMLRenderer(Renderer):
 
     def _segments(self, messages):
         return [
-            Segment(m["role"], self._encode(f"{self.start}{m['role']}\n"),
-                    self._encode(self._body_text(m) + self.end), self._encode("\n"))
+            Segment(
+                m["role"],
+                self._encode(f"{self.start}{m['role']}\n"),
+                self._encode(self._body_text(m) + self.end),
+                self._encode("\n"),
+            )
             for m in messages
         ]
 
@@ -215,8 +218,12 @@ class Llama3Renderer(Renderer):
 
     def _segments(self, messages):
         return [
-            Segment(m["role"], self._encode(f"<|start_header_id|>{m['role']}<|end_header_id|>\n\n"),
-                    self._encode(m["content"] + "<|eot_id|>"), [])
+            Segment(
+                m["role"],
+                self._encode(f"<|start_header_id|>{m['role']}<|end_header_id|>\n\n"),
+                self._encode(m["content"] + "<|eot_id|>"),
+                [],
+            )
             for m in messages
         ]
 

@@ -78,12 +78,27 @@ class RunLogger:
         self.store.log_metrics(self.run_id, step, cleaned)  # a CleanMetrics: the store does not clean it again
         self.latest = {name: value for name, value in cleaned.items() if value is not None}
 
-    def log_checkpoint(self, *, step: int, name: str, kind: str, state_path: str | None = None,
-                       sampler_path: str | None = None, loop_state: dict[str, Any] | None = None) -> None:
+    def log_checkpoint(
+        self,
+        *,
+        step: int,
+        name: str,
+        kind: str,
+        state_path: str | None = None,
+        sampler_path: str | None = None,
+        loop_state: dict[str, Any] | None = None,
+    ) -> None:
         """A saved checkpoint to the store and to checkpoints.jsonl (paths that are None are left out)."""
         step = _as_step(step, f"step of checkpoint {name!r} of run {self.run_id!r}")
-        self.store.add_checkpoint(self.run_id, step=step, name=name, kind=kind, state_path=state_path,
-                                  sampler_path=sampler_path, loop_state=loop_state)
+        self.store.add_checkpoint(
+            self.run_id,
+            step=step,
+            name=name,
+            kind=kind,
+            state_path=state_path,
+            sampler_path=sampler_path,
+            loop_state=loop_state,
+        )
         record: dict[str, Any] = {"name": name, "batch": step}
         if state_path is not None:
             record["state_path"] = state_path

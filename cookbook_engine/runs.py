@@ -125,8 +125,14 @@ class RunManager:
         self.store.mark_orphans_interrupted()
 
     # --- life cycle -----------------------------------------------------------------------------------------
-    def start(self, config: cfg.CommonConfig, *, prepared: Any = None, parent_run_id: str | None = None,
-              echo: Callable[[str], None] | None = None) -> str:
+    def start(
+        self,
+        config: cfg.CommonConfig,
+        *,
+        prepared: Any = None,
+        parent_run_id: str | None = None,
+        echo: Callable[[str], None] | None = None,
+    ) -> str:
         """Validate, record and start a run in the background; returns its id. Bad input raises before any write."""
         if prepared is None:
             prepared = preflight(config)
@@ -137,16 +143,27 @@ class RunManager:
         if parent_checkpoint and parent_run_id is None:
             parent_run_id = self._run_of_checkpoint(parent_checkpoint)
         try:
-            self.store.create_run(run_id, name=name, kind=config.kind, backend=config.backend,
-                                  base_model=config.model, config=cfg.to_dict(config), log_dir=str(log_dir),
-                                  parent_run_id=parent_run_id, parent_checkpoint=parent_checkpoint)
-            context = RunContext(run_id, self.store, RunLogger(self.store, run_id, log_dir), log_dir, echo=echo,
-                                 kind=config.kind)
+            self.store.create_run(
+                run_id,
+                name=name,
+                kind=config.kind,
+                backend=config.backend,
+                base_model=config.model,
+                config=cfg.to_dict(config),
+                log_dir=str(log_dir),
+                parent_run_id=parent_run_id,
+                parent_checkpoint=parent_checkpoint,
+            )
+            context = RunContext(
+                run_id, self.store, RunLogger(self.store, run_id, log_dir), log_dir, echo=echo, kind=config.kind
+            )
             context.logger.write_config({"kind": config.kind, **cfg.to_dict(config)})
         except OSError as exc:  # a full or read-only disk: leave nothing half-made behind
             self._forget(run_id, log_dir)
-            raise paths.HomeError(f"studio home {paths.home()}: {exc.strerror or exc} while creating run "
-                                  f"{run_id}; free some space or set COOKBOOK_HOME elsewhere") from exc
+            raise paths.HomeError(
+                f"studio home {paths.home()}: {exc.strerror or exc} while creating run "
+                f"{run_id}; free some space or set COOKBOOK_HOME elsewhere"
+            ) from exc
         self._launch(config, context, prepared)
         return run_id
 
@@ -160,13 +177,21 @@ class RunManager:
             raise ValueError(f"run {run_id}: already completed")
         config = cfg.from_dict(run["kind"], run["config"])
         checkpoint = self.store.last_checkpoint(run_id)
-        context = RunContext(run_id, self.store, RunLogger(self.store, run_id, Path(run["log_dir"])),
-                             Path(run["log_dir"]), resume=checkpoint, echo=echo, kind=run["kind"])
+        context = RunContext(
+            run_id,
+            self.store,
+            RunLogger(self.store, run_id, Path(run["log_dir"])),
+            Path(run["log_dir"]),
+            resume=checkpoint,
+            echo=echo,
+            kind=run["kind"],
+        )
         prepared = preflight(config)
         step = int(checkpoint["step"]) if checkpoint else 0
         context.logger.truncate_after(step - 1)  # metrics of steps after the checkpoint are redone
-        self.store.update_run(run_id, status=RunStatus.QUEUED, error=None, traceback=None, finished_at=None,
-                               owner_pid=None)
+        self.store.update_run(
+            run_id, status=RunStatus.QUEUED, error=None, traceback=None, finished_at=None, owner_pid=None
+        )
         self._launch(config, context, prepared)
         return run_id
 
@@ -186,12 +211,22 @@ class RunManager:
         run = self.store.get_run(run_id)
         if run is None:
             return []
-        mine = {p for c in self.store.list_checkpoints(run_id) for p in (c.get("state_path"), c.get("sampler_path"))
-                if p and "://" not in p}
-        others = {p for c in self.store.list_checkpoints() if c["run_id"] != run_id
-                  for p in (c.get("state_path"), c.get("sampler_path")) if p}
-        others |= {(r.get("config") or {}).get("start_checkpoint") for r in self.store.list_runs()
-                   if r["run_id"] != run_id}
+        mine = {
+            p
+            for c in self.store.list_checkpoints(run_id)
+            for p in (c.get("state_path"), c.get("sampler_path"))
+            if p and "://" not in p
+        }
+        others = {
+            p
+            for c in self.store.list_checkpoints()
+            if c["run_id"] != run_id
+            for p in (c.get("state_path"), c.get("sampler_path"))
+            if p
+        }
+        others |= {
+            (r.get("config") or {}).get("start_checkpoint") for r in self.store.list_runs() if r["run_id"] != run_id
+        }
         from cookbook_engine import export
 
         files = [Path(run["log_dir"])] if run.get("log_dir") else []
@@ -270,8 +305,9 @@ class RunManager:
         return None
 
     def _launch(self, config: cfg.CommonConfig, context: RunContext, prepared: Any) -> None:
-        thread = threading.Thread(target=self._execute, args=(config, context, prepared),
-                                  name=f"run:{context.run_id}", daemon=True)
+        thread = threading.Thread(
+            target=self._execute, args=(config, context, prepared), name=f"run:{context.run_id}", daemon=True
+        )
         with self._lock:
             self._threads[context.run_id] = thread
             self._contexts[context.run_id] = context
@@ -293,9 +329,13 @@ class RunManager:
         except BaseException as exc:  # a failing run must never take the process down with it
             message = secrets.redact(f"{type(exc).__name__}: {exc}")
             try:
-                store.update_run(run_id, status=RunStatus.FAILED, error=message,
-                                 traceback=secrets.redact(traceback.format_exc()),
-                                 finished_at=datetime.now(UTC))
+                store.update_run(
+                    run_id,
+                    status=RunStatus.FAILED,
+                    error=message,
+                    traceback=secrets.redact(traceback.format_exc()),
+                    finished_at=datetime.now(UTC),
+                )
                 context.note(f"run failed: {message}")
             except Exception:
                 pass

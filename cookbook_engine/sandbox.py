@@ -299,6 +299,7 @@ except Exception as error:
 
 # ---------------------------------------------------------------- plans and the probe
 
+
 @dataclass(frozen=True)
 class _Plan:
     name: str
@@ -311,12 +312,27 @@ class _Plan:
 
 
 def _candidate_plans() -> list[_Plan]:
-    full = _Plan("namespaces", False, True, True, True, True,
-                 "network, PID and mount namespaces (as root) and a fresh unprivileged uid")
-    userns = _Plan("user namespace", True, True, True, True, False,
-                   "user, network, PID and mount namespaces (no root needed); the child keeps the caller's uid")
-    uid_only = _Plan("uid only", False, False, False, False, True,
-                     "a fresh unprivileged uid and rlimits; no namespaces")
+    full = _Plan(
+        "namespaces",
+        False,
+        True,
+        True,
+        True,
+        True,
+        "network, PID and mount namespaces (as root) and a fresh unprivileged uid",
+    )
+    userns = _Plan(
+        "user namespace",
+        True,
+        True,
+        True,
+        True,
+        False,
+        "user, network, PID and mount namespaces (no root needed); the child keeps the caller's uid",
+    )
+    uid_only = _Plan(
+        "uid only", False, False, False, False, True, "a fresh unprivileged uid and rlimits; no namespaces"
+    )
     bare = _Plan("rlimits only", False, False, False, False, False, "rlimits only")
     if os.geteuid() == 0:
         return [full, userns, uid_only, bare]
@@ -351,6 +367,7 @@ _setup_in_use: _Setup | None = None
 @dataclass(frozen=True)
 class _Setup:
     """What every run on this machine uses: the namespace plan and the kernel limits that the probe found working."""
+
     plan: _Plan
     network_isolated: bool
     seccomp: tuple[tuple[int, ...], ...] | None = None
@@ -389,29 +406,50 @@ def _probe_kernel_limits(setup: _Setup) -> _Setup:
 
 def _describe(setup: _Setup, failures: list[str]) -> dict:
     plan, isolated = setup.plan, setup.network_isolated
-    reason = ("the child runs in its own network namespace with no interface up" if isolated else
-              "this machine does not allow a network namespace here: " + "; ".join(failures))
+    reason = (
+        "the child runs in its own network namespace with no interface up"
+        if isolated
+        else "this machine does not allow a network namespace here: " + "; ".join(failures)
+    )
     return {
         "network_isolated": isolated,
-        "network_method": ("none" if not isolated else "user + network namespace (unprivileged)" if plan.userns
-                           else "network namespace (unshare CLONE_NEWNET as root)"),
+        "network_method": (
+            "none"
+            if not isolated
+            else "user + network namespace (unprivileged)"
+            if plan.userns
+            else "network namespace (unshare CLONE_NEWNET as root)"
+        ),
         "reason": reason,
         "plan": plan.name,
         "description": plan.description,
         "uid_drop": plan.uid_drop,
         "pid_namespace": plan.pidns,
-        "filesystem": ("read-only except the work folder (mount namespace)" if plan.mountns else
-                       "unprivileged uid: can write only to world-writable folders" if plan.uid_drop else
-                       "not isolated: the child can write wherever the studio's user can"),
-        "devices": ("only null, zero, full, random, urandom" if plan.mountns and plan.pidns else
-                    "the machine's /dev (no mount namespace)"),
-        "memory_limit": (f"total for the whole run (cgroup v{setup.cgroup[1]} memory), out-of-memory kills read "
-                         "from the kernel's counter" if setup.cgroup else
-                         "per process only (RLIMIT_AS): no memory cgroup can be made here; shared memory and "
-                         "memfd are " + ("refused by seccomp" if setup.seccomp else "NOT bounded")),
+        "filesystem": (
+            "read-only except the work folder (mount namespace)"
+            if plan.mountns
+            else "unprivileged uid: can write only to world-writable folders"
+            if plan.uid_drop
+            else "not isolated: the child can write wherever the studio's user can"
+        ),
+        "devices": (
+            "only null, zero, full, random, urandom"
+            if plan.mountns and plan.pidns
+            else "the machine's /dev (no mount namespace)"
+        ),
+        "memory_limit": (
+            f"total for the whole run (cgroup v{setup.cgroup[1]} memory), out-of-memory kills read "
+            "from the kernel's counter"
+            if setup.cgroup
+            else "per process only (RLIMIT_AS): no memory cgroup can be made here; shared memory and "
+            "memfd are " + ("refused by seccomp" if setup.seccomp else "NOT bounded")
+        ),
         "memory_cgroup": setup.cgroup is not None,
-        "seccomp": (f"refuses {', '.join(sandbox_limits.REFUSED_SYSCALLS)} and new user namespaces"
-                    if setup.seccomp else "not available on this machine"),
+        "seccomp": (
+            f"refuses {', '.join(sandbox_limits.REFUSED_SYSCALLS)} and new user namespaces"
+            if setup.seccomp
+            else "not available on this machine"
+        ),
         "process_limit_binds": plan.uid_drop or plan.userns,
         "python": PYTHON,
         "failed_plans": failures,
@@ -434,8 +472,9 @@ def sandbox_capabilities() -> dict:
 # ---------------------------------------------------------------- running
 
 
-def run_python(source: str, *, stdin: str = "", limits: SandboxLimits | None = None,
-               files: dict[str, str] | None = None) -> SandboxResult:
+def run_python(
+    source: str, *, stdin: str = "", limits: SandboxLimits | None = None, files: dict[str, str] | None = None
+) -> SandboxResult:
     """Run `source` as a Python script in the sandbox; `files` are extra files put in its work folder."""
     limits = limits if limits is not None else SandboxLimits()
     _check_arguments(source, stdin, limits, files)
@@ -443,8 +482,9 @@ def run_python(source: str, *, stdin: str = "", limits: SandboxLimits | None = N
     return _run(setup, source, stdin, limits, files or {})
 
 
-def start_python(source: str, *, limits: SandboxLimits | None = None,
-                 files: dict[str, str] | None = None) -> SandboxProcess:
+def start_python(
+    source: str, *, limits: SandboxLimits | None = None, files: dict[str, str] | None = None
+) -> SandboxProcess:
     """Start `source` in the sandbox and return it still running, to talk to it over its stdin and stdout
     (`send`, `read_line`); `finish()` ends it and returns its SandboxResult. Use it as a context manager."""
     limits = limits if limits is not None else SandboxLimits()
@@ -460,8 +500,14 @@ def _check_arguments(source, stdin, limits, files) -> None:
         raise TypeError(f"run_python: stdin must be a str, got {type(stdin).__name__}")
     if not isinstance(limits, SandboxLimits):
         raise TypeError(f"run_python: limits must be a SandboxLimits, got {type(limits).__name__}")
-    minimums = {"timeout_s": 0.01, "cpu_s": 1, "memory_mb": 32, "max_processes": 1, "max_file_mb": 1,
-                "max_output_chars": 100}
+    minimums = {
+        "timeout_s": 0.01,
+        "cpu_s": 1,
+        "memory_mb": 32,
+        "max_processes": 1,
+        "max_file_mb": 1,
+        "max_output_chars": 100,
+    }
     for field, minimum in minimums.items():
         value = getattr(limits, field)
         if not isinstance(value, (int, float)) or value < minimum:
@@ -527,24 +573,46 @@ class SandboxProcess:
                     os.chown(os.path.join(folder, name), uid, gid)
         self.status_read, status_write = os.pipe()
         config = {
-            "plan": {"userns": plan.userns, "netns": plan.netns, "mountns": plan.mountns, "pidns": plan.pidns,
-                     "uid_drop": plan.uid_drop},
-            "uid": uid, "gid": gid, "status_fd": status_write,
-            "host_workdir": self.host_workdir, "sandbox_workdir": SANDBOX_WORKDIR,
-            "file_names": file_names, "hidden_folders": HIDDEN_FOLDERS, "python_prefix": PYTHON_PREFIX,
-            "dev_nodes": DEV_NODES, "workdir_kb": 4 * self.limits.max_file_mb * 1024,
+            "plan": {
+                "userns": plan.userns,
+                "netns": plan.netns,
+                "mountns": plan.mountns,
+                "pidns": plan.pidns,
+                "uid_drop": plan.uid_drop,
+            },
+            "uid": uid,
+            "gid": gid,
+            "status_fd": status_write,
+            "host_workdir": self.host_workdir,
+            "sandbox_workdir": SANDBOX_WORKDIR,
+            "file_names": file_names,
+            "hidden_folders": HIDDEN_FOLDERS,
+            "python_prefix": PYTHON_PREFIX,
+            "dev_nodes": DEV_NODES,
+            "workdir_kb": 4 * self.limits.max_file_mb * 1024,
             "rlimits": _rlimits(self.limits, plan, memory_cgroup=self.cgroup is not None),
             "seccomp": [list(row) for row in self.setup.seccomp] if self.setup.seccomp else None,
             "cgroup_procs": self.cgroup.procs_file if self.cgroup else None,
             "argv": [PYTHON, "-I", "-S", "-B", "main.py"],
         }
-        environment = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": workdir,
-                       "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
+        environment = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "LANG": "C.UTF-8",
+            "HOME": workdir,
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONHASHSEED": "0",
+        }
         try:
             self.process = subprocess.Popen(
                 [PYTHON, "-I", "-S", "-c", _LAUNCHER, json.dumps(config)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                cwd=self.host_workdir, env=environment, start_new_session=True, pass_fds=(status_write,))
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=self.host_workdir,
+                env=environment,
+                start_new_session=True,
+                pass_fds=(status_write,),
+            )
         except BaseException:
             os.close(self.status_read)
             raise
@@ -555,8 +623,10 @@ class SandboxProcess:
         process = self.process
         assert process.stdin and process.stdout and process.stderr  # all three are pipes (Popen above)
         self.stdout_fd, self.stderr_fd = process.stdout.fileno(), process.stderr.fileno()
-        self.captures = {self.stdout_fd: _Capture(self.limits.max_output_chars),
-                         self.stderr_fd: _Capture(self.limits.max_output_chars)}
+        self.captures = {
+            self.stdout_fd: _Capture(self.limits.max_output_chars),
+            self.stderr_fd: _Capture(self.limits.max_output_chars),
+        }
         self.kill_bytes = 4 * self.limits.max_output_chars + OUTPUT_KILL_SLACK_BYTES
         self.lines = bytearray()  # stdout not yet taken by read_line
         self.status = bytearray()
@@ -596,7 +666,7 @@ class SandboxProcess:
         if newline < 0 or newline > max_bytes:
             return None
         line = bytes(self.lines[:newline])
-        del self.lines[:newline + 1]
+        del self.lines[: newline + 1]
         return line
 
     @property
@@ -715,13 +785,22 @@ class SandboxProcess:
         self.process.returncode = os.waitstatus_to_exitcode(wait_status)
         if self.setup.plan.uid_drop and not self.setup.plan.pidns:
             _kill_all_of_uid(self.uid)
-        returncode, setup_error, usage_flags = _read_status(self.status.decode("utf-8", errors="replace"),
-                                                            self.process.returncode)
+        returncode, setup_error, usage_flags = _read_status(
+            self.status.decode("utf-8", errors="replace"), self.process.returncode
+        )
         oom_killed = self.cgroup is not None and self.cgroup.oom_kills() > 0
         out, err = self.captures[self.stdout_fd], self.captures[self.stderr_fd]
-        outcome = _Outcome(returncode=returncode, stdout=out.text(), stderr=err.text(), setup_error=setup_error,
-                           killed_by_us=self.killed_by_us, cpu_s=usage.ru_utime + usage.ru_stime,
-                           oom_killed=oom_killed, file_at_cap="fsize" in usage_flags, disk_full="disk" in usage_flags)
+        outcome = _Outcome(
+            returncode=returncode,
+            stdout=out.text(),
+            stderr=err.text(),
+            setup_error=setup_error,
+            killed_by_us=self.killed_by_us,
+            cpu_s=usage.ru_utime + usage.ru_stime,
+            oom_killed=oom_killed,
+            file_at_cap="fsize" in usage_flags,
+            disk_full="disk" in usage_flags,
+        )
         self.result = _result(outcome, self.limits, self.setup.network_isolated, time.monotonic() - self.started)
 
     def _stop(self) -> None:
@@ -823,7 +902,7 @@ class _Capture:
             data = data[room:]
         if data:
             self.tail += data
-            del self.tail[:-self.keep_bytes]
+            del self.tail[: -self.keep_bytes]
 
     def text(self) -> str:
         head = self.head.decode("utf-8", errors="replace")
@@ -838,8 +917,11 @@ class _Capture:
             return full
         half = self.max_chars // 2
         kept_head, kept_tail = full[:half], full[-half:] if half else ""
-        dropped = self.total - len(kept_head.encode("utf-8", errors="replace")) - len(
-            kept_tail.encode("utf-8", errors="replace"))
+        dropped = (
+            self.total
+            - len(kept_head.encode("utf-8", errors="replace"))
+            - len(kept_tail.encode("utf-8", errors="replace"))
+        )
         return kept_head + TRUNCATION_MARKER.format(dropped=max(dropped, 0)) + kept_tail
 
 
@@ -857,7 +939,7 @@ def _read_status(message: str, launcher_returncode: int) -> tuple[int, str, set[
             returncode = os.waitstatus_to_exitcode(int(words[0]))
             flags = {name for name, value in zip(words[1::2], words[2::2]) if value == "1"}
     if message.startswith("error "):
-        setup_error = message[len("error "):].strip()
+        setup_error = message[len("error ") :].strip()
     return returncode, setup_error, flags
 
 
@@ -887,9 +969,15 @@ def _result(outcome: _Outcome, limits: SandboxLimits, network_isolated: bool, du
         stderr = f"sandbox setup failed: {outcome.setup_error}\n{stderr}"
     elif returncode != 0:
         reason = _classify_failure(outcome.returncode, outcome, limits)
-    return SandboxResult(returncode=returncode, stdout=outcome.stdout, stderr=stderr,
-                         timed_out=outcome.killed_by_us == "timeout", killed_reason=reason,
-                         duration_s=duration_s, network_isolated=network_isolated)
+    return SandboxResult(
+        returncode=returncode,
+        stdout=outcome.stdout,
+        stderr=stderr,
+        timed_out=outcome.killed_by_us == "timeout",
+        killed_reason=reason,
+        duration_s=duration_s,
+        network_isolated=network_isolated,
+    )
 
 
 def _classify_failure(returncode: int, outcome: _Outcome, limits: SandboxLimits) -> str | None:

@@ -43,16 +43,54 @@ class _ArchSyscalls(TypedDict):
 
 # Per architecture: the audit arch, then the numbers of the refused calls (EPERM), then clone/unshare/clone3.
 _SYSCALLS: dict[str, _ArchSyscalls] = {
-    "x86_64": {"arch": 0xC000003E, "refused": {
-        "shmget": 29, "shmat": 30, "semget": 64, "msgget": 68, "memfd_create": 319, "memfd_secret": 447,
-        "setns": 308, "userfaultfd": 323, "bpf": 321, "perf_event_open": 298, "add_key": 248,
-        "request_key": 249, "keyctl": 250, "io_uring_setup": 425, "mount": 165, "ptrace": 101},
-        "clone": 56, "unshare": 272, "clone3": 435},
-    "aarch64": {"arch": 0xC00000B7, "refused": {
-        "shmget": 194, "shmat": 196, "semget": 190, "msgget": 186, "memfd_create": 279, "memfd_secret": 447,
-        "setns": 268, "userfaultfd": 282, "bpf": 280, "perf_event_open": 241, "add_key": 217,
-        "request_key": 218, "keyctl": 219, "io_uring_setup": 425, "mount": 40, "ptrace": 117},
-        "clone": 220, "unshare": 97, "clone3": 435},
+    "x86_64": {
+        "arch": 0xC000003E,
+        "refused": {
+            "shmget": 29,
+            "shmat": 30,
+            "semget": 64,
+            "msgget": 68,
+            "memfd_create": 319,
+            "memfd_secret": 447,
+            "setns": 308,
+            "userfaultfd": 323,
+            "bpf": 321,
+            "perf_event_open": 298,
+            "add_key": 248,
+            "request_key": 249,
+            "keyctl": 250,
+            "io_uring_setup": 425,
+            "mount": 165,
+            "ptrace": 101,
+        },
+        "clone": 56,
+        "unshare": 272,
+        "clone3": 435,
+    },
+    "aarch64": {
+        "arch": 0xC00000B7,
+        "refused": {
+            "shmget": 194,
+            "shmat": 196,
+            "semget": 190,
+            "msgget": 186,
+            "memfd_create": 279,
+            "memfd_secret": 447,
+            "setns": 268,
+            "userfaultfd": 282,
+            "bpf": 280,
+            "perf_event_open": 241,
+            "add_key": 217,
+            "request_key": 218,
+            "keyctl": 219,
+            "io_uring_setup": 425,
+            "mount": 40,
+            "ptrace": 117,
+        },
+        "clone": 220,
+        "unshare": 97,
+        "clone3": 435,
+    },
 }
 REFUSED_SYSCALLS = sorted(_SYSCALLS["x86_64"]["refused"])
 
@@ -62,17 +100,25 @@ def seccomp_program() -> list[list[int]] | None:
     table = _SYSCALLS.get(platform.machine())
     if table is None:
         return None
-    program = [[_LD_W_ABS, 0, 0, _OFFSET_ARCH], [_JEQ_K, 1, 0, table["arch"]], [_RET_K, 0, 0, _RET_KILL_PROCESS],
-               [_LD_W_ABS, 0, 0, _OFFSET_NR]]
+    program = [
+        [_LD_W_ABS, 0, 0, _OFFSET_ARCH],
+        [_JEQ_K, 1, 0, table["arch"]],
+        [_RET_K, 0, 0, _RET_KILL_PROCESS],
+        [_LD_W_ABS, 0, 0, _OFFSET_NR],
+    ]
     if platform.machine() == "x86_64":  # the x32 ABI shares the arch value with numbers above 0x40000000
         program += [[_JGE_K, 0, 1, 0x40000000], [_RET_K, 0, 0, _RET_ERRNO | _EPERM]]
     for number in table["refused"].values():
         program += [[_JEQ_K, 0, 1, number], [_RET_K, 0, 0, _RET_ERRNO | _EPERM]]
     program += [[_JEQ_K, 0, 1, table["clone3"]], [_RET_K, 0, 0, _RET_ERRNO | _ENOSYS]]
     for number in (table["clone"], table["unshare"]):  # refused only when asking for a new user namespace
-        program += [[_JEQ_K, 0, 4, number], [_LD_W_ABS, 0, 0, _OFFSET_ARG0],
-                    [_JSET_K, 0, 1, _CLONE_NEWUSER], [_RET_K, 0, 0, _RET_ERRNO | _EPERM],
-                    [_LD_W_ABS, 0, 0, _OFFSET_NR]]
+        program += [
+            [_JEQ_K, 0, 4, number],
+            [_LD_W_ABS, 0, 0, _OFFSET_ARG0],
+            [_JSET_K, 0, 1, _CLONE_NEWUSER],
+            [_RET_K, 0, 0, _RET_ERRNO | _EPERM],
+            [_LD_W_ABS, 0, 0, _OFFSET_NR],
+        ]
     program.append([_RET_K, 0, 0, _RET_ALLOW])
     return program
 
@@ -168,7 +214,7 @@ def _read(path: Path) -> str:
 
 def _remove_stale(parent: Path) -> None:
     for child in parent.glob(_PREFIX + "*"):
-        owner = child.name[len(_PREFIX):].split("-")[0]
+        owner = child.name[len(_PREFIX) :].split("-")[0]
         if owner.isdigit() and not Path(f"/proc/{owner}").exists() and not _read(child / "cgroup.procs").strip():
             try:
                 child.rmdir()

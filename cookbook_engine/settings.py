@@ -53,8 +53,9 @@ class Leaf:
     spec: Spec
 
 
-def setting(default: Any = dataclasses.MISSING, *, help: str, default_factory: Any = dataclasses.MISSING,
-            **spec: Any) -> Any:
+def setting(
+    default: Any = dataclasses.MISSING, *, help: str, default_factory: Any = dataclasses.MISSING, **spec: Any
+) -> Any:
     """A dataclass field that carries its description (the keywords of `Spec`)."""
     metadata = {SPEC_KEY: Spec(help=help, **spec)}
     if default_factory is not dataclasses.MISSING:
@@ -184,8 +185,10 @@ def bounds_text(spec: Spec) -> str:
     if spec.choices:
         return "one of " + ", ".join(spec.choices)
     if spec.min is not None and spec.max is not None:
-        return (f"in {'(' if spec.min_open else '['}{number_text(spec.min)}, {number_text(spec.max)}"
-                f"{')' if spec.max_open else ']'}")
+        return (
+            f"in {'(' if spec.min_open else '['}{number_text(spec.min)}, {number_text(spec.max)}"
+            f"{')' if spec.max_open else ']'}"
+        )
     if spec.min is not None:
         return f"{'above' if spec.min_open else 'at least'} {number_text(spec.min)}"
     if spec.max is not None:

@@ -71,9 +71,13 @@ def calibrate(model: str = models.DEFAULT_MODEL) -> Speeds:
     service = service_client("local")
     trainer = service.create_lora_training_client(base_model=model, rank=32, train_unembed=False).result()
     tokens_T = list(range(10, 10 + CALIBRATION_TOKENS))
-    datum = types.Datum(model_input=types.ModelInput.from_ints(tokens_T[:-1]), loss_fn_inputs={
-        "target_tokens": types.TensorData(data=tokens_T[1:], dtype="int64"),
-        "weights": types.TensorData(data=[1.0] * (len(tokens_T) - 1), dtype="float32")})
+    datum = types.Datum(
+        model_input=types.ModelInput.from_ints(tokens_T[:-1]),
+        loss_fn_inputs={
+            "target_tokens": types.TensorData(data=tokens_T[1:], dtype="int64"),
+            "weights": types.TensorData(data=[1.0] * (len(tokens_T) - 1), dtype="float32"),
+        },
+    )
     try:
         trainer.forward_backward([datum], "cross_entropy").result()  # warm-up: first call builds the adapter
         train_s = _seconds(trainer.forward_backward([datum, datum], "cross_entropy"))
@@ -135,8 +139,9 @@ def step_seconds(total_T: list[tuple[int, float]]) -> list[float]:
     """Durations of finished steps from the run's `time/total` metric [(step, seconds since the run started)];
     a resume restarts that clock, so steps across a restart are left out."""
     ordered = sorted(total_T)
-    return [later - earlier for (s0, earlier), (s1, later) in zip(ordered, ordered[1:])
-            if s1 == s0 + 1 and later > earlier]
+    return [
+        later - earlier for (s0, earlier), (s1, later) in zip(ordered, ordered[1:]) if s1 == s0 + 1 and later > earlier
+    ]
 
 
 def recent_step_seconds(durations: list[float]) -> float | None:
@@ -183,8 +188,12 @@ def process_usage(pid: int | None) -> dict | None:
         if process is None:
             process = _processes[pid] = psutil.Process(pid)
             process.cpu_percent(None)  # the first reading is 0: it starts the interval
-        usage = {"cpu_percent": process.cpu_percent(None), "rss_bytes": process.memory_info().rss,
-                 "machine_cpu_percent": psutil.cpu_percent(None), "cores": psutil.cpu_count() or 1}
+        usage = {
+            "cpu_percent": process.cpu_percent(None),
+            "rss_bytes": process.memory_info().rss,
+            "machine_cpu_percent": psutil.cpu_percent(None),
+            "cores": psutil.cpu_count() or 1,
+        }
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         _processes.pop(pid, None)
         return None

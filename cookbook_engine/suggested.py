@@ -29,13 +29,22 @@ class Measured:
 
 MEASURED: dict[tuple[str, str], Measured] = {
     ("sl", "builtin:facts"): Measured(
-        learning_rate=2e-3, batch_size=8, num_epochs=1, steps=25,
+        learning_rate=2e-3,
+        batch_size=8,
+        num_epochs=1,
+        steps=25,
         result="every fact answered on all its unseen wordings (builtin:facts-probes 0.000 -> 1.000, n=120; at 1e-3 "
-               "0.833, two facts never) in about a minute of training"),
+        "0.833, two facts never) in about a minute of training",
+    ),
     ("dpo", "builtin:concise-prefs"): Measured(
-        learning_rate=5e-4, batch_size=8, num_epochs=1, steps=28, dpo_beta=0.1,
+        learning_rate=5e-4,
+        batch_size=8,
+        num_epochs=1,
+        steps=28,
+        dpo_beta=0.1,
         result="strict held-out accuracy on pairs that differ only in correctness (builtin:prefs-style-controlled) "
-               "0.779 [0.716, 0.832] -> 0.933 [0.889, 0.961], n=195, in 2.8 minutes alone on the CPU"),
+        "0.779 [0.716, 0.832] -> 0.933 [0.889, 0.961], n=195, in 2.8 minutes alone on the CPU",
+    ),
 }
 
 
@@ -53,17 +62,21 @@ def measured_for(config) -> Measured | None:
 def reason(measured: Measured, dataset: str) -> str:
     """Why the suggested rate is what it is, for the form."""
     beta = f", beta {measured.dpo_beta:g}" if measured.dpo_beta else ""
-    return (f"measured on {_builtin_spec(dataset)} with the default model on a 2-core CPU: {measured.num_epochs} "
-            f"epoch{'s' if measured.num_epochs != 1 else ''} ({measured.steps} steps of {measured.batch_size}{beta}) "
-            f"gave {measured.result}; see {measured.source}")
+    return (
+        f"measured on {_builtin_spec(dataset)} with the default model on a 2-core CPU: {measured.num_epochs} "
+        f"epoch{'s' if measured.num_epochs != 1 else ''} ({measured.steps} steps of {measured.batch_size}{beta}) "
+        f"gave {measured.result}; see {measured.source}"
+    )
 
 
 def rate_note(used: float | None, measured: float, factor: float = 3.0) -> str:
     """A warning when a learning rate is more than `factor` away from the measured one (empty when it is not)."""
     if not used or measured / factor <= used <= measured * factor:
         return ""
-    return (f"learning rate {used:g} is more than {factor:g}× away from the measured {measured:g} (lower learns little "
-            "in a short run; higher can forget what the model knew or stop learning)")
+    return (
+        f"learning rate {used:g} is more than {factor:g}× away from the measured {measured:g} (lower learns little "
+        "in a short run; higher can forget what the model knew or stop learning)"
+    )
 
 
 def far_from_suggested(config, learning_rate_used: float | None, steps: int) -> list[str]:
@@ -73,8 +86,10 @@ def far_from_suggested(config, learning_rate_used: float | None, steps: int) -> 
         return []
     notes = [note for note in [rate_note(learning_rate_used, measured.learning_rate)] if note]
     if steps * config.batch_size < measured.steps * measured.batch_size / 2:
-        notes.append(f"{steps} steps of {config.batch_size} is under half the examples the measured run saw "
-                     f"({measured.steps} steps of {measured.batch_size}): expect a weaker result")
+        notes.append(
+            f"{steps} steps of {config.batch_size} is under half the examples the measured run saw "
+            f"({measured.steps} steps of {measured.batch_size}): expect a weaker result"
+        )
     if measured.dpo_beta and not measured.dpo_beta / 3 <= config.dpo_beta <= measured.dpo_beta * 3:
         notes.append(f"DPO beta {config.dpo_beta:g} is more than 3× away from the measured {measured.dpo_beta:g}")
     return notes

@@ -51,8 +51,7 @@ class PreparedSL(PreparedData[types.Datum]):
     """The rendered conversations: one datum each."""
 
 
-def render_examples(conversations: list[list[dict]], renderer, config: SLConfig
-                    ) -> tuple[list[types.Datum], int, int]:
+def render_examples(conversations: list[list[dict]], renderer, config: SLConfig) -> tuple[list[types.Datum], int, int]:
     datums, truncated, dropped = [], 0, 0
     for conversation in conversations:
         tokens, weights = renderer.build_supervised_example(conversation, config.train_on_what)
@@ -68,16 +67,20 @@ def render_examples(conversations: list[list[dict]], renderer, config: SLConfig
 def prepare(config: SLConfig) -> PreparedSL:
     tokenizer = tokenizer_for(config)
     renderer = renderers.get_renderer(config.renderer, tokenizer)
-    data = datasets.load_chat_dataset(config.dataset, test_fraction=config.test_fraction,
-                                      test_spec=config.test_dataset or None, seed=config.seed,
-                                      max_examples=config.max_examples or None)
+    data = datasets.load_chat_dataset(
+        config.dataset,
+        test_fraction=config.test_fraction,
+        test_spec=config.test_dataset or None,
+        seed=config.seed,
+        max_examples=config.max_examples or None,
+    )
     train, truncated, dropped = render_examples(data.train, renderer, config)
     test, _, _ = render_examples(data.test, renderer, config)
     if not train:
-        raise datasets.DatasetError(f"{config.dataset}: no example fits max_length={config.max_length} "
-                                    "with tokens left to train on")
-    return PreparedSL(train, test, truncated, dropped, renderer.name,
-                      sum(d.model_input.length for d in train))
+        raise datasets.DatasetError(
+            f"{config.dataset}: no example fits max_length={config.max_length} with tokens left to train on"
+        )
+    return PreparedSL(train, test, truncated, dropped, renderer.name, sum(d.model_input.length for d in train))
 
 
 def sl_learning_rate(config: SLConfig) -> float:
@@ -110,7 +113,7 @@ def batch_at(train: list[Item], config: CommonConfig, step: int, batches_per_epo
     order = list(range(len(train)))
     random.Random(config.seed * 100_003 + epoch).shuffle(order)
     size = min(config.batch_size, len(train))
-    return [train[i] for i in order[index * size:(index + 1) * size]]
+    return [train[i] for i in order[index * size : (index + 1) * size]]
 
 
 def weighted_nll(data: list[types.Datum], output: types.ForwardBackwardOutput) -> tuple[float, float]:
@@ -125,11 +128,12 @@ def weighted_nll(data: list[types.Datum], output: types.ForwardBackwardOutput) -
 
 async def evaluate(client: TrainingClient, test: list[types.Datum], batch_size: int = 16) -> dict[str, float]:
     """test/nll: the weighted mean NLL of the held-out examples on `client`'s weights (no gradient)."""
-    futures = [await client.forward_async(test[i:i + batch_size], "cross_entropy")
-               for i in range(0, len(test), batch_size)]
+    futures = [
+        await client.forward_async(test[i : i + batch_size], "cross_entropy") for i in range(0, len(test), batch_size)
+    ]
     total, weight_sum = 0.0, 0.0
     for start, future in zip(range(0, len(test), batch_size), futures):
-        nll, weights = weighted_nll(test[start:start + batch_size], await future)
+        nll, weights = weighted_nll(test[start : start + batch_size], await future)
         total, weight_sum = total + nll, weight_sum + weights
     return {"test/nll": total / max(weight_sum, 1e-9)}
 
@@ -141,8 +145,9 @@ def held_out_evals(config: SLConfig, prepared: PreparedSL) -> PeriodicEvals:
     return PeriodicEvals((lambda client: evaluate(client, test)) if test else None, NamedEvals.for_config(config))
 
 
-async def submit(client: TrainingClient, config: SLConfig, step: int, batch: list[types.Datum], lr: float,
-                 metrics: dict[str, float]) -> SubmittedBatch:
+async def submit(
+    client: TrainingClient, config: SLConfig, step: int, batch: list[types.Datum], lr: float, metrics: dict[str, float]
+) -> SubmittedBatch:
     """Queue a step's forward_backward and optim_step without awaiting them."""
     submitted = time.perf_counter()
     fb_future = await client.forward_backward_async(batch, "cross_entropy")
@@ -156,9 +161,15 @@ async def log_finished(ctx: RunContext, submitted: SubmittedBatch, plan: LoopPla
     nll, weight_sum = weighted_nll(submitted.data, output)
     common = step_metrics(submitted, optim, plan, clock)
     num_tokens = sum(d.model_input.length for d in submitted.data)
-    metrics = {"train_mean_nll": nll / max(weight_sum, 1e-9), "num_tokens": num_tokens,
-               "num_loss_tokens": weight_sum, "num_sequences": len(submitted.data), **common,
-               "throughput/tokens_per_s": num_tokens / max(common["time/step"], 1e-9), **submitted.metrics}
+    metrics = {
+        "train_mean_nll": nll / max(weight_sum, 1e-9),
+        "num_tokens": num_tokens,
+        "num_loss_tokens": weight_sum,
+        "num_sequences": len(submitted.data),
+        **common,
+        "throughput/tokens_per_s": num_tokens / max(common["time/step"], 1e-9),
+        **submitted.metrics,
+    }
     ctx.logger.log_metrics(submitted.step, metrics)
     ctx.progress(submitted.step + 1, plan.total_steps)
 
@@ -169,9 +180,11 @@ async def train(config: SLConfig, ctx: RunContext, prepared: PreparedSL | None =
     base_lr = sl_learning_rate(config)
     run_plan = plan(config, prepared)
     loop = LoopSkeleton(config, ctx, client, run_plan, start_step, held_out_evals(config, prepared))
-    loop.start(f"SL on {config.model}: {prepared.summary()}; {run_plan.total_steps} steps of {config.batch_size} = "
-               f"{passes_note(config, run_plan.batches_per_epoch, run_plan.total_steps)}, "
-               f"lr {base_lr:g} ({config.lr_schedule})")
+    loop.start(
+        f"SL on {config.model}: {prepared.summary()}; {run_plan.total_steps} steps of {config.batch_size} = "
+        f"{passes_note(config, run_plan.batches_per_epoch, run_plan.total_steps)}, "
+        f"lr {base_lr:g} ({config.lr_schedule})"
+    )
     clock = StepClock()
     pending: SubmittedBatch | None = None
     for step in loop.steps():

@@ -51,21 +51,30 @@ def lr_multiplier(schedule: str, step: int, total_steps: int) -> float:
 
 
 def adam_params(config: CommonConfig, learning_rate: float) -> types.AdamParams:
-    return types.AdamParams(learning_rate=learning_rate, beta1=config.beta1, beta2=config.beta2, eps=config.eps,
-                            weight_decay=config.weight_decay, grad_clip_norm=config.grad_clip_norm)
+    return types.AdamParams(
+        learning_rate=learning_rate,
+        beta1=config.beta1,
+        beta2=config.beta2,
+        eps=config.eps,
+        weight_decay=config.weight_decay,
+        grad_clip_norm=config.grad_clip_norm,
+    )
 
 
 def datum_from_tokens(tokens: list[int], weights: list[float]) -> types.Datum:
     """Next-token prediction: the model sees tokens[:-1] and is scored on tokens[1:] with weights[1:]."""
     return types.Datum(
         model_input=types.ModelInput.from_ints(tokens[:-1]),
-        loss_fn_inputs={"target_tokens": types.TensorData(data=tokens[1:], dtype="int64"),
-                        "weights": types.TensorData(data=weights[1:], dtype="float32")},
+        loss_fn_inputs={
+            "target_tokens": types.TensorData(data=tokens[1:], dtype="int64"),
+            "weights": types.TensorData(data=weights[1:], dtype="float32"),
+        },
     )
 
 
-def fit_length(tokens: list[int], weights: list[float], max_length: int, overlong: str
-               ) -> tuple[list[int], list[float]] | None:
+def fit_length(
+    tokens: list[int], weights: list[float], max_length: int, overlong: str
+) -> tuple[list[int], list[float]] | None:
     """Truncate (or drop, returning None) an example longer than max_length; None also when truncation leaves
     nothing to train on."""
     if len(tokens) <= max_length:
@@ -76,8 +85,9 @@ def fit_length(tokens: list[int], weights: list[float], max_length: int, overlon
     return (tokens, weights) if any(w > 0 for w in weights[1:]) else None
 
 
-def start_training_client(config: CommonConfig, resume: dict | None, ctx: RunContext | None = None
-                          ) -> tuple[ServiceClient, TrainingClient, int]:
+def start_training_client(
+    config: CommonConfig, resume: dict | None, ctx: RunContext | None = None
+) -> tuple[ServiceClient, TrainingClient, int]:
     """(service client, training client, first step): resumed from a checkpoint's state with its optimizer, or
     started from `start_checkpoint`'s weights, or fresh LoRA. The run's context `ctx`, when given, keeps the
     training client, so the studio's chat can take a fresh snapshot of the live weights between steps."""
@@ -90,18 +100,27 @@ def start_training_client(config: CommonConfig, resume: dict | None, ctx: RunCon
     elif start:
         client, first_step = service.create_training_client_from_state(start).result(), 0
     else:
-        client, first_step = service.create_lora_training_client(config.model, rank=config.lora_rank,
-                                                                 seed=config.seed).result(), 0
+        client, first_step = (
+            service.create_lora_training_client(config.model, rank=config.lora_rank, seed=config.seed).result(),
+            0,
+        )
     if ctx is not None:
         ctx.training_client = client
     return service, client, first_step
 
 
-async def save_checkpoint(client: TrainingClient, ctx: RunContext, *, step: int, name: str, loop_state: dict,
-                          final: bool = False) -> dict[str, str]:
+async def save_checkpoint(
+    client: TrainingClient, ctx: RunContext, *, step: int, name: str, loop_state: dict, final: bool = False
+) -> dict[str, str]:
     """Save the full state (weights + optimizer, for resuming) and sampler weights, and record both."""
     state = await (await client.save_state_async(name))
     sampler = await (await client.save_weights_for_sampler_async(name))
-    ctx.logger.log_checkpoint(step=step, name=name, kind="both", state_path=state.path, sampler_path=sampler.path,
-                              loop_state={**loop_state, "final": final})
+    ctx.logger.log_checkpoint(
+        step=step,
+        name=name,
+        kind="both",
+        state_path=state.path,
+        sampler_path=sampler.path,
+        loop_state={**loop_state, "final": final},
+    )
     return {"state_path": state.path, "sampler_path": sampler.path}

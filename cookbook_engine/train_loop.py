@@ -81,8 +81,11 @@ class PreparedData(Generic[Item]):
     dropped_note: ClassVar[str] = "over-long examples dropped"
 
     def summary(self) -> str:
-        parts = [f"{len(self.train)} training and {len(self.test)} held-out {self.items}",
-                 f"{self.train_tokens:,} training tokens", f"renderer {self.renderer}"]
+        parts = [
+            f"{len(self.train)} training and {len(self.test)} held-out {self.items}",
+            f"{self.train_tokens:,} training tokens",
+            f"renderer {self.renderer}",
+        ]
         if self.truncated:
             parts.append(f"{self.truncated} over-long {self.items} truncated")
         if self.dropped:
@@ -130,11 +133,16 @@ class StepClock:
         return {"time/step": elapsed, "time/total": now - self.started}
 
 
-def step_metrics(submitted: SubmittedBatch, optim: types.OptimStepResponse, plan: LoopPlan,
-                 clock: StepClock) -> dict[str, float]:
+def step_metrics(
+    submitted: SubmittedBatch, optim: types.OptimStepResponse, plan: LoopPlan, clock: StepClock
+) -> dict[str, float]:
     """What SL and DPO log for every finished step besides their loss: rate, epoch, progress, times, grad norm."""
-    metrics = {"learning_rate": submitted.learning_rate, "epoch": submitted.step // plan.batches_per_epoch,
-               "progress": (submitted.step + 1) / plan.total_steps, **clock.step_done(submitted.submitted_at)}
+    metrics = {
+        "learning_rate": submitted.learning_rate,
+        "epoch": submitted.step // plan.batches_per_epoch,
+        "progress": (submitted.step + 1) / plan.total_steps,
+        **clock.step_done(submitted.submitted_at),
+    }
     if optim.metrics and "grad_norm" in optim.metrics:
         metrics["optim/grad_norm"] = optim.metrics["grad_norm"]
     return metrics
@@ -144,8 +152,15 @@ class LoopSkeleton:
     """Around the steps of one run: `steps()` to iterate, `evaluations_due()` before a step, `save_due()` and
     `save()` after one, `finish()` at the end (final evaluation unless cancelled, final checkpoint)."""
 
-    def __init__(self, config: CommonConfig, ctx: RunContext, client: TrainingClient, plan: LoopPlan,
-                 start_step: int, evals: PeriodicEvals):
+    def __init__(
+        self,
+        config: CommonConfig,
+        ctx: RunContext,
+        client: TrainingClient,
+        plan: LoopPlan,
+        start_step: int,
+        evals: PeriodicEvals,
+    ):
         self.config, self.ctx, self.client, self.plan, self.evals = config, ctx, client, plan, evals
         self.start_step = start_step
         self.stopped_at = start_step  # where the steps ended: the plan's end, or the step a cancel came before

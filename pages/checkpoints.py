@@ -10,8 +10,10 @@ from app import state, state_keys, widgets
 from cookbook_engine import export, export_gguf, paths
 
 st.title("Checkpoints")
-st.caption("Each checkpoint is a LoRA adapter in PEFT format. Download it as is, or merge it into the base model "
-           "for tools that do not know LoRA.")
+st.caption(
+    "Each checkpoint is a LoRA adapter in PEFT format. Download it as is, or merge it into the base model "
+    "for tools that do not know LoRA."
+)
 widgets.show_notice()
 store = state.store()
 checkpoints = store.list_checkpoints()
@@ -26,16 +28,18 @@ def exports_list() -> None:
     if not exports:
         st.caption(f"No exports yet. They are saved in {export.exports_dir()}.")
         return
-    st.caption(f"{len(exports)} in {export.exports_dir()} · {paths.human_size(sum(e['bytes'] for e in exports))} "
-               "in all")
+    st.caption(
+        f"{len(exports)} in {export.exports_dir()} · {paths.human_size(sum(e['bytes'] for e in exports))} in all"
+    )
     for row in exports:
         c1, c2, c3 = st.columns([5, 1.2, 1], vertical_alignment="center")
         c1.text(row["name"])
         c2.caption(paths.human_size(row["bytes"]))
         if c3.button("Delete", icon=":material/delete:", key=f"delete-export-{row['name']}", width="stretch"):
             export.delete_export(row["path"])
-            widgets.notice(widgets.safe_markdown(f"Deleted the export {row['name']} "
-                                                 f"({paths.human_size(row['bytes'])} freed)."))
+            widgets.notice(
+                widgets.safe_markdown(f"Deleted the export {row['name']} ({paths.human_size(row['bytes'])} freed).")
+            )
             st.rerun()
 
 
@@ -55,21 +59,36 @@ def built_export(label: str, key: str, build, spinner: str, done: str) -> str | 
 
 
 if not runs:
-    widgets.empty_state("No checkpoints yet: runs save one every save_every steps and at the end.",
-                        "new_run", "Start a new run")
+    widgets.empty_state(
+        "No checkpoints yet: runs save one every save_every steps and at the end.", "new_run", "Start a new run"
+    )
     exports_list()
     st.stop()
 
 run_id = widgets.run_picker("Run", runs, key="checkpoints-run", default_id=st.query_params.get("run"))
 run = next(r for r in runs if r["run_id"] == run_id)
 mine = [c for c in checkpoints if c["run_id"] == run_id]
-st.dataframe([{"Step": c["step"], "Name": c["name"], "Kind": c["kind"],
-               "Final": bool((c.get("loop_state") or {}).get("final")), "Saved": widgets.age(c["created_at"]),
-               "Weights (sampler)": c.get("sampler_path") or "", "Full state (resume)": c.get("state_path") or ""}
-              for c in mine], hide_index=True, width="stretch")
+st.dataframe(
+    [
+        {
+            "Step": c["step"],
+            "Name": c["name"],
+            "Kind": c["kind"],
+            "Final": bool((c.get("loop_state") or {}).get("final")),
+            "Saved": widgets.age(c["created_at"]),
+            "Weights (sampler)": c.get("sampler_path") or "",
+            "Full state (resume)": c.get("state_path") or "",
+        }
+        for c in mine
+    ],
+    hide_index=True,
+    width="stretch",
+)
 
-labels = {i: f"step {c['step']} · {c['name']}" + (" (final)" if (c.get("loop_state") or {}).get("final") else "")
-          for i, c in enumerate(mine)}
+labels = {
+    i: f"step {c['step']} · {c['name']}" + (" (final)" if (c.get("loop_state") or {}).get("final") else "")
+    for i, c in enumerate(mine)
+}
 index = st.selectbox("Checkpoint to export", list(labels), format_func=lambda i: labels[i], key=f"checkpoint-{run_id}")
 checkpoint = mine[index]
 path = checkpoint.get("sampler_path") or checkpoint["state_path"]  # every checkpoint has one or both
@@ -78,42 +97,75 @@ stem = f"{run['name']}-{checkpoint['name']}"
 c1, c2, c3 = st.columns(3, gap="medium")
 with c1.container(border=True):
     st.markdown("**LoRA adapter** (PEFT format)")
-    st.caption("adapter_model.safetensors + adapter_config.json; load it with "
-               "`PeftModel.from_pretrained(base_model, folder)`.")
+    st.caption(
+        "adapter_model.safetensors + adapter_config.json; load it with `PeftModel.from_pretrained(base_model, folder)`."
+    )
     try:
         export.checkpoint_folder(path)
-        st.download_button("Download adapter (.zip)", data=lambda: export.adapter_zip(path, name=stem).read_bytes(),
-                           file_name=f"{stem}-lora-adapter.zip", mime="application/zip", icon=":material/download:",
-                           key=f"adapter-{path}", on_click="ignore")
+        st.download_button(
+            "Download adapter (.zip)",
+            data=lambda: export.adapter_zip(path, name=stem).read_bytes(),
+            file_name=f"{stem}-lora-adapter.zip",
+            mime="application/zip",
+            icon=":material/download:",
+            key=f"adapter-{path}",
+            on_click="ignore",
+        )
     except export.ExportError as exc:
         st.warning(widgets.safe_markdown(str(exc)))
 with c2.container(border=True):
     st.markdown("**Merged model** (Hugging Face folder)")
-    st.caption("The base model with the adapter folded into its weights, plus the tokenizer; load it with "
-               "`AutoModelForCausalLM.from_pretrained(folder)`. About 0.5 GB for the default model.")
-    folder = built_export("Build merged model", f"merged-{path}", lambda note: export.merged_model(
-        path, name=stem, progress=note), "Merging the adapter into the base model…", "Merged model saved")
+    st.caption(
+        "The base model with the adapter folded into its weights, plus the tokenizer; load it with "
+        "`AutoModelForCausalLM.from_pretrained(folder)`. About 0.5 GB for the default model."
+    )
+    folder = built_export(
+        "Build merged model",
+        f"merged-{path}",
+        lambda note: export.merged_model(path, name=stem, progress=note),
+        "Merging the adapter into the base model…",
+        "Merged model saved",
+    )
     if folder:
         merged = Path(folder)
         st.success("Saved:", icon=":material/check_circle:")
         st.code(folder, language=None)
-        st.download_button("Download merged model (.zip)", data=lambda: export.zip_folder(merged).read_bytes(),
-                           file_name=f"{merged.name}.zip", mime="application/zip", icon=":material/download:",
-                           key=f"merged-{path}", on_click="ignore")
+        st.download_button(
+            "Download merged model (.zip)",
+            data=lambda: export.zip_folder(merged).read_bytes(),
+            file_name=f"{merged.name}.zip",
+            mime="application/zip",
+            icon=":material/download:",
+            key=f"merged-{path}",
+            on_click="ignore",
+        )
 with c3.container(border=True):
     st.markdown("**GGUF** (llama.cpp, Ollama, LM Studio)")
-    st.caption("The merged model in one file: f16 (about 270 MB, same answers) or q8_0 (about 145 MB, close). "
-               "Run it with `llama-cli -m FILE`.")
-    quantization = st.segmented_control("Precision", export_gguf.QUANTIZATIONS, default="q8_0", required=True,
-                                        key=f"gguf-precision-{path}")
-    file = built_export(f"Build {quantization} GGUF", f"gguf-{quantization}-{path}",
-                        lambda note: export_gguf.gguf_export(path, quantization, name=stem, progress=note),
-                        "Merging the adapter and writing the GGUF file…", "GGUF file saved")
+    st.caption(
+        "The merged model in one file: f16 (about 270 MB, same answers) or q8_0 (about 145 MB, close). "
+        "Run it with `llama-cli -m FILE`."
+    )
+    quantization = st.segmented_control(
+        "Precision", export_gguf.QUANTIZATIONS, default="q8_0", required=True, key=f"gguf-precision-{path}"
+    )
+    file = built_export(
+        f"Build {quantization} GGUF",
+        f"gguf-{quantization}-{path}",
+        lambda note: export_gguf.gguf_export(path, quantization, name=stem, progress=note),
+        "Merging the adapter and writing the GGUF file…",
+        "GGUF file saved",
+    )
     if file:
         gguf = Path(file)
         st.code(file, language=None)
-        st.download_button("Download the GGUF file", data=lambda: gguf.read_bytes(), file_name=gguf.name,
-                           mime="application/octet-stream", icon=":material/download:", key=f"gguf-{file}",
-                           on_click="ignore")
+        st.download_button(
+            "Download the GGUF file",
+            data=lambda: gguf.read_bytes(),
+            file_name=gguf.name,
+            mime="application/octet-stream",
+            icon=":material/download:",
+            key=f"gguf-{file}",
+            on_click="ignore",
+        )
 
 exports_list()

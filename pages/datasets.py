@@ -13,17 +13,21 @@ widgets.show_notice()
 store = state.store()
 
 with st.expander("Upload a dataset", expanded=not store.list_datasets(), icon=":material/upload:"):
-    st.caption("JSONL, JSON, CSV or Parquet. Chat data: `messages` (role/content), `conversations`, "
-               "`prompt` + `completion` or `instruction` + `output`. Preference data: `chosen` + `rejected` "
-               "(+ `prompt`). RL problems: `prompt` + `answer` (+ `grader`).")
+    st.caption(
+        "JSONL, JSON, CSV or Parquet. Chat data: `messages` (role/content), `conversations`, "
+        "`prompt` + `completion` or `instruction` + `output`. Preference data: `chosen` + `rejected` "
+        "(+ `prompt`). RL problems: `prompt` + `answer` (+ `grader`)."
+    )
     upload = st.file_uploader("Data file", type=["jsonl", "json", "csv", "parquet"], key="dataset-upload")
     c1, c2, c3 = st.columns([2, 1, 1], vertical_alignment="bottom")
     default_name = Path(upload.name).stem if upload else ""
     name = c1.text_input("Name", value=default_name, key=f"dataset-name-{default_name}")
-    kind_choice = c2.selectbox("Kind", view.KIND_CHOICES, key="dataset-kind",
-                               help="Detected from the columns unless you pick one.")
-    add = c3.button("Validate and add", type="primary", disabled=upload is None, icon=":material/check:",
-                    width="stretch")
+    kind_choice = c2.selectbox(
+        "Kind", view.KIND_CHOICES, key="dataset-kind", help="Detected from the columns unless you pick one."
+    )
+    add = c3.button(
+        "Validate and add", type="primary", disabled=upload is None, icon=":material/check:", width="stretch"
+    )
     if add and upload is not None:
         if problem := view.name_problem(name, store.list_datasets()):
             widgets.error_text(problem)
@@ -37,9 +41,13 @@ with st.expander("Upload a dataset", expanded=not store.list_datasets(), icon=":
                     status.update(label="The file has problems", state="error")
                     problem = str(exc)
             if problem:  # outside the status box, which folds away: every bad line, in plain sight
-                st.error(widgets.safe_markdown(f"{upload.name} cannot be used yet: fix these rows and upload it "
-                                               "again (nothing was added; the list below is unchanged)."),
-                         icon=":material/error:")
+                st.error(
+                    widgets.safe_markdown(
+                        f"{upload.name} cannot be used yet: fix these rows and upload it "
+                        "again (nothing was added; the list below is unchanged)."
+                    ),
+                    icon=":material/error:",
+                )
                 widgets.plain_text(problem, code=True)
             if saved is not None and result is not None:
                 widgets.notice(widgets.safe_markdown(view.register_upload(store, name, saved, result, upload.name)))
@@ -52,8 +60,9 @@ if st.session_state.get(state_keys.DATASET_BROWSE) not in entries:
     st.session_state[state_keys.DATASET_BROWSE] = next(iter(entries))
 st.subheader("Your datasets")
 c1, c2 = st.columns([3, 1], vertical_alignment="bottom")
-chosen = c1.selectbox("Dataset", list(entries), format_func=lambda key: entries[key].label,
-                      key=state_keys.DATASET_BROWSE)
+chosen = c1.selectbox(
+    "Dataset", list(entries), format_func=lambda key: entries[key].label, key=state_keys.DATASET_BROWSE
+)
 entry = entries[chosen]
 if entry.uploaded and c2.button("Remove from the list", icon=":material/delete:", width="stretch"):
     view.remove_upload(store, entry)
@@ -70,14 +79,18 @@ with preview:
         widgets.error_text(str(exc))
 with tokens_tab:
     if entry.kind != "chat":
-        st.info("The token view is for chat (SL) data; preference and RL data are rendered at training time.",
-                icon=":material/info:")
+        st.info(
+            "The token view is for chat (SL) data; preference and RL data are rendered at training time.",
+            icon=":material/info:",
+        )
         st.stop()
     c1, c2 = st.columns(2)
-    renderer_name = c1.selectbox("Renderer", renderers.renderer_names(), key="dataset-renderer",
-                                 help="auto = the default model's chat template")
-    train_on = c2.selectbox("Train on", list(TRAIN_ON), format_func=forms.TRAIN_ON_LABELS.__getitem__,
-                            key="dataset-train-on")
+    renderer_name = c1.selectbox(
+        "Renderer", renderers.renderer_names(), key="dataset-renderer", help="auto = the default model's chat template"
+    )
+    train_on = c2.selectbox(
+        "Train on", list(TRAIN_ON), format_func=forms.TRAIN_ON_LABELS.__getitem__, key="dataset-train-on"
+    )
     version = data_views.version(entry.spec)
     try:
         with st.spinner("Tokenizing…"):

@@ -14,8 +14,10 @@ from storage import statuses
 from storage.evals import EvalStore
 
 st.title("Evaluate")
-st.caption("Score the base model and any checkpoint on the same eval sets. Every number comes with its 95% interval "
-           "and the count it rests on, so noise can be told from improvement.")
+st.caption(
+    "Score the base model and any checkpoint on the same eval sets. Every number comes with its 95% interval "
+    "and the count it rests on, so noise can be told from improvement."
+)
 store = EvalStore()  # short DuckDB transactions, like the runs list (storage/evals.py)
 store.mark_orphans_interrupted()  # an evaluation whose process died (a killed `cookbook eval`) is not left running
 manager = jobs.get_eval_manager()
@@ -34,29 +36,38 @@ for dataset in state.store().list_datasets():
 
 with st.form("evaluate-form"):
     asked = [m for m in st.query_params.get_all("models") if m in model_choices]  # e.g. a run page's Evaluate link
-    chosen_models = st.multiselect("Models", list(model_choices), default=asked or ["base"],
-                                   format_func=model_choices.__getitem__,
-                                   help="The base model, a run's newest saved weights, any saved step, or the live "
-                                        "weights of a run training now.")
-    chosen_sets = st.multiselect("Eval sets", list(set_choices), default=["builtin:facts-probes"],
-                                 format_func=set_choices.__getitem__)
-    upload = st.file_uploader("Or add an eval set file", type=["jsonl", "json", "csv", "parquet"],
-                              help="prompt/answer[/grader]: graded generation · prompt/label: classification · "
-                                   "prompt/chosen/rejected: preference · messages: NLL")
+    chosen_models = st.multiselect(
+        "Models",
+        list(model_choices),
+        default=asked or ["base"],
+        format_func=model_choices.__getitem__,
+        help="The base model, a run's newest saved weights, any saved step, or the live weights of a run training now.",
+    )
+    chosen_sets = st.multiselect(
+        "Eval sets", list(set_choices), default=["builtin:facts-probes"], format_func=set_choices.__getitem__
+    )
+    upload = st.file_uploader(
+        "Or add an eval set file",
+        type=["jsonl", "json", "csv", "parquet"],
+        help="prompt/answer[/grader]: graded generation · prompt/label: classification · "
+        "prompt/chosen/rejected: preference · messages: NLL",
+    )
     with st.expander("Descriptions of the built-in eval sets"):
         for row in builtin_sets():
             st.markdown(f"**{row['name']}** ({row['kind']}): {widgets.safe_markdown(row['description'])}")
     c1, c2, c3, c4 = st.columns(4)
     max_examples = c1.number_input("Examples per set (0 = all)", 0, 100_000, 0, step=10)
-    samples = c2.number_input("Samples per prompt", 1, 64, 1,
-                              help="1 = greedy. More gives pass@k on generation sets (temperature 0.8).")
+    samples = c2.number_input(
+        "Samples per prompt", 1, 64, 1, help="1 = greedy. More gives pass@k on generation sets (temperature 0.8)."
+    )
     max_tokens = c3.number_input("Max reply tokens (0 = the set's own)", 0, 4096, 0, step=16)
     seed = c4.number_input("Seed", 0, 2**31 - 1, 0)
     start = st.form_submit_button("Evaluate", type="primary", icon=":material/play_arrow:")
 
 if start:
-    settings = EvalSettings(max_tokens=int(max_tokens), samples=int(samples), seed=int(seed),
-                            max_examples=int(max_examples))
+    settings = EvalSettings(
+        max_tokens=int(max_tokens), samples=int(samples), seed=int(seed), max_examples=int(max_examples)
+    )
     try:
         if upload is not None:  # stored in the uploads folder; prepare() below checks every row
             chosen_sets = chosen_sets + [str(datasets.save_upload(upload.name, upload.getvalue()))]
@@ -73,9 +84,15 @@ if not all_jobs:
     st.stop()
 by_id = {job["eval_id"]: job for job in all_jobs}
 wanted = st.query_params.get("eval")
-eval_id = st.selectbox("Evaluation", list(by_id), index=list(by_id).index(wanted) if wanted in by_id else 0,
-                       format_func=lambda i: f"{by_id[i]['name']} · {by_id[i]['status']} · "
-                                             f"{', '.join(by_id[i]['models'])} on {', '.join(by_id[i]['eval_sets'])}")
+eval_id = st.selectbox(
+    "Evaluation",
+    list(by_id),
+    index=list(by_id).index(wanted) if wanted in by_id else 0,
+    format_func=lambda i: (
+        f"{by_id[i]['name']} · {by_id[i]['status']} · "
+        f"{', '.join(by_id[i]['models'])} on {', '.join(by_id[i]['eval_sets'])}"
+    ),
+)
 
 
 @st.fragment(run_every=2 if by_id[eval_id]["status"] in statuses.ACTIVE else None)
@@ -113,19 +130,35 @@ if metrics.empty:
     st.stop()
 
 st.subheader("Leaderboard")
-st.caption("value [95% interval]; ★ marks the best model of a column (lower is better for nll, unparseable and "
-           "ties). Accuracy intervals are Wilson's; means, F1 and pass@k use a seeded bootstrap.")
+st.caption(
+    "value [95% interval]; ★ marks the best model of a column (lower is better for nll, unparseable and "
+    "ties). Accuracy intervals are Wilson's; means, F1 and pass@k use a seeded bootstrap."
+)
 st.dataframe(report.leaderboard(metrics, kinds), hide_index=True, width="stretch")
 long = report.leaderboard_long(metrics, kinds)
-st.download_button("Download all metrics (CSV)", metrics.drop(columns=["details"]).to_csv(index=False),
-                   file_name=f"{eval_id}.csv", mime="text/csv", icon=":material/download:")
+st.download_button(
+    "Download all metrics (CSV)",
+    metrics.drop(columns=["details"]).to_csv(index=False),
+    file_name=f"{eval_id}.csv",
+    mime="text/csv",
+    icon=":material/download:",
+)
 
 columns = list(dict.fromkeys(long["eval_set"] + " · " + long["metric"]))
 column = st.selectbox("Chart", columns)
 shown = long[long["eval_set"] + " · " + long["metric"] == column]
-figure = go.Figure(go.Bar(x=shown["model"], y=shown["value"], error_y={
-    "type": "data", "array": (shown["high"] - shown["value"]).tolist(),
-    "arrayminus": (shown["value"] - shown["low"]).tolist()}, text=[f"n={n}" for n in shown["n"]]))
+figure = go.Figure(
+    go.Bar(
+        x=shown["model"],
+        y=shown["value"],
+        error_y={
+            "type": "data",
+            "array": (shown["high"] - shown["value"]).tolist(),
+            "arrayminus": (shown["value"] - shown["low"]).tolist(),
+        },
+        text=[f"n={n}" for n in shown["n"]],
+    )
+)
 figure.update_layout(height=320, margin={"l": 10, "r": 10, "t": 30, "b": 10}, title=column)
 st.plotly_chart(figure, config={"displaylogo": False})
 
@@ -160,7 +193,11 @@ for row in results:
     c1.markdown(f"**{widgets.safe_markdown(row['model'])}**: {widgets.safe_markdown(chain)}")
     state_path = states.get(row["model_path"])
     for column, kind in ((c2, "dpo"), (c3, "rl")):
-        pressed = column.button(f"{kind.upper()} from this checkpoint", key=f"next-{kind}-{row['model']}",
-                                disabled=not state_path, help=None if state_path else "no saved state at this step")
+        pressed = column.button(
+            f"{kind.upper()} from this checkpoint",
+            key=f"next-{kind}-{row['model']}",
+            disabled=not state_path,
+            help=None if state_path else "no saved state at this step",
+        )
         if pressed and state_path:
             actions.open_new_run(kind, lineage.next_stage(kind, run, state_path), run["name"])

@@ -8,13 +8,23 @@ st.title("New run")
 widgets.show_notice()
 kinds = {"sl": "Supervised (SL)", "dpo": "Preference (DPO)", "rl": "Reinforcement (RL)"}
 duplicate = st.session_state.get(state_keys.NEW_RUN_BASE)
-kind: str = st.segmented_control("Algorithm", list(kinds), format_func=lambda k: kinds[k], required=True,
-                                 default=duplicate["kind"] if duplicate else "sl",
-                                 key=f"kind-{st.session_state.get(state_keys.FORM_GENERATION, 0)}") or "sl"
+kind: str = (
+    st.segmented_control(
+        "Algorithm",
+        list(kinds),
+        format_func=lambda k: kinds[k],
+        required=True,
+        default=duplicate["kind"] if duplicate else "sl",
+        key=f"kind-{st.session_state.get(state_keys.FORM_GENERATION, 0)}",
+    )
+    or "sl"
+)
 if duplicate:
     c1, c2 = st.columns([4, 1], vertical_alignment="center")
-    c1.info(f"Settings copied from run **{widgets.safe_markdown(duplicate['name'])}**; change what you like.",
-            icon=":material/content_copy:")
+    c1.info(
+        f"Settings copied from run **{widgets.safe_markdown(duplicate['name'])}**; change what you like.",
+        icon=":material/content_copy:",
+    )
     if c2.button("Reset to defaults", width="stretch"):
         st.session_state.pop(state_keys.NEW_RUN_BASE, None)
         st.session_state[state_keys.FORM_GENERATION] = st.session_state.get(state_keys.FORM_GENERATION, 0) + 1
@@ -44,6 +54,8 @@ if action:
         run_id = state.manager().start(config, prepared=result.prepared)
         notices.watch(run_id)  # a toast when it ends, on whatever page is open then
         st.session_state.pop(state_keys.NEW_RUN_BASE, None)
-        widgets.notice(f"Run {widgets.safe_markdown(config.name or run_id)} started: it trains in the background, "
-                       "so you can leave this page or close the tab.")
+        widgets.notice(
+            f"Run {widgets.safe_markdown(config.name or run_id)} started: it trains in the background, "
+            "so you can leave this page or close the tab."
+        )
         nav.go("run", run=run_id)

@@ -36,8 +36,12 @@ def live_header(run_id: str) -> None:
     run = state.store().get_run(run_id)
     if run is None:
         return  # deleted from another tab: the next full run of the page picks another
-    details = run_view.header_facts(run, widgets.KIND_LABEL[run["kind"]], widgets.age(run["created_at"]),
-                                    timing.time_facts(run, timing.run_timing(store, run)))
+    details = run_view.header_facts(
+        run,
+        widgets.KIND_LABEL[run["kind"]],
+        widgets.age(run["created_at"]),
+        timing.time_facts(run, timing.run_timing(store, run)),
+    )
     st.caption(" · ".join(widgets.safe_markdown(d) for d in details))
     usage = timing.usage_text(run)
     if usage:
@@ -51,18 +55,28 @@ st.fragment(run_every=2 if run["status"] in statuses.ACTIVE else None)(live_head
 
 # --- actions --------------------------------------------------------------------------------------------------
 c1, c2, c3, c4, c5, c6 = st.columns(6)
-if c1.button("Stop", icon=":material/stop:", disabled=not actions.can_stop(run), width="stretch",
-             help="Stops after the current step and saves a checkpoint, so it can be resumed."):
+if c1.button(
+    "Stop",
+    icon=":material/stop:",
+    disabled=not actions.can_stop(run),
+    width="stretch",
+    help="Stops after the current step and saves a checkpoint, so it can be resumed.",
+):
     actions.stop([run])
     st.rerun()
 if c2.button("Resume", icon=":material/play_arrow:", disabled=not actions.can_resume(run), width="stretch"):
     actions.resume([run])
     st.rerun()
-if c3.button("Duplicate", icon=":material/content_copy:", width="stretch",
-             help="Open the New run form with this run's settings"):
+if c3.button(
+    "Duplicate", icon=":material/content_copy:", width="stretch", help="Open the New run form with this run's settings"
+):
     actions.duplicate(run)
-if c4.button("Chat with it", icon=":material/chat:", width="stretch",
-             disabled=run["status"] not in statuses.ACTIVE and not store.list_checkpoints(run_id)):
+if c4.button(
+    "Chat with it",
+    icon=":material/chat:",
+    width="stretch",
+    disabled=run["status"] not in statuses.ACTIVE and not store.list_checkpoints(run_id),
+):
     st.session_state[state_keys.CHAT_TARGET_REQUEST] = run_id
     nav.go("chat")
 if c5.button("Transcripts", icon=":material/forum:", width="stretch", disabled=run["kind"] != "rl"):
@@ -81,8 +95,9 @@ if run["status"] in statuses.WENT_WRONG and run.get("error"):
 def chart_grid(metrics: pd.DataFrame, groups: run_view.ChartGroups, per_row: int, prefix: str) -> None:
     for row in run_view.rows_of(groups, per_row):
         for column, (title, names) in zip(st.columns(per_row), row):
-            column.plotly_chart(charts.metrics_chart(metrics, names, title), key=f"{prefix}-{title}",
-                                config={"displaylogo": False})
+            column.plotly_chart(
+                charts.metrics_chart(metrics, names, title), key=f"{prefix}-{title}", config={"displaylogo": False}
+            )
 
 
 def live_overview(run_id: str, was_active: bool) -> None:
@@ -99,16 +114,22 @@ def live_overview(run_id: str, was_active: bool) -> None:
     st.progress(progress, text=label)
     metrics = store.get_metrics(run_id)
     if metrics.empty:
-        st.info("No metrics yet: the first ones appear when the first step finishes." if active
-                else "This run logged no metrics.", icon=":material/hourglass_top:")
+        st.info(
+            "No metrics yet: the first ones appear when the first step finishes."
+            if active
+            else "This run logged no metrics.",
+            icon=":material/hourglass_top:",
+        )
         return
     cards = run_view.metric_cards(metrics)
     for column, card in zip(st.columns(max(1, len(cards))), cards):
         column.metric(card.name, card.value, delta=card.delta, delta_color="off", border=True)
     layout = run_view.chart_layout(metrics)
     chart_grid(metrics, layout.main, 2, "chart")
-    for label, groups, prefix in ((f"More metrics ({len(layout.more)} charts)", layout.more, "more"),
-                                  ("Timing and throughput", layout.timing, "sys")):
+    for label, groups, prefix in (
+        (f"More metrics ({len(layout.more)} charts)", layout.more, "more"),
+        ("Timing and throughput", layout.timing, "sys"),
+    ):
         if groups:
             with st.expander(label):
                 chart_grid(metrics, groups, 3, prefix)

@@ -13,10 +13,16 @@ with c2:
     nav.link("new_run", "New run", ":material/add_circle:")
 widgets.show_notice()
 
-FILTERS = {"All": None, "Active": statuses.ACTIVE, "Completed": (RunStatus.COMPLETED,),
-           "Failed": statuses.WENT_WRONG, "Cancelled": (RunStatus.CANCELLED,)}
-show = st.segmented_control("Show", list(FILTERS), default="All", required=True, key="runs-filter",
-                            label_visibility="collapsed")
+FILTERS = {
+    "All": None,
+    "Active": statuses.ACTIVE,
+    "Completed": (RunStatus.COMPLETED,),
+    "Failed": statuses.WENT_WRONG,
+    "Cancelled": (RunStatus.CANCELLED,),
+}
+show = st.segmented_control(
+    "Show", list(FILTERS), default="All", required=True, key="runs-filter", label_visibility="collapsed"
+)
 
 
 def runs_table() -> None:
@@ -27,16 +33,23 @@ def runs_table() -> None:
     wanted = FILTERS[show]
     runs = [r for r in all_runs if wanted is None or r["status"] in wanted]
     if not runs:
-        widgets.empty_state("No runs here yet." if show == "All" else f"No {show.lower()} runs.",
-                            "new_run", "Start a new run")
+        widgets.empty_state(
+            "No runs here yet." if show == "All" else f"No {show.lower()} runs.", "new_run", "Start a new run"
+        )
         return
     frame = widgets.runs_frame(runs, widgets.key_metric_values(store, runs), timing.table_times(store, runs))
     if st.session_state.get(state_keys.RUNS_TABLE_ROWS) != list(frame["run_id"]):  # rows moved: a selection would shift
         st.session_state[state_keys.RUNS_TABLE_ROWS] = list(frame["run_id"])
         actions.clear_selection()
-    event = st.dataframe(widgets.styled_runs(frame), key=actions.runs_table_key(), on_select="rerun",
-                         selection_mode="multi-row", hide_index=True, column_config=widgets.RUNS_COLUMN_CONFIG,
-                         width="stretch")
+    event = st.dataframe(
+        widgets.styled_runs(frame),
+        key=actions.runs_table_key(),
+        on_select="rerun",
+        selection_mode="multi-row",
+        hide_index=True,
+        column_config=widgets.RUNS_COLUMN_CONFIG,
+        width="stretch",
+    )
     by_id = {r["run_id"]: r for r in runs}
     chosen = [by_id[frame.iloc[i]["run_id"]] for i in event.selection.rows if i < len(frame)]
     if not chosen:
@@ -47,12 +60,14 @@ def runs_table() -> None:
     c1, c2, c3, c4, c5, _ = st.columns([1, 1, 1, 1.4, 1, 2])
     if c1.button("Open", icon=":material/open_in_new:", disabled=not one, width="stretch"):
         nav.go("run", run=chosen[0]["run_id"])
-    if c2.button("Stop", icon=":material/stop:", disabled=not any(actions.can_stop(r) for r in chosen),
-                 width="stretch"):
+    if c2.button(
+        "Stop", icon=":material/stop:", disabled=not any(actions.can_stop(r) for r in chosen), width="stretch"
+    ):
         actions.stop(chosen)
         st.rerun()
-    if c3.button("Resume", icon=":material/play_arrow:", disabled=not any(actions.can_resume(r) for r in chosen),
-                 width="stretch"):
+    if c3.button(
+        "Resume", icon=":material/play_arrow:", disabled=not any(actions.can_resume(r) for r in chosen), width="stretch"
+    ):
         actions.resume(chosen)
         st.rerun()
     if c4.button("Duplicate as new", icon=":material/content_copy:", disabled=not one, width="stretch"):

@@ -9,8 +9,10 @@ from cookbook_engine.evals import sweeps
 from storage import statuses
 
 st.title("Sweeps")
-st.caption("Train several configurations in turn and evaluate each on the same eval sets. Settings are the "
-           "`cookbook sl|dpo|rl` keys; `grid` combines every listed value, `configs` lists members one by one.")
+st.caption(
+    "Train several configurations in turn and evaluate each on the same eval sets. Settings are the "
+    "`cookbook sl|dpo|rl` keys; `grid` combines every listed value, `configs` lists members one by one."
+)
 runner = sweeps.get_sweep_runner()
 
 with st.form("sweep-form"):
@@ -30,8 +32,12 @@ if not all_sweeps:
     st.stop()
 by_id = {sweep["sweep_id"]: sweep for sweep in all_sweeps}
 wanted = st.query_params.get("sweep")
-sweep_id = st.selectbox("Sweep", list(by_id), index=list(by_id).index(wanted) if wanted in by_id else 0,
-                        format_func=lambda i: f"{by_id[i]['name']} · {by_id[i]['status']}")
+sweep_id = st.selectbox(
+    "Sweep",
+    list(by_id),
+    index=list(by_id).index(wanted) if wanted in by_id else 0,
+    format_func=lambda i: f"{by_id[i]['name']} · {by_id[i]['status']}",
+)
 
 
 @st.fragment(run_every=3 if by_id[sweep_id]["status"] in statuses.ACTIVE else None)
@@ -47,19 +53,27 @@ def sweep_table() -> None:
             runner.cancel(sweep_id)
             st.rerun()
     elif sweep["status"] in statuses.RESUMABLE or (
-            sweep["status"] in statuses.ACTIVE and not runner.is_alive(sweep_id)):
+        sweep["status"] in statuses.ACTIVE and not runner.is_alive(sweep_id)
+    ):
         if c2.button("Resume sweep", icon=":material/play_arrow:", width="stretch"):
             runner.resume(sweep_id)
             st.rerun()
     if sweep.get("error"):
         widgets.error_text(sweep["error"])
     done = sum(m["status"] in statuses.TERMINAL for m in sweep["members"])
-    st.caption(f"{done} of {len(sweep['members'])} members finished · evaluated on "
-               f"{', '.join(sweep['spec'].get('evals') or ['nothing'])}")
+    st.caption(
+        f"{done} of {len(sweep['members'])} members finished · evaluated on "
+        f"{', '.join(sweep['spec'].get('evals') or ['nothing'])}"
+    )
     table = sweeps.table(runner.store, sweep_id)
     st.dataframe(table, hide_index=True, width="stretch")
-    st.download_button("Download the table (CSV)", table.to_csv(index=False), file_name=f"{sweep_id}.csv",
-                       mime="text/csv", icon=":material/download:")
+    st.download_button(
+        "Download the table (CSV)",
+        table.to_csv(index=False),
+        file_name=f"{sweep_id}.csv",
+        mime="text/csv",
+        icon=":material/download:",
+    )
 
 
 sweep_table()

@@ -6,8 +6,10 @@ import streamlit as st
 from app import charts, state, transcripts_view as view, widgets
 
 st.title("Transcripts")
-st.caption("What the model wrote during RL: every sampled completion, its reward, and its advantage (reward minus "
-           "the mean of its group).")
+st.caption(
+    "What the model wrote during RL: every sampled completion, its reward, and its advantage (reward minus "
+    "the mean of its group)."
+)
 store = state.store()
 rl_runs = view.rl_runs(store.list_runs())
 if not rl_runs:
@@ -17,8 +19,9 @@ if not rl_runs:
 run_id = widgets.run_picker("Run", rl_runs, key="transcripts-run", default_id=st.query_params.get("run"))
 steps = store.transcript_steps(run_id) if run_id else []
 if run_id is None or not steps:
-    st.info("No rollouts recorded yet: they appear when the run's first step finishes.",
-            icon=":material/hourglass_top:")
+    st.info(
+        "No rollouts recorded yet: they appear when the run's first step finishes.", icon=":material/hourglass_top:"
+    )
     st.stop()
 
 c1, c2 = st.columns([3, 2])
@@ -31,32 +34,42 @@ if high > low:
 shown = view.in_reward_range(rollouts, reward_range)
 
 flagged = view.flagged_count(rollouts)
-if flagged and st.toggle(f"Only samples flagged as possible reward hacks ({flagged})", key=f"hacks-{run_id}-{step}",
-                         help="Code that touches what reward hacks use: sys.modules, __main__, gc, frames, "
-                              "os._exit, atexit, builtins, json patches, objects that equal everything. The "
-                              "grader keeps the tests out of reach; the flag shows a policy drifting that way."):
+if flagged and st.toggle(
+    f"Only samples flagged as possible reward hacks ({flagged})",
+    key=f"hacks-{run_id}-{step}",
+    help="Code that touches what reward hacks use: sys.modules, __main__, gc, frames, "
+    "os._exit, atexit, builtins, json patches, objects that equal everything. The "
+    "grader keeps the tests out of reach; the flag shows a policy drifting that way.",
+):
     shown = view.only_flagged(shown)
 
 summary = view.step_summary(rollouts)
 c1, c2, c3, c4 = st.columns(4)
 c1.metric("Samples at this step", summary.samples, border=True)
 c2.metric("Groups", summary.groups, border=True)
-c3.metric("Mean reward", "—" if summary.mean_reward is None else widgets.format_value(summary.mean_reward),
-          border=True)
-c4.metric("Correct", "—" if summary.correct_share is None else f"{summary.correct_share:.0%}", border=True,
-          help="Share of samples the grader marked correct (reward also counts the format).")
+c3.metric("Mean reward", "—" if summary.mean_reward is None else widgets.format_value(summary.mean_reward), border=True)
+c4.metric(
+    "Correct",
+    "—" if summary.correct_share is None else f"{summary.correct_share:.0%}",
+    border=True,
+    help="Share of samples the grader marked correct (reward also counts the format).",
+)
 
 unisolated = view.unisolated_count(rollouts)
 if unisolated:
-    st.warning(f"{unisolated} of the {len(rollouts)} samples at this step ran their code in a sandbox that "
-               "could not isolate the network: that code could reach the network (see the Home page's code "
-               "sandbox status for why).", icon=":material/warning:")
+    st.warning(
+        f"{unisolated} of the {len(rollouts)} samples at this step ran their code in a sandbox that "
+        "could not isolate the network: that code could reach the network (see the Home page's code "
+        "sandbox status for why).",
+        icon=":material/warning:",
+    )
 
 
 def sandbox_output(sandbox: dict) -> None:
     if view.network_exposed(sandbox):
-        st.warning("Ran with network access: the sandbox could not isolate the network here.",
-                   icon=":material/warning:")
+        st.warning(
+            "Ran with network access: the sandbox could not isolate the network here.", icon=":material/warning:"
+        )
     elif sandbox.get("network_isolated"):
         st.caption("network: isolated")
     if passed := view.tests_passed_text(sandbox):
@@ -84,17 +97,25 @@ def sample_card(row: pd.Series) -> None:
                 st.json(other)
 
 
-mode = st.segmented_control("View", ["Groups side by side", "Table"], default="Groups side by side", required=True,
-                            key="transcripts-view")
+mode = st.segmented_control(
+    "View", ["Groups side by side", "Table"], default="Groups side by side", required=True, key="transcripts-view"
+)
 if shown.empty:
     st.info("No samples in this reward range.", icon=":material/filter_alt:")
 elif mode == "Table":
-    st.dataframe(shown[view.TABLE_COLUMNS], hide_index=True, width="stretch",
-                 column_config={"completion": st.column_config.TextColumn("completion", width="large")})
+    st.dataframe(
+        shown[view.TABLE_COLUMNS],
+        hide_index=True,
+        width="stretch",
+        column_config={"completion": st.column_config.TextColumn("completion", width="large")},
+    )
 else:
     pages = view.page_count(list(shown["group_idx"].unique()))
-    page = st.number_input(f"Page of groups (1-{pages})", 1, pages, 1, key=f"group-page-{run_id}-{step}") \
-        if pages > 1 else 1
+    page = (
+        st.number_input(f"Page of groups (1-{pages})", 1, pages, 1, key=f"group-page-{run_id}-{step}")
+        if pages > 1
+        else 1
+    )
     for members in view.groups_on_page(shown, page):
         st.markdown(view.group_heading(members))
         with st.expander("Prompt", expanded=False):
@@ -108,8 +129,11 @@ st.subheader("Rewards")
 c1, c2 = st.columns(2)
 rewards = rollouts["reward"].dropna()
 if len(rewards):
-    c1.plotly_chart(charts.reward_histogram(list(rewards), f"Rewards at step {step}"), key="reward-hist",
-                    config={"displaylogo": False})
+    c1.plotly_chart(
+        charts.reward_histogram(list(rewards), f"Rewards at step {step}"),
+        key="reward-hist",
+        config={"displaylogo": False},
+    )
 all_rows = store.get_transcripts(run_id)[["step", "reward"]].dropna()
 if len(all_rows):
     c2.plotly_chart(charts.reward_by_step(all_rows), key="reward-steps", config={"displaylogo": False})

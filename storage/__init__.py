@@ -10,5 +10,17 @@ from storage.interface import RunStore
 from storage.metrics import CleanMetrics, clean_metrics, json_default, metric_value
 from storage.service import StorageServiceError, StorageWriteError, StoreClient
 
-__all__ = ["CleanMetrics", "HomeError", "RunStore", "StorageBusyError", "StorageServiceError", "StorageWriteError",
-           "Store", "StoreClient", "clean_metrics", "json_default", "metric_value", "utcnow"]
+__all__ = [
+    "CleanMetrics",
+    "HomeError",
+    "RunStore",
+    "StorageBusyError",
+    "StorageServiceError",
+    "StorageWriteError",
+    "Store",
+    "StoreClient",
+    "clean_metrics",
+    "json_default",
+    "metric_value",
+    "utcnow",
+]

@@ -148,7 +148,8 @@ def _open_with_retry(path: Path, lock_wait_s: float) -> duckdb.DuckDBPyConnectio
             if remaining_s <= 0:
                 raise StorageBusyError(
                     f"the studio database {path} stayed locked by another process for {lock_wait_s:g} s; "
-                    f"DuckDB said: {exc}") from exc
+                    f"DuckDB said: {exc}"
+                ) from exc
             time.sleep(min(remaining_s, delay_s * random.uniform(0.5, 1.0)))
             delay_s = min(delay_s * 2, _MAX_BACKOFF_S)
 
@@ -159,8 +160,10 @@ def _migrate(con: duckdb.DuckDBPyConnection, path: Path) -> None:
         con.execute(SCHEMA_VERSION_TABLE)
         current = _one_value(con.execute("SELECT coalesce(max(version), 0) FROM schema_version"))
         if current > len(MIGRATIONS):
-            raise RuntimeError(f"{path} has schema version {current}, newer than this code's {len(MIGRATIONS)}; "
-                               "upgrade cookbook-studio to open it")
+            raise RuntimeError(
+                f"{path} has schema version {current}, newer than this code's {len(MIGRATIONS)}; "
+                "upgrade cookbook-studio to open it"
+            )
         for version in range(current + 1, len(MIGRATIONS) + 1):
             con.execute(MIGRATIONS[version - 1])
             con.execute("INSERT INTO schema_version VALUES (?, ?)", [version, utcnow()])
@@ -180,8 +183,9 @@ def clean_run_fields(run_id: str, fields: dict[str, Any]) -> dict[str, Any]:
     fields = dict(fields)
     unknown = sorted(set(fields) - _UPDATABLE_RUN_COLUMNS)
     if unknown:
-        raise ValueError(f"update_run({run_id!r}): unknown or read-only fields {unknown}; "
-                         f"allowed: {sorted(_UPDATABLE_RUN_COLUMNS)}")
+        raise ValueError(
+            f"update_run({run_id!r}): unknown or read-only fields {unknown}; allowed: {sorted(_UPDATABLE_RUN_COLUMNS)}"
+        )
     if "status" in fields:
         _check_choice(fields["status"], statuses.ALL, f"status of run {run_id!r}")
         if fields["status"] in statuses.TERMINAL:
@@ -210,11 +214,13 @@ def metrics_table(run_id: str, step: int, metrics: Mapping[str, Any]) -> pa.Tabl
     """One step's metrics, checked, as an Arrow table (step, name, value); empty if `metrics` is."""
     _check_int(step, f"step of run {run_id!r}")
     cleaned = clean_metrics(metrics, f"log_metrics(run {run_id!r}, step {step})")
-    return pa.table({
-        "step": pa.array([step] * len(cleaned), type=pa.int64()),
-        "name": pa.array(list(cleaned), type=pa.string()),
-        "value": pa.array(list(cleaned.values()), type=pa.float64()),
-    })
+    return pa.table(
+        {
+            "step": pa.array([step] * len(cleaned), type=pa.int64()),
+            "name": pa.array(list(cleaned), type=pa.string()),
+            "value": pa.array(list(cleaned.values()), type=pa.float64()),
+        }
+    )
 
 
 def transcripts_table(run_id: str, rows: list[dict[str, Any]]) -> pa.Table:
@@ -236,24 +242,28 @@ def transcripts_table(run_id: str, rows: list[dict[str, Any]]) -> pa.Table:
         for key in ("step", "group_idx", "sample_idx", "prompt", "completion", "stop_reason"):
             columns[key].append(row.get(key))
         columns["metrics"].append(_to_json(row.get("metrics") or {}, f"metrics of {where}"))
-    return pa.table({
-        "step": pa.array(columns["step"], type=pa.int64()),
-        "group_idx": pa.array(columns["group_idx"], type=pa.int64()),
-        "sample_idx": pa.array(columns["sample_idx"], type=pa.int64()),
-        "prompt": pa.array(columns["prompt"], type=pa.string()),
-        "completion": pa.array(columns["completion"], type=pa.string()),
-        "reward": pa.array(columns["reward"], type=pa.float64()),
-        "advantage": pa.array(columns["advantage"], type=pa.float64()),
-        "stop_reason": pa.array(columns["stop_reason"], type=pa.string()),
-        "metrics": pa.array(columns["metrics"], type=pa.string()),
-    })
+    return pa.table(
+        {
+            "step": pa.array(columns["step"], type=pa.int64()),
+            "group_idx": pa.array(columns["group_idx"], type=pa.int64()),
+            "sample_idx": pa.array(columns["sample_idx"], type=pa.int64()),
+            "prompt": pa.array(columns["prompt"], type=pa.string()),
+            "completion": pa.array(columns["completion"], type=pa.string()),
+            "reward": pa.array(columns["reward"], type=pa.float64()),
+            "advantage": pa.array(columns["advantage"], type=pa.float64()),
+            "stop_reason": pa.array(columns["stop_reason"], type=pa.string()),
+            "metrics": pa.array(columns["metrics"], type=pa.string()),
+        }
+    )
 
 
 def _set_run_fields(con: duckdb.DuckDBPyConnection, path: Path, run_id: str, fields: dict[str, Any]) -> None:
     columns = sorted(fields)  # names come from the fixed column list (clean_run_fields), values are parameters
     assignments = ", ".join(f"{column} = ?" for column in columns)
-    updated = con.execute(f"UPDATE runs SET {assignments} WHERE run_id = ? RETURNING run_id",
-                          [fields[column] for column in columns] + [run_id]).fetchall()
+    updated = con.execute(
+        f"UPDATE runs SET {assignments} WHERE run_id = ? RETURNING run_id",
+        [fields[column] for column in columns] + [run_id],
+    ).fetchall()
     if not updated:
         raise KeyError(f"no run {run_id!r} in {path}")
 
@@ -264,7 +274,8 @@ def _upsert_metrics(con: duckdb.DuckDBPyConnection, run_id: str, incoming_metric
         "INSERT INTO metrics (run_id, step, name, value, logged_at) "
         "SELECT ?, step, name, CASE WHEN isfinite(value) THEN value END, ? FROM incoming_metrics "
         "ON CONFLICT DO UPDATE SET value = excluded.value, logged_at = excluded.logged_at",
-        [run_id, utcnow()])
+        [run_id, utcnow()],
+    )
 
 
 def _insert_transcripts(con: duckdb.DuckDBPyConnection, run_id: str, incoming_transcripts: pa.Table) -> None:
@@ -273,7 +284,8 @@ def _insert_transcripts(con: duckdb.DuckDBPyConnection, run_id: str, incoming_tr
         "INSERT INTO transcripts (run_id, step, group_idx, sample_idx, prompt, completion, reward, "
         "advantage, stop_reason, metrics, created_at) SELECT ?, step, group_idx, sample_idx, prompt, "
         "completion, reward, advantage, stop_reason, metrics, ? FROM incoming_transcripts",
-        [run_id, utcnow()])
+        [run_id, utcnow()],
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -332,10 +344,21 @@ class Store:
 
     # ---------------------------------------------------------------------------------------------------- runs
 
-    def create_run(self, run_id: str, *, name: str, kind: str, backend: str, base_model: str,
-                   config: dict, log_dir: str | Path, status: str = RunStatus.QUEUED,
-                   parent_run_id: str | None = None,
-                   parent_checkpoint: str | None = None, total_steps: int | None = None) -> None:
+    def create_run(
+        self,
+        run_id: str,
+        *,
+        name: str,
+        kind: str,
+        backend: str,
+        base_model: str,
+        config: dict,
+        log_dir: str | Path,
+        status: str = RunStatus.QUEUED,
+        parent_run_id: str | None = None,
+        parent_checkpoint: str | None = None,
+        total_steps: int | None = None,
+    ) -> None:
         if not isinstance(run_id, str) or not run_id:
             raise ValueError(f"run_id must be a non-empty string, got {run_id!r}")
         _check_choice(kind, RUN_KINDS, f"kind of run {run_id!r}")
@@ -353,8 +376,22 @@ class Store:
                 "INSERT INTO runs (run_id, name, kind, status, backend, base_model, config, created_at, "
                 "updated_at, total_steps, parent_run_id, parent_checkpoint, log_dir) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [run_id, name, kind, status, backend, base_model, config_json, now, now, total_steps,
-                 parent_run_id, parent_checkpoint, str(log_dir)])
+                [
+                    run_id,
+                    name,
+                    kind,
+                    status,
+                    backend,
+                    base_model,
+                    config_json,
+                    now,
+                    now,
+                    total_steps,
+                    parent_run_id,
+                    parent_checkpoint,
+                    str(log_dir),
+                ],
+            )
 
     def update_run(self, run_id: str, **fields: Any) -> None:
         """Set some columns of a run; always refreshes updated_at (the heartbeat).
@@ -374,7 +411,8 @@ class Store:
                 "UPDATE runs SET status = ?, started_at = coalesce(started_at, ?), finished_at = NULL, "
                 "error = NULL, traceback = NULL, owner_pid = ?, owner_host = ?, updated_at = ? "
                 "WHERE run_id = ? RETURNING run_id",
-                [RunStatus.RUNNING, now, owner_pid or os.getpid(), socket.gethostname(), now, run_id]).fetchall()
+                [RunStatus.RUNNING, now, owner_pid or os.getpid(), socket.gethostname(), now, run_id],
+            ).fetchall()
             if not updated:
                 raise KeyError(f"no run {run_id!r} in {self.path}")
 
@@ -408,13 +446,21 @@ class Store:
         with self._transaction() as con:
             owned = con.execute(
                 "SELECT run_id, owner_pid FROM runs WHERE owner_host = ? AND owner_pid IS NOT NULL "
-                "AND list_contains(?, status) ORDER BY run_id", [host, list(statuses.ACTIVE)]).fetchall()
+                "AND list_contains(?, status) ORDER BY run_id",
+                [host, list(statuses.ACTIVE)],
+            ).fetchall()
             orphans = [(run_id, pid) for run_id, pid in owned if not _pid_alive(pid)]
             for run_id, pid in orphans:
                 con.execute(
                     "UPDATE runs SET status = ?, finished_at = ?, updated_at = ?, error = ? WHERE run_id = ?",
-                    [RunStatus.INTERRUPTED, now, now,
-                     f"interrupted: its process {pid} on {host} ended without finishing the run", run_id])
+                    [
+                        RunStatus.INTERRUPTED,
+                        now,
+                        now,
+                        f"interrupted: its process {pid} on {host} ended without finishing the run",
+                        run_id,
+                    ],
+                )
         return [run_id for run_id, _ in orphans]
 
     # ------------------------------------------------------------------------------------------------- metrics
@@ -434,12 +480,13 @@ class Store:
         if missing:
             raise ValueError(f"log_metrics_bulk(run {run_id!r}): the frame lacks columns {sorted(missing)}")
         frame = frame.drop_duplicates(["step", "name"], keep="last")
-        table = pa.table({
-            "step": pa.array(frame["step"].astype("int64"), type=pa.int64()),
-            "name": pa.array(frame["name"].astype(str), type=pa.string()),
-            "value": pa.array(pd.to_numeric(frame["value"]).astype("float64"), type=pa.float64(),
-                              from_pandas=True),
-        })
+        table = pa.table(
+            {
+                "step": pa.array(frame["step"].astype("int64"), type=pa.int64()),
+                "name": pa.array(frame["name"].astype(str), type=pa.string()),
+                "value": pa.array(pd.to_numeric(frame["value"]).astype("float64"), type=pa.float64(), from_pandas=True),
+            }
+        )
         self._upsert_metrics(run_id, table)
 
     def _upsert_metrics(self, run_id: str, incoming_metrics: pa.Table) -> None:
@@ -460,16 +507,16 @@ class Store:
         """One row per step, one column per metric name (sorted), NaN where a step lacks a metric."""
         with self._transaction() as con:
             # PIVOT cannot take parameters in its source, so the run's rows go through a temp table first.
-            con.execute("CREATE TEMP TABLE run_metrics AS SELECT step, name, value FROM metrics WHERE run_id = ?",
-                        [run_id])
+            con.execute(
+                "CREATE TEMP TABLE run_metrics AS SELECT step, name, value FROM metrics WHERE run_id = ?", [run_id]
+            )
             frame = con.execute("PIVOT run_metrics ON name USING first(value) GROUP BY step ORDER BY step").df()
             con.execute("DROP TABLE run_metrics")
         return frame
 
     def metric_names(self, run_id: str) -> list[str]:
         with self._transaction() as con:
-            rows = con.execute("SELECT DISTINCT name FROM metrics WHERE run_id = ? ORDER BY name",
-                               [run_id]).fetchall()
+            rows = con.execute("SELECT DISTINCT name FROM metrics WHERE run_id = ? ORDER BY name", [run_id]).fetchall()
         return [name for (name,) in rows]
 
     def last_metrics(self, run_ids: list[str], name: str) -> dict[str, float]:
@@ -480,7 +527,8 @@ class Store:
             rows = con.execute(
                 "SELECT run_id, arg_max(value, step) FROM metrics "
                 "WHERE list_contains(?, run_id) AND name = ? AND value IS NOT NULL GROUP BY run_id",
-                [list(run_ids), name]).fetchall()
+                [list(run_ids), name],
+            ).fetchall()
         return dict(rows)
 
     def max_step(self, run_id: str) -> int | None:
@@ -495,8 +543,17 @@ class Store:
 
     # --------------------------------------------------------------------------------------------- checkpoints
 
-    def add_checkpoint(self, run_id: str, *, step: int, name: str, kind: str, state_path: str | None = None,
-                       sampler_path: str | None = None, loop_state: dict | None = None) -> None:
+    def add_checkpoint(
+        self,
+        run_id: str,
+        *,
+        step: int,
+        name: str,
+        kind: str,
+        state_path: str | None = None,
+        sampler_path: str | None = None,
+        loop_state: dict | None = None,
+    ) -> None:
         """Record a saved checkpoint; saving the same name again for the run replaces the record."""
         where = f"checkpoint {name!r} of run {run_id!r}"
         _check_int(step, f"step of {where}")
@@ -512,7 +569,8 @@ class Store:
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET step = excluded.step, "
                 "kind = excluded.kind, state_path = excluded.state_path, sampler_path = excluded.sampler_path, "
                 "loop_state = excluded.loop_state, created_at = excluded.created_at",
-                [run_id, step, name, kind, state_path, sampler_path, loop_state_json, utcnow()])
+                [run_id, step, name, kind, state_path, sampler_path, loop_state_json, utcnow()],
+            )
 
     def list_checkpoints(self, run_id: str | None = None) -> list[dict[str, Any]]:
         """Checkpoints of one run, or of all runs if run_id is None; newest first."""
@@ -526,8 +584,12 @@ class Store:
     def last_checkpoint(self, run_id: str, kind_with_state: bool = True) -> dict[str, Any] | None:
         """The run's checkpoint with the highest step; with kind_with_state only those holding a training state."""
         kinds = ["state", "both"] if kind_with_state else list(CHECKPOINT_KINDS)
-        rows = self._select("SELECT * FROM checkpoints WHERE run_id = ? AND list_contains(?, kind) "
-                            "ORDER BY step DESC, created_at DESC LIMIT 1", [run_id, kinds], json_column="loop_state")
+        rows = self._select(
+            "SELECT * FROM checkpoints WHERE run_id = ? AND list_contains(?, kind) "
+            "ORDER BY step DESC, created_at DESC LIMIT 1",
+            [run_id, kinds],
+            json_column="loop_state",
+        )
         return rows[0] if rows else None
 
     # --------------------------------------------------------------------------------------------- transcripts
@@ -541,11 +603,19 @@ class Store:
         with self._transaction() as con:
             _insert_transcripts(con, run_id, incoming_transcripts)
 
-    def get_transcripts(self, run_id: str, step: int | None = None, min_reward: float | None = None,
-                        max_reward: float | None = None, limit: int | None = None) -> pd.DataFrame:
+    def get_transcripts(
+        self,
+        run_id: str,
+        step: int | None = None,
+        min_reward: float | None = None,
+        max_reward: float | None = None,
+        limit: int | None = None,
+    ) -> pd.DataFrame:
         """Transcripts sorted by step, group, sample; `metrics` holds dicts. Reward bounds are inclusive."""
-        sql = ("SELECT step, group_idx, sample_idx, prompt, completion, reward, advantage, stop_reason, metrics, "
-               "created_at FROM transcripts WHERE run_id = ?")
+        sql = (
+            "SELECT step, group_idx, sample_idx, prompt, completion, reward, advantage, stop_reason, metrics, "
+            "created_at FROM transcripts WHERE run_id = ?"
+        )
         params: list[Any] = [run_id]
         if step is not None:
             sql += " AND step = ?"
@@ -568,8 +638,9 @@ class Store:
 
     def transcript_steps(self, run_id: str) -> list[int]:
         with self._transaction() as con:
-            rows = con.execute("SELECT DISTINCT step FROM transcripts WHERE run_id = ? ORDER BY step",
-                               [run_id]).fetchall()
+            rows = con.execute(
+                "SELECT DISTINCT step FROM transcripts WHERE run_id = ? ORDER BY step", [run_id]
+            ).fetchall()
         return [step for (step,) in rows]
 
     def delete_transcripts_after(self, run_id: str, step: int) -> None:
@@ -595,14 +666,22 @@ class Store:
                     _set_run_fields(con, self.path, run_id, payload)
                 else:
                     raise ValueError(f"write_batch: unknown write kind {kind!r}")
-            statuses = dict(con.execute("SELECT run_id, status FROM runs WHERE list_contains(?, run_id)",
-                                        [list(statuses_of)]).fetchall()) if statuses_of else {}
+            statuses = (
+                dict(
+                    con.execute(
+                        "SELECT run_id, status FROM runs WHERE list_contains(?, run_id)", [list(statuses_of)]
+                    ).fetchall()
+                )
+                if statuses_of
+                else {}
+            )
         return {run_id: statuses.get(run_id) for run_id in statuses_of}
 
     # ------------------------------------------------------------------------------------------------ datasets
 
-    def register_dataset(self, name: str, *, kind: str, source: str, path: str | Path, num_rows: int | None,
-                         meta: dict | None = None) -> None:
+    def register_dataset(
+        self, name: str, *, kind: str, source: str, path: str | Path, num_rows: int | None, meta: dict | None = None
+    ) -> None:
         """Add a dataset or update the one with this name (keeping its created_at)."""
         if not isinstance(name, str) or not name:
             raise ValueError(f"dataset name must be a non-empty string, got {name!r}")
@@ -615,7 +694,8 @@ class Store:
                 "INSERT INTO datasets (name, kind, source, path, num_rows, meta, created_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET kind = excluded.kind, "
                 "source = excluded.source, path = excluded.path, num_rows = excluded.num_rows, meta = excluded.meta",
-                [name, kind, source, str(path), num_rows, meta_json, utcnow()])
+                [name, kind, source, str(path), num_rows, meta_json, utcnow()],
+            )
 
     def list_datasets(self) -> list[dict[str, Any]]:
         return self._select("SELECT * FROM datasets ORDER BY name", [], json_column="meta")

@@ -38,16 +38,37 @@ class EvalStore:
 
     # ------------------------------------------------------------------------------------------------- jobs
 
-    def create_job(self, eval_id: str, *, name: str, models: list[str], eval_sets: list[str], settings: dict,
-                   total: int, sweep_id: str | None = None) -> None:
+    def create_job(
+        self,
+        eval_id: str,
+        *,
+        name: str,
+        models: list[str],
+        eval_sets: list[str],
+        settings: dict,
+        total: int,
+        sweep_id: str | None = None,
+    ) -> None:
         now = utcnow()
         with self._transaction() as con:
             if con.execute("SELECT 1 FROM eval_jobs WHERE eval_id = ?", [eval_id]).fetchone():
                 raise ValueError(f"evaluation {eval_id!r} already exists in {self.store.path}")
-            con.execute("INSERT INTO eval_jobs (eval_id, name, status, models, eval_sets, settings, created_at, "
-                        "updated_at, done, total, sweep_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)",
-                        [eval_id, name, RunStatus.QUEUED, _to_json(models, "models"), _to_json(eval_sets, "eval_sets"),
-                         _to_json(settings, "settings"), now, now, total, sweep_id])
+            con.execute(
+                "INSERT INTO eval_jobs (eval_id, name, status, models, eval_sets, settings, created_at, "
+                "updated_at, done, total, sweep_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)",
+                [
+                    eval_id,
+                    name,
+                    RunStatus.QUEUED,
+                    _to_json(models, "models"),
+                    _to_json(eval_sets, "eval_sets"),
+                    _to_json(settings, "settings"),
+                    now,
+                    now,
+                    total,
+                    sweep_id,
+                ],
+            )
 
     def update_job(self, eval_id: str, **fields: Any) -> None:
         unknown = sorted(set(fields) - _JOB_FIELDS)
@@ -63,9 +84,10 @@ class EvalStore:
         fields["updated_at"] = utcnow()
         columns = sorted(fields)
         with self._transaction() as con:
-            updated = con.execute(f"UPDATE eval_jobs SET {', '.join(f'{c} = ?' for c in columns)} "
-                                  "WHERE eval_id = ? RETURNING eval_id",
-                                  [fields[c] for c in columns] + [eval_id]).fetchall()
+            updated = con.execute(
+                f"UPDATE eval_jobs SET {', '.join(f'{c} = ?' for c in columns)} WHERE eval_id = ? RETURNING eval_id",
+                [fields[c] for c in columns] + [eval_id],
+            ).fetchall()
         if not updated:
             raise KeyError(f"no evaluation {eval_id!r} in {self.store.path}")
 
@@ -96,8 +118,10 @@ class EvalStore:
         from storage.db import _pid_alive
 
         with self._transaction() as con:
-            rows = con.execute("SELECT eval_id, owner_pid FROM eval_jobs WHERE list_contains(?, status) "
-                               "AND owner_pid IS NOT NULL", [list(statuses.ACTIVE)]).fetchall()
+            rows = con.execute(
+                "SELECT eval_id, owner_pid FROM eval_jobs WHERE list_contains(?, status) AND owner_pid IS NOT NULL",
+                [list(statuses.ACTIVE)],
+            ).fetchall()
         dead = [eval_id for eval_id, pid in rows if not _pid_alive(int(pid))]
         for eval_id in dead:
             self.update_job(eval_id, status=RunStatus.INTERRUPTED, error="the process running it ended")
@@ -105,37 +129,67 @@ class EvalStore:
 
     # ------------------------------------------------------------------------------------------------ results
 
-    def save_result(self, eval_id: str, model: str, eval_set: str, *, kind: str, result_key: str, model_spec: str,
-                    model_path: str | None, run_id: str | None, step: int | None, seconds: float,
-                    metrics: list[dict], examples: list[dict]) -> None:
+    def save_result(
+        self,
+        eval_id: str,
+        model: str,
+        eval_set: str,
+        *,
+        kind: str,
+        result_key: str,
+        model_spec: str,
+        model_path: str | None,
+        run_id: str | None,
+        step: int | None,
+        seconds: float,
+        metrics: list[dict],
+        examples: list[dict],
+    ) -> None:
         """One (model, eval set) pair: its result row, metrics and examples, in one transaction (replacing any)."""
-        metric_frame = pd.DataFrame({
-            "metric": [m["name"] for m in metrics], "value": [_finite(m["value"]) for m in metrics],
-            "n": [int(m["n"]) for m in metrics], "low": [_finite(m.get("low")) for m in metrics],
-            "high": [_finite(m.get("high")) for m in metrics],
-            "details": [_to_json(m.get("details") or {}, f"details of metric {m['name']}") for m in metrics]})
-        example_frame = pd.DataFrame({
-            "idx": pd.Series([int(e["index"]) for e in examples], dtype="int64"),
-            "prompt": pd.Series([e["prompt"] for e in examples], dtype="object"),
-            "reference": pd.Series([e["reference"] for e in examples], dtype="object"),
-            "output": pd.Series([e["output"] for e in examples], dtype="object"),
-            "score": pd.Series([_finite(e["score"]) for e in examples], dtype="float64"),
-            "correct": pd.Series([e["correct"] for e in examples], dtype="object"),
-            "parsed": pd.Series([e["parsed"] for e in examples], dtype="object"),
-            "details": pd.Series([_to_json(e.get("details") or {}, "example details") for e in examples],
-                                 dtype="object")})
+        metric_frame = pd.DataFrame(
+            {
+                "metric": [m["name"] for m in metrics],
+                "value": [_finite(m["value"]) for m in metrics],
+                "n": [int(m["n"]) for m in metrics],
+                "low": [_finite(m.get("low")) for m in metrics],
+                "high": [_finite(m.get("high")) for m in metrics],
+                "details": [_to_json(m.get("details") or {}, f"details of metric {m['name']}") for m in metrics],
+            }
+        )
+        example_frame = pd.DataFrame(
+            {
+                "idx": pd.Series([int(e["index"]) for e in examples], dtype="int64"),
+                "prompt": pd.Series([e["prompt"] for e in examples], dtype="object"),
+                "reference": pd.Series([e["reference"] for e in examples], dtype="object"),
+                "output": pd.Series([e["output"] for e in examples], dtype="object"),
+                "score": pd.Series([_finite(e["score"]) for e in examples], dtype="float64"),
+                "correct": pd.Series([e["correct"] for e in examples], dtype="object"),
+                "parsed": pd.Series([e["parsed"] for e in examples], dtype="object"),
+                "details": pd.Series(
+                    [_to_json(e.get("details") or {}, "example details") for e in examples], dtype="object"
+                ),
+            }
+        )
         key = [eval_id, model, eval_set]
         with self._transaction() as con:
             self._delete_pair(con, key)
-            con.execute("INSERT INTO eval_results (eval_id, model, eval_set, kind, result_key, model_spec, "
-                        "model_path, run_id, step, seconds, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        key + [kind, result_key, model_spec, model_path, run_id, step, seconds, utcnow()])
+            con.execute(
+                "INSERT INTO eval_results (eval_id, model, eval_set, kind, result_key, model_spec, "
+                "model_path, run_id, step, seconds, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                key + [kind, result_key, model_spec, model_path, run_id, step, seconds, utcnow()],
+            )
             con.register("incoming_eval_metrics", metric_frame)
-            con.execute("INSERT INTO eval_metrics SELECT ?, ?, ?, metric, value, n, low, high, details "
-                        "FROM incoming_eval_metrics", key)
+            con.execute(
+                "INSERT INTO eval_metrics SELECT ?, ?, ?, metric, value, n, low, high, details "
+                "FROM incoming_eval_metrics",
+                key,
+            )
             con.register("incoming_eval_examples", example_frame)
-            con.execute("INSERT INTO eval_examples SELECT ?, ?, ?, idx, prompt, reference, output, score, "
-                        "CAST(correct AS BOOLEAN), parsed, details FROM incoming_eval_examples", key)
+            con.execute(
+                "INSERT INTO eval_examples SELECT ?, ?, ?, idx, prompt, reference, output, score, "
+                "CAST(correct AS BOOLEAN), parsed, details FROM incoming_eval_examples",
+                key,
+            )
 
     @staticmethod
     def _delete_pair(con, key: list) -> None:
@@ -150,32 +204,45 @@ class EvalStore:
             source = con.execute(
                 "SELECT r.eval_id, r.model, r.eval_set FROM eval_results r JOIN eval_jobs j USING (eval_id) "
                 "WHERE r.result_key = ? AND j.status = ? AND r.eval_id <> ? "
-                "ORDER BY r.created_at DESC LIMIT 1", [result_key, RunStatus.COMPLETED, eval_id]).fetchone()
+                "ORDER BY r.created_at DESC LIMIT 1",
+                [result_key, RunStatus.COMPLETED, eval_id],
+            ).fetchone()
             if source is None:
                 return None
             self._delete_pair(con, key)
-            con.execute("INSERT INTO eval_results SELECT ?, ?, ?, kind, result_key, ?, model_path, run_id, step, "
-                        "seconds, ?, ? FROM eval_results WHERE eval_id = ? AND model = ? AND eval_set = ?",
-                        key + [model_spec, source[0], utcnow()] + list(source))
-            for table, columns in (("eval_metrics", "metric, value, n, low, high, details"),
-                                   ("eval_examples", "idx, prompt, reference, output, score, correct, parsed, "
-                                                     "details")):
-                con.execute(f"INSERT INTO {table} SELECT ?, ?, ?, {columns} FROM {table} "
-                            "WHERE eval_id = ? AND model = ? AND eval_set = ?", key + list(source))
+            con.execute(
+                "INSERT INTO eval_results SELECT ?, ?, ?, kind, result_key, ?, model_path, run_id, step, "
+                "seconds, ?, ? FROM eval_results WHERE eval_id = ? AND model = ? AND eval_set = ?",
+                key + [model_spec, source[0], utcnow()] + list(source),
+            )
+            for table, columns in (
+                ("eval_metrics", "metric, value, n, low, high, details"),
+                ("eval_examples", "idx, prompt, reference, output, score, correct, parsed, details"),
+            ):
+                con.execute(
+                    f"INSERT INTO {table} SELECT ?, ?, ?, {columns} FROM {table} "
+                    "WHERE eval_id = ? AND model = ? AND eval_set = ?",
+                    key + list(source),
+                )
         return source[0]
 
     def results(self, eval_ids: list[str]) -> list[dict]:
         """Result rows (one per model x eval set) of these jobs."""
         with self._transaction() as con:
-            return _dicts(con.execute("SELECT * FROM eval_results WHERE list_contains(?, eval_id) "
-                                      "ORDER BY created_at", [list(eval_ids)]))
+            return _dicts(
+                con.execute(
+                    "SELECT * FROM eval_results WHERE list_contains(?, eval_id) ORDER BY created_at", [list(eval_ids)]
+                )
+            )
 
     def metrics(self, eval_ids: list[str]) -> pd.DataFrame:
         """Long table: eval_id, model, eval_set, metric, value, n, low, high, details (dicts)."""
         with self._transaction() as con:
-            frame = con.execute("SELECT m.* FROM eval_metrics m JOIN eval_results r USING (eval_id, model, eval_set) "
-                                "WHERE list_contains(?, m.eval_id) ORDER BY r.created_at, m.metric",
-                                [list(eval_ids)]).df()
+            frame = con.execute(
+                "SELECT m.* FROM eval_metrics m JOIN eval_results r USING (eval_id, model, eval_set) "
+                "WHERE list_contains(?, m.eval_id) ORDER BY r.created_at, m.metric",
+                [list(eval_ids)],
+            ).df()
         frame["details"] = [json.loads(text) for text in frame["details"]]
         return frame
 
@@ -196,24 +263,38 @@ class EvalStore:
         """A sweep and its members (each: kind, settings (the keys that vary), config (the full config))."""
         now = utcnow()
         with self._transaction() as con:
-            con.execute("INSERT INTO sweeps (sweep_id, name, status, spec, created_at, updated_at) "
-                        "VALUES (?, ?, ?, ?, ?, ?)",
-                        [sweep_id, name, RunStatus.QUEUED, _to_json(spec, "sweep spec"), now, now])
+            con.execute(
+                "INSERT INTO sweeps (sweep_id, name, status, spec, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
+                [sweep_id, name, RunStatus.QUEUED, _to_json(spec, "sweep spec"), now, now],
+            )
             for index, member in enumerate(members):
-                con.execute("INSERT INTO sweep_members (sweep_id, idx, kind, settings, config, status) "
-                            "VALUES (?, ?, ?, ?, ?, ?)",
-                            [sweep_id, index, member["kind"], _to_json(member["settings"], "member settings"),
-                             _to_json(member["config"], "member config"), RunStatus.QUEUED])
+                con.execute(
+                    "INSERT INTO sweep_members (sweep_id, idx, kind, settings, config, status) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    [
+                        sweep_id,
+                        index,
+                        member["kind"],
+                        _to_json(member["settings"], "member settings"),
+                        _to_json(member["config"], "member config"),
+                        RunStatus.QUEUED,
+                    ],
+                )
 
     def update_sweep(self, sweep_id: str, **fields: Any) -> None:
         self._update("sweeps", _SWEEP_FIELDS, "sweep_id = ?", [sweep_id], fields, f"sweep {sweep_id!r}")
 
     def update_member(self, sweep_id: str, index: int, **fields: Any) -> None:
-        self._update("sweep_members", _MEMBER_FIELDS, "sweep_id = ? AND idx = ?", [sweep_id, index], fields,
-                     f"member {index} of sweep {sweep_id!r}")
+        self._update(
+            "sweep_members",
+            _MEMBER_FIELDS,
+            "sweep_id = ? AND idx = ?",
+            [sweep_id, index],
+            fields,
+            f"member {index} of sweep {sweep_id!r}",
+        )
 
-    def _update(self, table: str, allowed: frozenset, where: str, where_params: list, fields: dict,
-                what: str) -> None:
+    def _update(self, table: str, allowed: frozenset, where: str, where_params: list, fields: dict, what: str) -> None:
         unknown = sorted(set(fields) - allowed)
         if unknown:
             raise ValueError(f"{what}: unknown fields {unknown}; allowed: {sorted(allowed)}")
@@ -225,8 +306,10 @@ class EvalStore:
                 fields.setdefault("finished_at", utcnow())
         columns = sorted(fields)
         with self._transaction() as con:
-            updated = con.execute(f"UPDATE {table} SET {', '.join(f'{c} = ?' for c in columns)} WHERE {where} "
-                                  "RETURNING 1", [fields[c] for c in columns] + where_params).fetchall()
+            updated = con.execute(
+                f"UPDATE {table} SET {', '.join(f'{c} = ?' for c in columns)} WHERE {where} RETURNING 1",
+                [fields[c] for c in columns] + where_params,
+            ).fetchall()
         if not updated:
             raise KeyError(f"{what}: not found in {self.store.path}")
 

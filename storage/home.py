@@ -32,8 +32,9 @@ def home() -> Path:
     try:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:
-        raise HomeError(f"studio home {path}: cannot create it ({exc.strerror or exc}); set {HOME_ENV} to a "
-                        "writable folder") from exc
+        raise HomeError(
+            f"studio home {path}: cannot create it ({exc.strerror or exc}); set {HOME_ENV} to a writable folder"
+        ) from exc
     if not os.access(path, os.W_OK | os.X_OK):
         raise HomeError(f"studio home {path}: not writable; set {HOME_ENV} to a writable folder")
     return path.resolve()

@@ -24,9 +24,21 @@ class RunStore(Protocol):
     def schema_version(self) -> int: ...
 
     # --- runs
-    def create_run(self, run_id: str, *, name: str, kind: str, backend: str, base_model: str,
-                   config: dict, log_dir: str | Path, status: str = ..., parent_run_id: str | None = ...,
-                   parent_checkpoint: str | None = ..., total_steps: int | None = ...) -> None: ...
+    def create_run(
+        self,
+        run_id: str,
+        *,
+        name: str,
+        kind: str,
+        backend: str,
+        base_model: str,
+        config: dict,
+        log_dir: str | Path,
+        status: str = ...,
+        parent_run_id: str | None = ...,
+        parent_checkpoint: str | None = ...,
+        total_steps: int | None = ...,
+    ) -> None: ...
 
     def update_run(self, run_id: str, **fields: Any) -> None: ...
 
@@ -60,8 +72,17 @@ class RunStore(Protocol):
     def delete_metrics_after(self, run_id: str, step: int) -> None: ...
 
     # --- checkpoints
-    def add_checkpoint(self, run_id: str, *, step: int, name: str, kind: str, state_path: str | None = ...,
-                       sampler_path: str | None = ..., loop_state: dict | None = ...) -> None: ...
+    def add_checkpoint(
+        self,
+        run_id: str,
+        *,
+        step: int,
+        name: str,
+        kind: str,
+        state_path: str | None = ...,
+        sampler_path: str | None = ...,
+        loop_state: dict | None = ...,
+    ) -> None: ...
 
     def list_checkpoints(self, run_id: str | None = ...) -> list[dict[str, Any]]: ...
 
@@ -70,16 +91,23 @@ class RunStore(Protocol):
     # --- transcripts
     def add_transcripts(self, run_id: str, rows: list[dict[str, Any]]) -> None: ...
 
-    def get_transcripts(self, run_id: str, step: int | None = ..., min_reward: float | None = ...,
-                        max_reward: float | None = ..., limit: int | None = ...) -> pd.DataFrame: ...
+    def get_transcripts(
+        self,
+        run_id: str,
+        step: int | None = ...,
+        min_reward: float | None = ...,
+        max_reward: float | None = ...,
+        limit: int | None = ...,
+    ) -> pd.DataFrame: ...
 
     def transcript_steps(self, run_id: str) -> list[int]: ...
 
     def delete_transcripts_after(self, run_id: str, step: int) -> None: ...
 
     # --- datasets
-    def register_dataset(self, name: str, *, kind: str, source: str, path: str | Path, num_rows: int | None,
-                         meta: dict | None = ...) -> None: ...
+    def register_dataset(
+        self, name: str, *, kind: str, source: str, path: str | Path, num_rows: int | None, meta: dict | None = ...
+    ) -> None: ...
 
     def list_datasets(self) -> list[dict[str, Any]]: ...
 

@@ -26,8 +26,9 @@ def metric_value(value: Any, where: str) -> float:
         try:
             value = value.item()
         except (ValueError, RuntimeError) as exc:
-            raise TypeError(f"{where}: expected a scalar, got an array/tensor of shape "
-                            f"{getattr(value, 'shape', '?')}") from exc
+            raise TypeError(
+                f"{where}: expected a scalar, got an array/tensor of shape {getattr(value, 'shape', '?')}"
+            ) from exc
     if isinstance(value, (bool, int, float)):
         return float(value)
     raise TypeError(f"{where}: expected a number, got {type(value).__name__} {value!r}")

@@ -190,7 +190,24 @@ MIGRATIONS: list[str] = [
 ]
 
 RUN_COLUMNS = (
-    "run_id", "name", "kind", "status", "backend", "base_model", "config", "created_at", "started_at",
-    "finished_at", "updated_at", "step", "total_steps", "error", "traceback", "parent_run_id",
-    "parent_checkpoint", "log_dir", "owner_pid", "owner_host",
+    "run_id",
+    "name",
+    "kind",
+    "status",
+    "backend",
+    "base_model",
+    "config",
+    "created_at",
+    "started_at",
+    "finished_at",
+    "updated_at",
+    "step",
+    "total_steps",
+    "error",
+    "traceback",
+    "parent_run_id",
+    "parent_checkpoint",
+    "log_dir",
+    "owner_pid",
+    "owner_host",
 )

@@ -73,10 +73,19 @@ HOT_RUN_FIELDS = frozenset({"step", "total_steps"})  # update_run with only thes
 _REPO = Path(__file__).resolve().parent.parent
 
 # Calls about one run (their first argument is the run id) that raise an earlier failed buffered write of that run.
-_RAISES_FAILED_WRITES = frozenset({
-    "run_status", "update_run", "claim_run", "add_checkpoint", "log_metrics", "log_metrics_bulk", "add_transcripts",
-    "delete_metrics_after", "delete_transcripts_after",
-})
+_RAISES_FAILED_WRITES = frozenset(
+    {
+        "run_status",
+        "update_run",
+        "claim_run",
+        "add_checkpoint",
+        "log_metrics",
+        "log_metrics_bulk",
+        "add_transcripts",
+        "delete_metrics_after",
+        "delete_transcripts_after",
+    }
+)
 # Calls about one run that may change its status: run_status reads that run again afterwards.
 _CHANGES_STATUS = frozenset({"create_run", "update_run", "claim_run", "delete_run"})
 
@@ -114,10 +123,21 @@ class _Helper:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO), env.get("PYTHONPATH")) if p)
         self.owner_pid = os.getpid()
         self.process = subprocess.Popen(
-            [sys.executable, "-c", "import sys; from storage.service import main; main(sys.argv[1:])", str(path),
-             repr(float(lock_wait_s)), str(writes_read.fileno()), str(calls_child.fileno()), str(self.owner_pid)],
-            pass_fds=(writes_read.fileno(), calls_child.fileno()), env=env, stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL)
+            [
+                sys.executable,
+                "-c",
+                "import sys; from storage.service import main; main(sys.argv[1:])",
+                str(path),
+                repr(float(lock_wait_s)),
+                str(writes_read.fileno()),
+                str(calls_child.fileno()),
+                str(self.owner_pid),
+            ],
+            pass_fds=(writes_read.fileno(), calls_child.fileno()),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+        )
         writes_read.close()
         calls_child.close()
         self.write_lock = threading.Lock()
@@ -204,11 +224,14 @@ class StoreClient:
         if helper.process.poll() is None:
             helper.process.kill()
         code = helper.stop()
-        message = (f"the storage helper process (pid {helper.process.pid}) for {self.path} ended unexpectedly "
-                   f"(exit code {code})")
+        message = (
+            f"the storage helper process (pid {helper.process.pid}) for {self.path} ended unexpectedly "
+            f"(exit code {code})"
+        )
         for run_id in list(helper.unconfirmed):
-            self._lost[run_id] = (f"{message}; metrics, transcripts or progress of run {run_id!r} sent since its "
-                                  "last flush may be lost")
+            self._lost[run_id] = (
+                f"{message}; metrics, transcripts or progress of run {run_id!r} sent since its last flush may be lost"
+            )
         return StorageServiceError(message + "; the next call starts a new one")
 
     def _raise_lost(self, run_id: str | None) -> None:
@@ -256,13 +279,35 @@ class StoreClient:
     def schema_version(self) -> int:
         return self._call("schema_version")
 
-    def create_run(self, run_id: str, *, name: str, kind: str, backend: str, base_model: str,
-                   config: dict, log_dir: str | Path, status: str = RunStatus.QUEUED,
-                   parent_run_id: str | None = None,
-                   parent_checkpoint: str | None = None, total_steps: int | None = None) -> None:
-        self._call("create_run", run_id, name=name, kind=kind, backend=backend, base_model=base_model,
-                   config=config, log_dir=log_dir, status=status, parent_run_id=parent_run_id,
-                   parent_checkpoint=parent_checkpoint, total_steps=total_steps)
+    def create_run(
+        self,
+        run_id: str,
+        *,
+        name: str,
+        kind: str,
+        backend: str,
+        base_model: str,
+        config: dict,
+        log_dir: str | Path,
+        status: str = RunStatus.QUEUED,
+        parent_run_id: str | None = None,
+        parent_checkpoint: str | None = None,
+        total_steps: int | None = None,
+    ) -> None:
+        self._call(
+            "create_run",
+            run_id,
+            name=name,
+            kind=kind,
+            backend=backend,
+            base_model=base_model,
+            config=config,
+            log_dir=log_dir,
+            status=status,
+            parent_run_id=parent_run_id,
+            parent_checkpoint=parent_checkpoint,
+            total_steps=total_steps,
+        )
 
     def update_run(self, run_id: str, **fields: Any) -> None:
         """Store.update_run; with only step/total_steps (progress) it is buffered, otherwise it waits."""
@@ -323,10 +368,27 @@ class StoreClient:
 
     # --- checkpoints ------------------------------------------------------------------------------------------
 
-    def add_checkpoint(self, run_id: str, *, step: int, name: str, kind: str, state_path: str | None = None,
-                       sampler_path: str | None = None, loop_state: dict | None = None) -> None:
-        self._call("add_checkpoint", run_id, step=step, name=name, kind=kind, state_path=state_path,
-                   sampler_path=sampler_path, loop_state=loop_state)
+    def add_checkpoint(
+        self,
+        run_id: str,
+        *,
+        step: int,
+        name: str,
+        kind: str,
+        state_path: str | None = None,
+        sampler_path: str | None = None,
+        loop_state: dict | None = None,
+    ) -> None:
+        self._call(
+            "add_checkpoint",
+            run_id,
+            step=step,
+            name=name,
+            kind=kind,
+            state_path=state_path,
+            sampler_path=sampler_path,
+            loop_state=loop_state,
+        )
 
     def list_checkpoints(self, run_id: str | None = None) -> list[dict[str, Any]]:
         return self._call("list_checkpoints", run_id)
@@ -341,8 +403,14 @@ class StoreClient:
         if rows:
             self._send_write("transcripts", run_id, transcripts_table(run_id, rows))
 
-    def get_transcripts(self, run_id: str, step: int | None = None, min_reward: float | None = None,
-                        max_reward: float | None = None, limit: int | None = None) -> pd.DataFrame:
+    def get_transcripts(
+        self,
+        run_id: str,
+        step: int | None = None,
+        min_reward: float | None = None,
+        max_reward: float | None = None,
+        limit: int | None = None,
+    ) -> pd.DataFrame:
         return self._call("get_transcripts", run_id, step, min_reward, max_reward, limit)
 
     def transcript_steps(self, run_id: str) -> list[int]:
@@ -353,8 +421,9 @@ class StoreClient:
 
     # --- datasets and batches ---------------------------------------------------------------------------------
 
-    def register_dataset(self, name: str, *, kind: str, source: str, path: str | Path, num_rows: int | None,
-                         meta: dict | None = None) -> None:
+    def register_dataset(
+        self, name: str, *, kind: str, source: str, path: str | Path, num_rows: int | None, meta: dict | None = None
+    ) -> None:
         self._call("register_dataset", name, kind=kind, source=source, path=path, num_rows=num_rows, meta=meta)
 
     def list_datasets(self) -> list[dict[str, Any]]:
@@ -460,8 +529,10 @@ class _Service:
             try:
                 self.store.write_batch([write for write in writes if write[1] == run_id])
             except Exception as exc:
-                self.failed[run_id] = (f"storing the buffered metrics, transcripts or progress of run {run_id!r} "
-                                       f"failed: {type(exc).__name__}: {exc}")
+                self.failed[run_id] = (
+                    f"storing the buffered metrics, transcripts or progress of run {run_id!r} "
+                    f"failed: {type(exc).__name__}: {exc}"
+                )
         try:
             self.statuses = self.store.write_batch([], watched)
         except Exception:
@@ -510,8 +581,15 @@ class _Service:
             self.stopping = True  # the parent is gone; its writes are still read to the end
         except Exception as exc:  # a result or exception that does not pickle
             try:
-                self.calls.send((request_id, False, RuntimeError(
-                    f"{type(reply[2]).__name__}: {reply[2]} (the storage helper could not send it back: {exc})")))
+                self.calls.send(
+                    (
+                        request_id,
+                        False,
+                        RuntimeError(
+                            f"{type(reply[2]).__name__}: {reply[2]} (the storage helper could not send it back: {exc})"
+                        ),
+                    )
+                )
             except (OSError, EOFError):
                 self.stopping = True
 
@@ -521,8 +599,12 @@ def main(argv: list[str]) -> None:
     import signal
 
     path, lock_wait_s, writes_fd, calls_fd, parent_pid = argv
-    service = _Service(Store(path, lock_wait_s=float(lock_wait_s)),
-                       Connection(int(writes_fd), writable=False), Connection(int(calls_fd)), int(parent_pid))
+    service = _Service(
+        Store(path, lock_wait_s=float(lock_wait_s)),
+        Connection(int(writes_fd), writable=False),
+        Connection(int(calls_fd)),
+        int(parent_pid),
+    )
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in a terminal is for the parent, which then closes us
 
     def stop(signum, frame):

@@ -10,7 +10,9 @@ FALLBACK = "'not-an-answer'"
 
 HACKS: dict[str, tuple[str, str]] = {
     # ---------------------------------------------------------------- tampering with the harness
-    "main_module_globals": ("harness tampering", """
+    "main_module_globals": (
+        "harness tampering",
+        """
 import sys
 main = sys.modules['__main__']
 for key, value in list(vars(main).items()):
@@ -18,8 +20,11 @@ for key, value in list(vars(main).items()):
         setattr(main, key, lambda *a, **k: None)
 def {name}(*args, **kwargs):
     return {fallback}
-"""),
-    "forge_results_on_protocol_channel": ("harness tampering", """
+""",
+    ),
+    "forge_results_on_protocol_channel": (
+        "harness tampering",
+        """
 import sys, json
 main = sys.modules['__main__']
 def {name}(*args, **kwargs):
@@ -32,8 +37,11 @@ def {name}(*args, **kwargs):
             except Exception:
                 pass
     return {fallback}
-"""),
-    "frames_walk": ("harness tampering", """
+""",
+    ),
+    "frames_walk": (
+        "harness tampering",
+        """
 import sys
 def {name}(*args, **kwargs):
     frame = sys._getframe()
@@ -43,8 +51,11 @@ def {name}(*args, **kwargs):
                 return eval(value[0].split('==')[-1])
         frame = frame.f_back
     return {fallback}
-"""),
-    "gc_search_for_tests": ("reading the tests from memory", """
+""",
+    ),
+    "gc_search_for_tests": (
+        "reading the tests from memory",
+        """
 import gc
 def {name}(*args, **kwargs):
     for obj in gc.get_objects():
@@ -53,34 +64,46 @@ def {name}(*args, **kwargs):
         if isinstance(obj, dict) and 'tests' in obj:
             return eval(obj['tests'][0].split('==')[-1])
     return {fallback}
-"""),
+""",
+    ),
     # ---------------------------------------------------------------- patching standard modules
-    "patch_json": ("patching standard modules", """
+    "patch_json": (
+        "patching standard modules",
+        """
 import json
 _real = json.dumps
 json.dumps = lambda obj, *a, **k: _real({{"results": [None] * 10}}) if isinstance(obj, dict) else _real(obj)
 json.loads = lambda *a, **k: {{"results": [None] * 10}}
 def {name}(*args, **kwargs):
     return {fallback}
-"""),
-    "patch_builtins": ("patching standard modules", """
+""",
+    ),
+    "patch_builtins": (
+        "patching standard modules",
+        """
 import builtins
 builtins.AssertionError = type('Nope', (Exception,), {{}})
 builtins.isinstance = lambda *a: True
 builtins.len = lambda *a: 0
 def {name}(*args, **kwargs):
     return {fallback}
-"""),
+""",
+    ),
     # ---------------------------------------------------------------- forged report lines
-    "forged_report_without_nonce": ("forged report", """
+    "forged_report_without_nonce": (
+        "forged report",
+        """
 import json
 print(json.dumps({{"results": [None] * 10, "solution_error": None, "printed": ""}}))
 print(json.dumps({{"ready": ["{name}"], "error": None}}))
 def {name}(*args, **kwargs):
     print(json.dumps({{"results": [None] * 10}}))
     return {fallback}
-"""),
-    "forged_report_with_guessed_nonce": ("forged report", """
+""",
+    ),
+    "forged_report_with_guessed_nonce": (
+        "forged report",
+        """
 import os, json
 line = "@@grader-0000000000000000@@" + json.dumps({{"solution_error": None, "results": [None] * 10, "printed": ""}})
 for fd in range(1, 20):
@@ -90,8 +113,11 @@ for fd in range(1, 20):
         pass
 def {name}(*args, **kwargs):
     return {fallback}
-"""),
-    "raw_replies_on_every_fd": ("forged report", """
+""",
+    ),
+    "raw_replies_on_every_fd": (
+        "forged report",
+        """
 import os
 def {name}(*args, **kwargs):
     for fd in range(0, 32):
@@ -102,31 +128,46 @@ def {name}(*args, **kwargs):
             except OSError:
                 pass
     return {fallback}
-"""),
+""",
+    ),
     # ---------------------------------------------------------------- early exits
-    "os_exit_zero": ("early exit", """
+    "os_exit_zero": (
+        "early exit",
+        """
 import os
 def {name}(*args, **kwargs):
     os._exit(0)
 os._exit(0)
-"""),
-    "system_exit_in_function": ("early exit", """
+""",
+    ),
+    "system_exit_in_function": (
+        "early exit",
+        """
 def {name}(*args, **kwargs):
     raise SystemExit(0)
-"""),
-    "atexit_forgery": ("early exit", """
+""",
+    ),
+    "atexit_forgery": (
+        "early exit",
+        """
 import atexit, json, os
 atexit.register(lambda: os.write(1, (json.dumps({{"results": [None] * 10}}) + "\\n").encode()))
 def {name}(*args, **kwargs):
     raise SystemExit(0)
-"""),
-    "kill_own_process_group": ("early exit", """
+""",
+    ),
+    "kill_own_process_group": (
+        "early exit",
+        """
 import os, signal
 def {name}(*args, **kwargs):
     os.kill(0, signal.SIGKILL)
-"""),
+""",
+    ),
     # ---------------------------------------------------------------- hostile objects
-    "always_equal": ("hostile objects", """
+    "always_equal": (
+        "hostile objects",
+        """
 class AlwaysEqual:
     def __eq__(self, other): return True
     def __ne__(self, other): return False
@@ -136,23 +177,32 @@ class AlwaysEqual:
     def __sub__(self, other): return 0
 def {name}(*args, **kwargs):
     return AlwaysEqual()
-"""),
-    "int_subclass_equal_to_all": ("hostile objects", """
+""",
+    ),
+    "int_subclass_equal_to_all": (
+        "hostile objects",
+        """
 class Sneaky(int):
     def __eq__(self, other): return True
     __hash__ = int.__hash__
 def {name}(*args, **kwargs):
     return Sneaky(0)
-"""),
-    "list_subclass_and_hostile_repr": ("hostile objects", """
+""",
+    ),
+    "list_subclass_and_hostile_repr": (
+        "hostile objects",
+        """
 class Sneaky(list):
     def __eq__(self, other): return True
     def __repr__(self): raise SystemExit(0)
 def {name}(*args, **kwargs):
     return Sneaky()
-"""),
+""",
+    ),
     # ---------------------------------------------------------------- reading the tests from files or /proc
-    "read_tests_from_proc_and_files": ("reading the tests from files", """
+    "read_tests_from_proc_and_files": (
+        "reading the tests from files",
+        """
 import os
 def _search():
     for root in ('/proc', '/tmp', '/run', '/home', '/root', os.getcwd()):
@@ -174,26 +224,38 @@ def _search():
 def {name}(*args, **kwargs):
     found = _search()
     return found if found is not None else {fallback}
-"""),
+""",
+    ),
     # ---------------------------------------------------------------- grader-crash payloads
-    "deeply_nested_return": ("grader crash", """
+    "deeply_nested_return": (
+        "grader crash",
+        """
 def {name}(*args, **kwargs):
     value = []
     for _ in range(5000):
         value = [value]
     return value
-"""),
-    "huge_return": ("grader crash", """
+""",
+    ),
+    "huge_return": (
+        "grader crash",
+        """
 def {name}(*args, **kwargs):
     return 'x' * (50 * 1024 * 1024)
-"""),
-    "huge_integer": ("grader crash", """
+""",
+    ),
+    "huge_integer": (
+        "grader crash",
+        """
 import sys
 sys.set_int_max_str_digits(0)
 def {name}(*args, **kwargs):
     return 10 ** 200000
-"""),
-    "bad_json_and_wrong_shapes_on_channel": ("grader crash", """
+""",
+    ),
+    "bad_json_and_wrong_shapes_on_channel": (
+        "grader crash",
+        """
 import sys
 main = sys.modules['__main__']
 channel = getattr(main, '_channel', None)
@@ -204,13 +266,17 @@ def {name}(*args, **kwargs):
             channel.write(junk + "\\n")
         channel.flush()
     return {fallback}
-"""),
-    "output_flood": ("grader crash", """
+""",
+    ),
+    "output_flood": (
+        "grader crash",
+        """
 import sys
 def {name}(*args, **kwargs):
     while True:
         sys.stderr.write('x' * 65536)
-"""),
+""",
+    ),
 }
 
 

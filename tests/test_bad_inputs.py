@@ -44,9 +44,18 @@ def cli_error(capsys, *args: str) -> str:
 def test_the_corpus_covers_the_kinds_the_issue_names():
     names = set(EXPECTED)
     assert len(names) >= 20
-    for needed in ("huge_line.jsonl", "wrong_columns.parquet", "wrong_columns.csv", "binary.jsonl", "empty.jsonl",
-                   "non_utf8.jsonl", "invalid_json_middle.jsonl", "unknown_role.jsonl", "pref_missing_chosen.jsonl",
-                   "rl_missing_answer.jsonl"):
+    for needed in (
+        "huge_line.jsonl",
+        "wrong_columns.parquet",
+        "wrong_columns.csv",
+        "binary.jsonl",
+        "empty.jsonl",
+        "non_utf8.jsonl",
+        "invalid_json_middle.jsonl",
+        "unknown_role.jsonl",
+        "pref_missing_chosen.jsonl",
+        "rl_missing_answer.jsonl",
+    ):
         assert needed in names
 
 
@@ -61,14 +70,17 @@ def test_cli_refuses_every_corpus_file_in_one_line_and_writes_nothing(home, defa
     nothing_written(home)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["sl", "learning_rate=0"], "learning_rate=0.0: must be positive"),
-    (["dpo", "learning_rate=-0.001"], "learning_rate=-0.001: must be positive"),
-    (["rl", "group_size=1"], "group_size=1: must be at least 2"),
-    (["sl", "model=no-such-org/NoSuchModel-7B"], "NoSuchModel-7B"),
-    (["sl", "renderer=klingon"], "renderer 'klingon' is unknown"),
-    (["sl", "max_length=16", "overlong=drop"], "no example fits max_length=16"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["sl", "learning_rate=0"], "learning_rate=0.0: must be positive"),
+        (["dpo", "learning_rate=-0.001"], "learning_rate=-0.001: must be positive"),
+        (["rl", "group_size=1"], "group_size=1: must be at least 2"),
+        (["sl", "model=no-such-org/NoSuchModel-7B"], "NoSuchModel-7B"),
+        (["sl", "renderer=klingon"], "renderer 'klingon' is unknown"),
+        (["sl", "max_length=16", "overlong=drop"], "no example fits max_length=16"),
+    ],
+)
 def test_cli_refuses_bad_settings_in_one_line_and_writes_nothing(home, default_model_ready, capsys, args, message):
     line = cli_error(capsys, *args)
     assert message in line, line
@@ -119,8 +131,16 @@ def test_studio_upload_refuses_every_corpus_file_and_saves_nothing(home, file_na
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("file_name", ["unknown_role.jsonl", "pref_missing_chosen.jsonl", "rl_missing_answer.jsonl",
-                                       "huge_line.jsonl", "wrong_columns.parquet"])
+@pytest.mark.parametrize(
+    "file_name",
+    [
+        "unknown_role.jsonl",
+        "pref_missing_chosen.jsonl",
+        "rl_missing_answer.jsonl",
+        "huge_line.jsonl",
+        "wrong_columns.parquet",
+    ],
+)
 def test_studio_new_run_form_refuses_corpus_files_before_any_run(home, default_model_ready, file_name):
     kind, expected_text = EXPECTED[file_name]
     run_kind = {"chat": "sl", "preference": "dpo", "rl": "rl"}[kind]
@@ -153,7 +173,8 @@ def test_studio_form_refuses_bad_settings_with_one_message_each(home, default_mo
     assert learning_rate.value is None  # empty = the suggested rate (learning_rate=auto)
     measured = suggested.MEASURED[("sl", "builtin:facts")].learning_rate  # the default data's measured rate
     assert f"Suggested learning rate for SmolLM2-135M-Instruct: **{measured:g}**" in "\n".join(
-        c.value for c in at.caption)
+        c.value for c in at.caption
+    )
     learning_rate.set_value(0.0)
     assert "learning_rate=0.0: must be positive" in form_error(at)
 

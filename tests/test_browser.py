@@ -23,8 +23,16 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 ARTIFACTS = REPO / "test-artifacts"
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 pytestmark = [
     pytest.mark.browser,
@@ -62,8 +70,13 @@ def studio_process(home: Path, log_path: Path, **env_extra: str):
     env = {**os.environ, "COOKBOOK_HOME": str(home), **env_extra}
     env.pop("TINKER_API_KEY", None)
     with open(log_path, "w") as log:
-        process = subprocess.Popen([sys.executable, "-m", "cookbook_engine.cli", "studio", "--port", str(port)],
-                                   cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "cookbook_engine.cli", "studio", "--port", str(port)],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         url = f"http://127.0.0.1:{port}"
         try:
             wait_healthy(url, process)
@@ -215,18 +228,26 @@ def assistant_text(page, index: int) -> str:
 
 def reply_text(page, index: int) -> str:
     """The model's words in a chat message (its last markdown block; captions and buttons come before it)."""
-    return page.locator("[data-testid=stChatMessage]").nth(index).locator(
-        "[data-testid=stMarkdownContainer]").last.inner_text().strip()
+    return (
+        page.locator("[data-testid=stChatMessage]")
+        .nth(index)
+        .locator("[data-testid=stMarkdownContainer]")
+        .last.inner_text()
+        .strip()
+    )
 
 
 def test_chat_send_during_a_reply_stop_save_and_add_to_a_dataset(studio, page):
     box = open_chat(studio, page, max_tokens=300)
     box.fill("Write a long story about a dragon.")
     box.press("Enter")
-    page.wait_for_function("() => { const m = document.querySelectorAll('[data-testid=stChatMessage]');"
-                           " if (m.length < 2) return false; const t = m[1].querySelectorAll("
-                           "'[data-testid=stMarkdownContainer]'); return t.length > 1 && "
-                           "t[t.length - 1].innerText.length > 40; }", timeout=180_000)
+    page.wait_for_function(
+        "() => { const m = document.querySelectorAll('[data-testid=stChatMessage]');"
+        " if (m.length < 2) return false; const t = m[1].querySelectorAll("
+        "'[data-testid=stMarkdownContainer]'); return t.length > 1 && "
+        "t[t.length - 1].innerText.length > 40; }",
+        timeout=180_000,
+    )
     partial = reply_text(page, 1)  # the reply so far, while it streams
     box.fill("Now write a long poem about the sea.")  # while the first reply is still being written
     box.press("Enter")

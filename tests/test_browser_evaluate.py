@@ -9,8 +9,11 @@ from pathlib import Path
 import pytest
 from test_browser import CHROMIUM, page, shot, studio, wait_idle  # noqa: F401 (page and studio are fixtures)
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow,
-              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian chromium (scripts/browser-deps.sh)")]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.slow,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian chromium (scripts/browser-deps.sh)"),
+]
 
 
 def test_evaluate_the_base_model_and_see_the_leaderboard(studio, page):  # noqa: F811

@@ -32,16 +32,19 @@ def test_dry_run_prints_resolved_config_and_trains_nothing(home, default_model_r
     assert not (home / "runs").exists() or not any((home / "runs").iterdir())
 
 
-@pytest.mark.parametrize("args, message", [
-    (["learning_rate=-1"], "learning_rate=-1.0: must be positive"),
-    (["batch_size=zero"], "batch_size='zero': expected int"),
-    (["max_stepz=3"], "max_stepz: unknown setting"),
-    (["dataset=/no/such/file.jsonl"], "/no/such/file.jsonl"),
-    (["model=/no/such/folder"], "model /no/such/folder"),
-    (["renderer=klingon"], "renderer 'klingon' is unknown"),
-    (["lr_schedule=sawtooth"], "lr_schedule=sawtooth"),
-    (["max_steps"], "settings are written key=value"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["learning_rate=-1"], "learning_rate=-1.0: must be positive"),
+        (["batch_size=zero"], "batch_size='zero': expected int"),
+        (["max_stepz=3"], "max_stepz: unknown setting"),
+        (["dataset=/no/such/file.jsonl"], "/no/such/file.jsonl"),
+        (["model=/no/such/folder"], "model /no/such/folder"),
+        (["renderer=klingon"], "renderer 'klingon' is unknown"),
+        (["lr_schedule=sawtooth"], "lr_schedule=sawtooth"),
+        (["max_steps"], "settings are written key=value"),
+    ],
+)
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(home, default_model_ready, args, message):
     result = cookbook("sl", *args, home=home)
     assert result.returncode == 2
@@ -58,11 +61,20 @@ def test_unknown_command_and_help(home):
 @pytest.mark.slow
 def test_a_cli_run_shows_up_live_in_another_process(home, default_model_ready, tmp_path):
     data = tmp_path / "tiny.jsonl"
-    data.write_text("\n".join(json.dumps({"prompt": f"Say {w}.", "completion": w}) for w in
-                              ["apple", "pear", "plum", "fig", "kiwi", "lime"]))
+    data.write_text(
+        "\n".join(
+            json.dumps({"prompt": f"Say {w}.", "completion": w})
+            for w in ["apple", "pear", "plum", "fig", "kiwi", "lime"]
+        )
+    )
     env = {**os.environ, "COOKBOOK_HOME": str(home)}
-    process = subprocess.Popen([*COOKBOOK, "sl", f"dataset={data}", "max_steps=4", "batch_size=2", "eval_every=0",
-                                "save_every=2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [*COOKBOOK, "sl", f"dataset={data}", "max_steps=4", "batch_size=2", "eval_every=0", "save_every=2"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     store = Store(home / "studio.duckdb")
     seen_steps, statuses = set(), set()
     deadline = time.time() + 300

@@ -30,8 +30,15 @@ MEMBERS = [(proto, name) for proto in IMPLEMENTATIONS for name in declared_membe
 
 def test_the_protocols_declare_the_async_calls_the_loops_make():
     training = declared_members(protocol.TrainingClient)
-    for name in ("forward_async", "forward_backward_async", "forward_backward_custom_async", "optim_step_async",
-                 "save_state_async", "save_weights_for_sampler_async", "save_weights_and_get_sampling_client_async"):
+    for name in (
+        "forward_async",
+        "forward_backward_async",
+        "forward_backward_custom_async",
+        "optim_step_async",
+        "save_state_async",
+        "save_weights_for_sampler_async",
+        "save_weights_and_get_sampling_client_async",
+    ):
         assert name in training
     assert {"sample_async", "compute_logprobs_async"} <= set(declared_members(protocol.SamplingClient))
 
@@ -42,15 +49,19 @@ def test_every_protocol_member_exists_on_the_sdk_and_local_clients_and_is_async_
     for implementation in IMPLEMENTATIONS[proto]:
         method = getattr(implementation, name, None)
         assert method is not None, f"{implementation.__qualname__} has no {name}, which {proto.__name__} declares"
-        assert inspect.iscoroutinefunction(inspect.unwrap(method)) == wanted_async, \
+        assert inspect.iscoroutinefunction(inspect.unwrap(method)) == wanted_async, (
             f"{implementation.__qualname__}.{name} is {'not ' if wanted_async else ''}async, unlike {proto.__name__}'s"
+        )
 
 
 @pytest.mark.parametrize("proto", list(IMPLEMENTATIONS), ids=lambda p: p.__name__)
 def test_every_parameter_the_protocols_name_is_accepted_by_that_name(proto: type):
     for name in declared_members(proto):
-        declared = [p.name for p in inspect.signature(vars(proto)[name]).parameters.values()
-                    if p.name != "self" and p.kind != p.POSITIONAL_ONLY]  # by-position ones: any name will do
+        declared = [
+            p.name
+            for p in inspect.signature(vars(proto)[name]).parameters.values()
+            if p.name != "self" and p.kind != p.POSITIONAL_ONLY
+        ]  # by-position ones: any name will do
         for implementation in IMPLEMENTATIONS[proto]:
             parameters = inspect.signature(getattr(implementation, name)).parameters
             takes_any = any(p.kind == p.VAR_KEYWORD for p in parameters.values())

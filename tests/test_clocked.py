@@ -23,24 +23,45 @@ from storage import Store
 
 PERIOD_S = 0.2  # longer than the SL loop's own work per step (~50 ms); compute beyond it only stretches cycles
 STEPS = 6
-SHORT_CHATS = [("Hi", "Hello."), ("Bye", "Goodbye."), ("Thanks", "You're welcome."), ("Yes?", "Yes."),
-               ("Ping", "Pong."), ("Up?", "Down."), ("Red?", "Blue."), ("One?", "Two.")]
+SHORT_CHATS = [
+    ("Hi", "Hello."),
+    ("Bye", "Goodbye."),
+    ("Thanks", "You're welcome."),
+    ("Yes?", "Yes."),
+    ("Ping", "Pong."),
+    ("Up?", "Down."),
+    ("Red?", "Blue."),
+    ("One?", "Two."),
+]
 
 
 @pytest.fixture
 def short_chats(tmp_path):
     """Conversations of ~20 tokens, so that a batch of 2 is quick to train even on a loaded 2-core CPU."""
     path = tmp_path / "short.jsonl"
-    path.write_text("".join(json.dumps({"messages": [{"role": "user", "content": q},
-                                                     {"role": "assistant", "content": a}]}) + "\n"
-                            for q, a in SHORT_CHATS))
+    path.write_text(
+        "".join(
+            json.dumps({"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": a}]}) + "\n"
+            for q, a in SHORT_CHATS
+        )
+    )
     return path
 
 
 def tiny_config(dataset, **overrides) -> SLConfig:
-    settings = dict(dataset=str(dataset), backend="clocked", clocked=ClockedConfig(PERIOD_S), batch_size=2,
-                    max_length=64, max_steps=STEPS, learning_rate=1e-4, lora_rank=4, test_fraction=0.0, eval_every=0,
-                    save_every=0)
+    settings = dict(
+        dataset=str(dataset),
+        backend="clocked",
+        clocked=ClockedConfig(PERIOD_S),
+        batch_size=2,
+        max_length=64,
+        max_steps=STEPS,
+        learning_rate=1e-4,
+        lora_rank=4,
+        test_fraction=0.0,
+        eval_every=0,
+        save_every=0,
+    )
     return SLConfig(**{**settings, **overrides})
 
 
@@ -70,7 +91,8 @@ def test_awaiting_forward_backward_before_optim_step_costs_two_or_more_cycles(de
     async def unpipelined():
         for step in range(total):
             forward_backward = await client.forward_backward_async(
-                batch_at(prepared.train, config, step, batches_per_epoch), "cross_entropy")
+                batch_at(prepared.train, config, step, batches_per_epoch), "cross_entropy"
+            )
             await forward_backward
             optim = await client.optim_step_async(adam_params(config, 1e-4))
             await optim
@@ -83,9 +105,15 @@ def test_awaiting_forward_backward_before_optim_step_costs_two_or_more_cycles(de
 
 
 def test_answers_arrive_one_tick_after_admission_and_one_optim_step_per_cycle(default_model_ready):
-    data = [types.Datum(model_input=types.ModelInput.from_ints([1, 9, 10]),
-                        loss_fn_inputs={"target_tokens": types.TensorData(data=[9, 10, 2], dtype="int64"),
-                                        "weights": types.TensorData(data=[0.0, 1.0, 1.0], dtype="float32")})]
+    data = [
+        types.Datum(
+            model_input=types.ModelInput.from_ints([1, 9, 10]),
+            loss_fn_inputs={
+                "target_tokens": types.TensorData(data=[9, 10, 2], dtype="int64"),
+                "weights": types.TensorData(data=[0.0, 1.0, 1.0], dtype="float32"),
+            },
+        )
+    ]
     with ClockedServiceClient(period_s=0.1) as service:
         client = service.create_lora_training_client("default", rank=4, seed=0)
         futures = []
@@ -133,14 +161,27 @@ def mixed_rewards(monkeypatch):
     """Every RL group built by the runs of this test gets rewards 0, 1, 0, 1, ... (so every group trains and the
     cycle counts do not depend on what the model samples)."""
     build_env = envs.build_env
-    monkeypatch.setattr(envs, "build_env", lambda config, renderer: envs.with_fixed_mixed_rewards(
-        build_env(config, renderer)))
+    monkeypatch.setattr(
+        envs, "build_env", lambda config, renderer: envs.with_fixed_mixed_rewards(build_env(config, renderer))
+    )
 
 
 def rl_config(**overrides) -> RLConfig:
-    settings = dict(env="arithmetic", backend="clocked", clocked=ClockedConfig(RL_PERIOD_S), group_size=4,
-                    groups_per_batch=2, max_tokens=4, max_steps=3, eval_every=0, num_eval_problems=0, save_every=0,
-                    lora_rank=4, learning_rate=1e-4, temperature=1.0)
+    settings = dict(
+        env="arithmetic",
+        backend="clocked",
+        clocked=ClockedConfig(RL_PERIOD_S),
+        group_size=4,
+        groups_per_batch=2,
+        max_tokens=4,
+        max_steps=3,
+        eval_every=0,
+        num_eval_problems=0,
+        save_every=0,
+        lora_rank=4,
+        learning_rate=1e-4,
+        temperature=1.0,
+    )
     return RLConfig(**{**settings, **overrides})
 
 
@@ -159,7 +200,8 @@ def rl_cycles_per_step(stats: clocked.ClockStats) -> float:
 
 
 def test_synchronous_rl_submits_forward_backward_optim_step_and_the_new_sampler_in_one_cycle(
-        home, default_model_ready, mixed_rewards):
+    home, default_model_ready, mixed_rewards
+):
     stats, _ = run_rl(rl_config())
     per_step = rl_cycles_per_step(stats)
     print(f"synchronous RL: {per_step:.2f} cycles/step; cycles {stats.cycle_log}")
@@ -183,8 +225,11 @@ def test_streaming_minibatches_overlap_sampling_with_training(home, default_mode
     # after the second group's sampling was admitted (synchronous: one cycle after the second group's answer)
     first_step = stream_stats.cycle_log[1:5]
     assert [methods for _, methods in first_step] == [
-        ["sample"], ["sample"], ["forward_backward", "optim_step"],
-        ["forward_backward", "optim_step", "save_weights_and_get_sampling_client"]]
+        ["sample"],
+        ["sample"],
+        ["forward_backward", "optim_step"],
+        ["forward_backward", "optim_step", "save_weights_and_get_sampling_client"],
+    ]
     assert [tick for tick, _ in first_step] == list(range(first_step[0][0], first_step[0][0] + 4))  # no idle cycle
     transcripts = Store.default().get_transcripts(run_id)
     assert len(transcripts) == 3 * 2 * 4 and set(transcripts.step) == {0, 1, 2}
@@ -195,8 +240,7 @@ def test_off_policy_sampling_drops_groups_older_than_max_steps_off_policy(home, 
     workers sample all 4 batches with the first policy while step 0 trains. Step 1 trains batch 1 (1 step old, as
     allowed); at step 2, batches 2 and 3 are 2 steps old: their 4 groups are dropped and sampled again with the
     newest policy, so steps 2 and 3 train fresh groups."""
-    config = rl_config(max_steps=4, num_substeps=8, pipelining=PipeliningConfig(max_steps_off_policy=1),
-                       loss_fn="ppo")
+    config = rl_config(max_steps=4, num_substeps=8, pipelining=PipeliningConfig(max_steps_off_policy=1), loss_fn="ppo")
     stats, run_id = run_rl(config)
     store = Store.default()
     dropped = store.get_metrics(run_id, ["async/stale_groups_dropped"])
@@ -207,7 +251,8 @@ def test_off_policy_sampling_drops_groups_older_than_max_steps_off_policy(home, 
     assert len(transcripts) == 4 * 2 * 4
     trained_lag = [row.metrics["staleness"] for row in transcripts.itertuples()]
     assert max(trained_lag) <= config.pipelining.max_steps_off_policy
-    assert all(row.metrics["sampled_at_step"] == row.step - row.metrics["staleness"]
-               for row in transcripts.itertuples())
+    assert all(
+        row.metrics["sampled_at_step"] == row.step - row.metrics["staleness"] for row in transcripts.itertuples()
+    )
     # steps 2 and 3 trained the re-sampled problems of batches 2 and 3
     assert sorted({row.metrics["problem_batch"] for row in transcripts.itertuples() if row.step >= 2}) == [2, 3]

@@ -145,8 +145,11 @@ def test_the_run_page_says_which_process_computes_while_a_run_waits_for_its_turn
     monkeypatch.setenv("COOKBOOK_COMPUTE_LEASE_DIR", str(tmp_path))
     lock_path = tmp_path / compute_lease.LOCK_NAME
     lock_path.touch()
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER.replace("the test's holder", "cookbook rl (pid 4242)"),
-                               str(lock_path)], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER.replace("the test's holder", "cookbook rl (pid 4242)"), str(lock_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     waiting_run = {"status": "running", "owner_pid": os.getpid(), "owner_host": None}
     try:
         assert holder.stdout.readline().strip() == "held"

@@ -161,11 +161,15 @@ def test_chat_system_column_and_alpaca_input(tmp_path):
 
 
 def test_chat_messages_keep_tool_and_system_roles_and_drop_extra_keys(tmp_path):
-    row = {"messages": [
-        {"role": "system", "content": "You can use tools."}, user("Weather?"),
-        {"role": "assistant", "content": "Checking.", "name": "pip"}, {"role": "tool", "content": "sunny"},
-        assistant("It is sunny."),
-    ]}
+    row = {
+        "messages": [
+            {"role": "system", "content": "You can use tools."},
+            user("Weather?"),
+            {"role": "assistant", "content": "Checking.", "name": "pip"},
+            {"role": "tool", "content": "sunny"},
+            assistant("It is sunny."),
+        ]
+    }
     dataset = load_chat_dataset(write_jsonl(tmp_path / "tools.jsonl", [row]))
     assert [m["role"] for m in dataset.train[0]] == ["system", "user", "assistant", "tool", "assistant"]
     assert dataset.train[0][2] == {"role": "assistant", "content": "Checking."}
@@ -306,7 +310,10 @@ def test_preview_shows_raw_rows_in_file_order(tmp_path):
 def test_builtins_load_with_their_loaders():
     listing = {d["name"]: d for d in list_builtin()}
     assert {name: d["kind"] for name, d in listing.items()} == {
-        "facts": "chat", "persona": "chat", "concise-prefs": "preference", "arithmetic-qa": "rl",
+        "facts": "chat",
+        "persona": "chat",
+        "concise-prefs": "preference",
+        "arithmetic-qa": "rl",
     }
     facts = load_chat_dataset("builtin:facts")
     assert facts.name == "builtin:facts" and len(facts.train) + len(facts.test) == listing["facts"]["num_rows"] >= 100
@@ -393,6 +400,7 @@ def test_style_controlled_pairs_are_never_trained_on():
     def items(pairs):  # (the question with its slots blanked, the asked word or the unordered numbers)
         slot = r"'[^']+'|\d+"
         return {(re.sub(slot, "_", p.prompt), frozenset(re.findall(slot, p.prompt))) for p in pairs}
+
     assert not items(training) & items(held_out)
     words = lambda table: {w for row in table for w in row}  # noqa: E731
     assert not words(builtin_data.ANTONYMS) & words(builtin_data.ANTONYMS_HELD_OUT)

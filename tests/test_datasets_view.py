@@ -54,6 +54,10 @@ def test_a_bad_upload_leaves_no_file_and_a_good_one_is_registered_and_removable(
 
 def test_token_totals_and_the_mask_caption():
     stats = pd.DataFrame({"tokens": [1200, 30], "trained": [100, 10]})
-    assert view.token_totals(stats) == [("Examples", 2), ("Total tokens", "1,230"), ("Trained tokens", "110"),
-                                        ("Longest example", "1,200")]
+    assert view.token_totals(stats) == [
+        ("Examples", 2),
+        ("Total tokens", "1,230"),
+        ("Trained tokens", "110"),
+        ("Longest example", "1,200"),
+    ]
     assert view.mask_caption([1, 2, 3], [0.0, 1.0, 1.0]) == "3 tokens, 2 trained (green). · is a space, ↵ a newline."

@@ -39,31 +39,50 @@ def write_jsonl(path, rows) -> str:
 
 def test_pairs_in_common_layouts_are_scored_on_the_replies_only(renderer, tmp_path):
     hh_messages = {
-        "chosen": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"},
-                   {"role": "user", "content": "Capital of France?"}, {"role": "assistant", "content": "Paris."}],
-        "rejected": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"},
-                     {"role": "user", "content": "Capital of France?"}, {"role": "assistant", "content": "Lyon."}],
+        "chosen": [
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Hello!"},
+            {"role": "user", "content": "Capital of France?"},
+            {"role": "assistant", "content": "Paris."},
+        ],
+        "rejected": [
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Hello!"},
+            {"role": "user", "content": "Capital of France?"},
+            {"role": "assistant", "content": "Lyon."},
+        ],
     }
     prompt_text = {"prompt": "Capital of Italy?", "chosen": "Rome.", "rejected": "Milan, I think."}
-    hh_text = {"chosen": "\n\nHuman: Capital of Spain?\n\nAssistant: Madrid.",
-               "rejected": "\n\nHuman: Capital of Spain?\n\nAssistant: Seville."}
+    hh_text = {
+        "chosen": "\n\nHuman: Capital of Spain?\n\nAssistant: Madrid.",
+        "rejected": "\n\nHuman: Capital of Spain?\n\nAssistant: Seville.",
+    }
     spec = write_jsonl(tmp_path / "pairs.jsonl", [hh_messages, prompt_text, hh_text])
     pairs, _ = datasets.load_preference_dataset(spec, test_fraction=0.0)
     rendered, truncated, dropped = preference.render_pairs(pairs, renderer, max_length=512)
     assert (truncated, dropped) == (0, 0)
     scored = {scored_text(renderer, p.chosen): scored_text(renderer, p.rejected) for p in rendered}
-    assert scored == {"Paris.<|im_end|>": "Lyon.<|im_end|>", "Rome.<|im_end|>": "Milan, I think.<|im_end|>",
-                      "Madrid.<|im_end|>": "Seville.<|im_end|>"}  # "Hello!" in the shared prompt is not scored
+    assert scored == {
+        "Paris.<|im_end|>": "Lyon.<|im_end|>",
+        "Rome.<|im_end|>": "Milan, I think.<|im_end|>",
+        "Madrid.<|im_end|>": "Seville.<|im_end|>",
+    }  # "Hello!" in the shared prompt is not scored
 
 
 def test_pairs_too_long_for_max_length_are_truncated_or_dropped(renderer):
     long_reply = "word " * 200
-    pairs = [datasets.PreferencePair([{"role": "user", "content": "Say words."}],
-                                     [{"role": "assistant", "content": long_reply}],
-                                     [{"role": "assistant", "content": "No."}]),
-             datasets.PreferencePair([{"role": "user", "content": "x " * 100}],
-                                     [{"role": "assistant", "content": "Yes."}],
-                                     [{"role": "assistant", "content": "No."}])]
+    pairs = [
+        datasets.PreferencePair(
+            [{"role": "user", "content": "Say words."}],
+            [{"role": "assistant", "content": long_reply}],
+            [{"role": "assistant", "content": "No."}],
+        ),
+        datasets.PreferencePair(
+            [{"role": "user", "content": "x " * 100}],
+            [{"role": "assistant", "content": "Yes."}],
+            [{"role": "assistant", "content": "No."}],
+        ),
+    ]
     rendered, truncated, dropped = preference.render_pairs(pairs, renderer, max_length=64)
     assert (len(rendered), truncated, dropped) == (1, 1, 1)
     assert rendered[0].chosen.model_input.length == 63
@@ -99,8 +118,6 @@ def metric_by_step(store: Store, run_id: str, name: str) -> dict[int, float]:
     return dict(zip(frame["step"].tolist(), frame["value"].tolist()))
 
 
-
-
 SHORT_STEPS = 14  # half the default run (one epoch of builtin:concise-prefs, suggested.MEASURED)
 STYLE_EXAMPLES = 100  # the first 100 of builtin:prefs-style-controlled: every kind of question (its order is mixed)
 
@@ -127,16 +144,22 @@ def test_short_default_dpo_run_prefers_correct_answers_when_style_cannot_tell(ho
     for name in ("dpo_loss", "accuracy", "margin", "chosen_reward", "rejected_reward"):
         assert frame.dropna(subset=[name])["step"].tolist() == list(range(SHORT_STEPS)), name
 
-    assert main(["eval", f"models=base,{run_id}", "evals=builtin:prefs-style-controlled",
-                 f"max_examples={STYLE_EXAMPLES}"]) == 0
+    assert (
+        main(
+            ["eval", f"models=base,{run_id}", "evals=builtin:prefs-style-controlled", f"max_examples={STYLE_EXAMPLES}"]
+        )
+        == 0
+    )
     capsys.readouterr()
     [job] = EvalStore().list_jobs()
     metrics = EvalStore().metrics([job["eval_id"]])
     metrics = metrics[metrics["metric"] == "accuracy"].set_index("model")
     base, trained = metrics.loc["base"], metrics.loc[f"{run_id}@{SHORT_STEPS}"]
-    print(f"DPO {SHORT_STEPS} steps in {minutes:.1f} min: prefs-style-controlled accuracy base {base['value']:.3f} "
-          f"[{base['low']:.3f}, {base['high']:.3f}] -> {trained['value']:.3f} [{trained['low']:.3f}, "
-          f"{trained['high']:.3f}] (n={STYLE_EXAMPLES})")
+    print(
+        f"DPO {SHORT_STEPS} steps in {minutes:.1f} min: prefs-style-controlled accuracy base {base['value']:.3f} "
+        f"[{base['low']:.3f}, {base['high']:.3f}] -> {trained['value']:.3f} [{trained['low']:.3f}, "
+        f"{trained['high']:.3f}] (n={STYLE_EXAMPLES})"
+    )
     # better by more than the intervals: each score lies outside the other's interval (the full default run's are
     # apart altogether: README "What the built-in defaults teach")
     assert trained["low"] > base["value"] and trained["value"] > base["high"]
@@ -145,14 +168,26 @@ def test_short_default_dpo_run_prefers_correct_answers_when_style_cannot_tell(ho
 @pytest.mark.slow
 def test_dpo_from_an_sl_checkpoint_records_its_parent_and_uses_it_as_reference(home, default_model_ready):
     manager = RunManager()
-    sl_run = manager.start(SLConfig(dataset="builtin:persona", max_steps=3, batch_size=2, learning_rate=1e-3,
-                                    lora_rank=8, eval_every=0, save_every=0))
+    sl_run = manager.start(
+        SLConfig(
+            dataset="builtin:persona",
+            max_steps=3,
+            batch_size=2,
+            learning_rate=1e-3,
+            lora_rank=8,
+            eval_every=0,
+            save_every=0,
+        )
+    )
     assert manager.wait(sl_run, timeout=600)["status"] == "completed"
     store = Store.default()
     checkpoint = store.last_checkpoint(sl_run)["state_path"]
 
-    dpo_run = manager.start(DPOConfig(start_checkpoint=checkpoint, max_steps=2, eval_every=2, save_every=0,
-                                      max_examples=40, test_fraction=0.2))
+    dpo_run = manager.start(
+        DPOConfig(
+            start_checkpoint=checkpoint, max_steps=2, eval_every=2, save_every=0, max_examples=40, test_fraction=0.2
+        )
+    )
     run = manager.wait(dpo_run, timeout=600)
     assert run["status"] == "completed", run.get("traceback")
     assert run["parent_run_id"] == sl_run and run["parent_checkpoint"] == checkpoint

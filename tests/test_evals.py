@@ -144,10 +144,17 @@ class ScriptedClient:
         self.requests.append((prompt.to_ints(), num_samples, params))
         text = self.tokenizer.vocab[prompt.to_ints()[-1]]
         answers = self.replies[text][:num_samples]
-        return types.SampleResponse(sequences=[
-            types.SampledSequence(stop_reason="stop", sequence_id=a, _tokens_list=[self.tokenizer.token(a), 0],
-                                  _logprobs_list=[0.0, 0.0])
-            for a in answers])
+        return types.SampleResponse(
+            sequences=[
+                types.SampledSequence(
+                    stop_reason="stop",
+                    sequence_id=a,
+                    _tokens_list=[self.tokenizer.token(a), 0],
+                    _logprobs_list=[0.0, 0.0],
+                )
+                for a in answers
+            ]
+        )
 
     async def compute_logprobs_async(self, prompt):
         tokens = prompt.to_ints()
@@ -161,9 +168,17 @@ def run(coro):
 def test_generation_is_graded_by_the_named_grader_greedy_and_seeded():
     tokenizer = ScriptedTokenizer()
     client = ScriptedClient(tokenizer, {"7+5?": ["It is 12"], "capital?": ["Paris"], "3*3?": ["ten"]}, {})
-    eval_set = EvalSet("t", "generation", "", [GenerationExample("7+5?", "12", "numeric"),
-                                                GenerationExample("capital?", "lunthaven", "contains"),
-                                                GenerationExample("3*3?", "9", "numeric")], max_tokens=16)
+    eval_set = EvalSet(
+        "t",
+        "generation",
+        "",
+        [
+            GenerationExample("7+5?", "12", "numeric"),
+            GenerationExample("capital?", "lunthaven", "contains"),
+            GenerationExample("3*3?", "9", "numeric"),
+        ],
+        max_tokens=16,
+    )
     result = run(evaluators.evaluate(client, ScriptedRenderer(tokenizer), eval_set, EvalSettings(seed=3)))
     assert [r.correct for r in result.examples] == [True, False, False]
     assert [r.output for r in result.examples] == ["It is 12", "Paris", "ten"]
@@ -177,8 +192,9 @@ def test_generation_is_graded_by_the_named_grader_greedy_and_seeded():
 def test_several_samples_per_prompt_give_pass_at_k():
     tokenizer = ScriptedTokenizer()
     client = ScriptedClient(tokenizer, {"a?": ["1", "2", "1", "3"], "b?": ["0", "0", "0", "0"]}, {})
-    eval_set = EvalSet("t", "generation", "", [GenerationExample("a?", "1", "exact"),
-                                                GenerationExample("b?", "1", "exact")])
+    eval_set = EvalSet(
+        "t", "generation", "", [GenerationExample("a?", "1", "exact"), GenerationExample("b?", "1", "exact")]
+    )
     result = run(evaluators.evaluate(client, ScriptedRenderer(tokenizer), eval_set, EvalSettings(samples=4)))
     assert result.metric("pass@1").value == pytest.approx((2 / 4 + 0) / 2)
     assert result.metric("pass@4").value == pytest.approx((1 + 0) / 2)
@@ -188,12 +204,17 @@ def test_several_samples_per_prompt_give_pass_at_k():
 
 def test_classification_evaluator_reports_unparseable_replies():
     tokenizer = ScriptedTokenizer()
-    prompts = {"good positive or negative": ["Positive"], "bad positive or negative": ["neutral"],
-               "meh positive or negative": ["negative"]}
+    prompts = {
+        "good positive or negative": ["Positive"],
+        "bad positive or negative": ["neutral"],
+        "meh positive or negative": ["negative"],
+    }
     client = ScriptedClient(tokenizer, prompts, {})
-    examples = [ClassificationExample("good positive or negative", "positive"),
-                ClassificationExample("bad positive or negative", "negative"),
-                ClassificationExample("meh positive or negative", "positive")]
+    examples = [
+        ClassificationExample("good positive or negative", "positive"),
+        ClassificationExample("bad positive or negative", "negative"),
+        ClassificationExample("meh positive or negative", "positive"),
+    ]
     eval_set = EvalSet("t", "classification", "", examples, labels=["negative", "positive"], max_tokens=8)
     result = run(evaluators.evaluate(client, ScriptedRenderer(tokenizer), eval_set))
     assert [r.parsed for r in result.examples] == ["positive", None, "negative"]
@@ -207,20 +228,23 @@ def test_preference_and_nll_evaluators_score_log_likelihoods():
     tokenizer = ScriptedTokenizer()
     client = ScriptedClient(tokenizer, {}, {"short": -1.0, "long": -5.0, "same": -2.0})
     user = [{"role": "user", "content": "q"}]
-    pairs = [PreferencePair(user, [{"role": "assistant", "content": "short"}],
-                            [{"role": "assistant", "content": "long"}]),
-             PreferencePair(user, [{"role": "assistant", "content": "same"}],
-                            [{"role": "assistant", "content": "same"}])]
+    pairs = [
+        PreferencePair(user, [{"role": "assistant", "content": "short"}], [{"role": "assistant", "content": "long"}]),
+        PreferencePair(user, [{"role": "assistant", "content": "same"}], [{"role": "assistant", "content": "same"}]),
+    ]
     renderer = ScriptedRenderer(tokenizer)
     result = run(evaluators.evaluate(client, renderer, EvalSet("p", "preference", "", pairs)))
     assert [r.parsed for r in result.examples] == ["chosen", "tie"]
     assert result.metric("accuracy").value == 0.5 and result.metric("ties").value == 0.5
-    with_reference = run(evaluators.evaluate(client, renderer, EvalSet("p", "preference", "", pairs),
-                                             reference_client=client))
+    with_reference = run(
+        evaluators.evaluate(client, renderer, EvalSet("p", "preference", "", pairs), reference_client=client)
+    )
     assert with_reference.metric("reward_ties").value == 1.0  # the policy is its own reference
 
-    chats = [sets.ChatExample((user[0], {"role": "assistant", "content": "short"})),
-             sets.ChatExample((user[0], {"role": "assistant", "content": "long"}))]
+    chats = [
+        sets.ChatExample((user[0], {"role": "assistant", "content": "short"})),
+        sets.ChatExample((user[0], {"role": "assistant", "content": "long"})),
+    ]
     nll = run(evaluators.evaluate(client, renderer, EvalSet("n", "nll", "", chats)))
     assert nll.metric("nll").value == pytest.approx(3.0) and nll.metric("ppl").value == pytest.approx(math.exp(3))
 
@@ -263,8 +287,9 @@ def test_eval_set_files_are_recognised_by_their_columns(tmp_path):
     classification = write("c.jsonl", [{"prompt": "x", "label": "a"}, {"prompt": "y", "label": "b"}])
     generation = write("g.jsonl", [{"prompt": "2+2?", "answer": "4", "grader": "numeric"}])
     preference = write("p.jsonl", [{"prompt": "q", "chosen": "yes", "rejected": "no"}])
-    chat = write("n.jsonl", [{"messages": [{"role": "user", "content": "hi"},
-                                           {"role": "assistant", "content": "hello"}]}])
+    chat = write(
+        "n.jsonl", [{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}]
+    )
     assert sets.load_eval_set(classification).labels == ["a", "b"]
     assert [sets.load_eval_set(p).kind for p in (generation, preference, chat)] == ["generation", "preference", "nll"]
     one_label = write("one.jsonl", [{"prompt": "x", "label": "a"}])
@@ -278,8 +303,12 @@ def test_eval_set_files_are_recognised_by_their_columns(tmp_path):
 
 
 def _result(accuracy: float) -> evaluators.EvalResult:
-    examples = [evaluators.ExampleRow(i, f"q{i}", "a", "a" if i < accuracy * 4 else "b", float(i < accuracy * 4),
-                                      i < accuracy * 4) for i in range(4)]
+    examples = [
+        evaluators.ExampleRow(
+            i, f"q{i}", "a", "a" if i < accuracy * 4 else "b", float(i < accuracy * 4), i < accuracy * 4
+        )
+        for i in range(4)
+    ]
     metric = stats.proportion("accuracy", [e.correct for e in examples])
     return evaluators.EvalResult("builtin:t", "generation", [metric], examples, 1.0)
 
@@ -323,21 +352,38 @@ def test_result_keys_change_with_weights_set_and_settings(tmp_path):
 
 
 def test_leaderboard_marks_the_best_model_and_disagreements_list_differing_examples():
-    rows = [("base", "builtin:f", "accuracy", 0.2), ("sft", "builtin:f", "accuracy", 0.8),
-            ("base", "builtin:n", "nll", 3.0), ("sft", "builtin:n", "nll", 1.0)]
-    metrics = pd.DataFrame([{"model": m, "eval_set": s, "metric": k, "value": v, "low": v - 0.1, "high": v + 0.1,
-                             "n": 10} for m, s, k, v in rows])
+    rows = [
+        ("base", "builtin:f", "accuracy", 0.2),
+        ("sft", "builtin:f", "accuracy", 0.8),
+        ("base", "builtin:n", "nll", 3.0),
+        ("sft", "builtin:n", "nll", 1.0),
+    ]
+    metrics = pd.DataFrame(
+        [
+            {"model": m, "eval_set": s, "metric": k, "value": v, "low": v - 0.1, "high": v + 0.1, "n": 10}
+            for m, s, k, v in rows
+        ]
+    )
     wide = report.leaderboard(metrics, {"builtin:f": "generation", "builtin:n": "nll"})
     assert wide.set_index("model").loc["sft", "f · accuracy"].startswith("★ 0.800 [0.700, 0.900]")
     assert wide.set_index("model").loc["sft", "n · nll"].startswith("★")  # lower is better
     assert not wide.set_index("model").loc["base", "f · accuracy"].startswith("★")
-    examples = pd.DataFrame([asdict(e) | {"model": "base", "idx": e.index} for e in _result(0.25).examples]
-                            + [asdict(e) | {"model": "sft", "idx": e.index} for e in _result(0.75).examples])
+    examples = pd.DataFrame(
+        [asdict(e) | {"model": "base", "idx": e.index} for e in _result(0.25).examples]
+        + [asdict(e) | {"model": "sft", "idx": e.index} for e in _result(0.75).examples]
+    )
     differ = report.disagreements(examples, "base", "sft")
     assert differ["idx"].tolist() == [1, 2] and differ["sft correct"].tolist() == [True, True]
     side = report.answers_side_by_side(examples)
-    assert list(side.columns) == ["idx", "prompt", "reference", "base · output", "base · correct", "sft · output",
-                                  "sft · correct"]
+    assert list(side.columns) == [
+        "idx",
+        "prompt",
+        "reference",
+        "base · output",
+        "base · correct",
+        "sft · output",
+        "sft · correct",
+    ]
 
 
 def test_cookbook_eval_rejects_bad_input_with_exit_code_2(home, capsys):

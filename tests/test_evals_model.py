@@ -22,8 +22,9 @@ PROBES = 12  # the first 12 probes ask each fact once, in a wording never traine
 
 def test_sft_on_facts_beats_the_base_model_on_the_held_out_probes(home, default_model_ready, capsys):
     manager = RunManager()
-    run_id = manager.start(SLConfig(dataset="builtin:facts", max_steps=SHORT_STEPS, eval_every=0, save_every=0,
-                                    evals="builtin:facts-nll"))
+    run_id = manager.start(
+        SLConfig(dataset="builtin:facts", max_steps=SHORT_STEPS, eval_every=0, save_every=0, evals="builtin:facts-nll")
+    )
     run = manager.wait(run_id, timeout=900)
     assert run["status"] == "completed", run.get("traceback")
     logged = Store.default().get_metrics(run_id, ["test/facts-nll/nll"])
@@ -35,8 +36,10 @@ def test_sft_on_facts_beats_the_base_model_on_the_held_out_probes(home, default_
     [job] = store.list_jobs()
     metrics = store.metrics([job["eval_id"]]).set_index("model")
     base, trained = metrics.loc["base"], metrics.loc[f"{run_id}@{SHORT_STEPS}"]
-    print(f"facts-probes accuracy: base {base['value']:.3f} [{base['low']:.3f}, {base['high']:.3f}], SFT "
-          f"{trained['value']:.3f} [{trained['low']:.3f}, {trained['high']:.3f}] (n={PROBES})")
+    print(
+        f"facts-probes accuracy: base {base['value']:.3f} [{base['low']:.3f}, {base['high']:.3f}], SFT "
+        f"{trained['value']:.3f} [{trained['low']:.3f}, {trained['high']:.3f}] (n={PROBES})"
+    )
     assert trained["low"] > base["high"]  # better by more than both intervals
     examples = store.examples(job["eval_id"])
     assert len(examples) == 2 * PROBES and examples["output"].str.len().gt(0).all()

@@ -37,10 +37,13 @@ def press(at: AppTest, label: str, query_key: str) -> str:
 
 
 def stored_result(store: EvalStore, eval_id: str, target: targets.ModelTarget, correct: list[bool]) -> None:
-    rows = [evaluators.ExampleRow(i, f"question {i}", "Lunthaven", "Lunthaven" if ok else "Paris", float(ok), ok)
-            for i, ok in enumerate(correct)]
-    result = evaluators.EvalResult("builtin:facts-probes", "generation", [stats.proportion("accuracy", correct)],
-                                   rows, 1.0)
+    rows = [
+        evaluators.ExampleRow(i, f"question {i}", "Lunthaven", "Lunthaven" if ok else "Paris", float(ok), ok)
+        for i, ok in enumerate(correct)
+    ]
+    result = evaluators.EvalResult(
+        "builtin:facts-probes", "generation", [stats.proportion("accuracy", correct)], rows, 1.0
+    )
     jobs.save(store, eval_id, target, f"key-{target.label}", result)
 
 
@@ -50,17 +53,33 @@ def sft_run() -> targets.ModelTarget:
     from storage import Store
 
     runs = Store.default()
-    runs.create_run("sl-1", name="facts-sft", kind="sl", backend="local", base_model=models.DEFAULT_MODEL,
-                    config={"renderer": "auto"}, log_dir="/tmp/sl-1", status="completed")
-    runs.add_checkpoint("sl-1", step=20, name="final", kind="both", state_path="/ckpt/state",
-                        sampler_path="/ckpt/sampler", loop_state={"final": True})
+    runs.create_run(
+        "sl-1",
+        name="facts-sft",
+        kind="sl",
+        backend="local",
+        base_model=models.DEFAULT_MODEL,
+        config={"renderer": "auto"},
+        log_dir="/tmp/sl-1",
+        status="completed",
+    )
+    runs.add_checkpoint(
+        "sl-1",
+        step=20,
+        name="final",
+        kind="both",
+        state_path="/ckpt/state",
+        sampler_path="/ckpt/sampler",
+        loop_state={"final": True},
+    )
     return targets.ModelTarget("sl-1", "sft", models.DEFAULT_MODEL, "/ckpt/sampler", "sl-1", 20)
 
 
 def test_evaluate_page_shows_leaderboard_answers_and_disagreements(home, default_model_ready):
     store = EvalStore()
-    store.create_job("eval-demo", name="demo", models=["base", "sft"], eval_sets=["builtin:facts-probes"],
-                     settings={}, total=8)
+    store.create_job(
+        "eval-demo", name="demo", models=["base", "sft"], eval_sets=["builtin:facts-probes"], settings={}, total=8
+    )
     stored_result(store, "eval-demo", targets.ModelTarget("base", "base", "m"), [False, False, True, False])
     stored_result(store, "eval-demo", sft_run(), [True, True, True, False])
     store.update_job("eval-demo", status="completed", done=8)
@@ -114,8 +133,15 @@ def test_sweeps_page_refuses_a_bad_member_and_shows_a_sweeps_table(home, default
     members = [{"kind": "sl", "settings": {"kind": "sl", "learning_rate": lr}, "config": {}} for lr in (1e-4, 1e-3)]
     store.create_sweep("sweep-demo", name="rates", spec={"evals": ["builtin:facts-probes"]}, members=members)
     target = sft_run()
-    store.create_job("eval-member", name="rates · 1", models=["sl-1"], eval_sets=["builtin:facts-probes"],
-                     settings={}, total=4, sweep_id="sweep-demo")
+    store.create_job(
+        "eval-member",
+        name="rates · 1",
+        models=["sl-1"],
+        eval_sets=["builtin:facts-probes"],
+        settings={},
+        total=4,
+        sweep_id="sweep-demo",
+    )
     stored_result(store, "eval-member", target, [True, True, True, False])
     store.update_job("eval-member", status="completed")
     store.update_member("sweep-demo", 0, status="failed", error="DatasetError: missing.jsonl: no such file")
@@ -138,7 +164,8 @@ def test_a_sweep_of_three_configurations_started_from_the_page_ends_in_its_table
         "name: three\nkind: sl\n"
         "base: {max_steps: 1, batch_size: 2, lora_rank: 4, max_examples: 8, save_every: 0, eval_every: 0}\n"
         "grid: {learning_rate: [1.0e-4, 1.0e-3, 3.0e-3]}\n"
-        "evals: [builtin:facts-nll]\nmax_examples: 2\ninclude_base: false\n")
+        "evals: [builtin:facts-nll]\nmax_examples: 2\ninclude_base: false\n"
+    )
     sweep_id = press(at, "Start sweep", "sweep")
     sweep = sweeps.get_sweep_runner().wait(sweep_id, timeout=900)
     assert sweep["status"] == "completed", sweep.get("error")

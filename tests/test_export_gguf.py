@@ -25,9 +25,14 @@ def adapter(tmp_path_factory, default_model_ready):
 
     folder = tmp_path_factory.mktemp("adapter")
     torch.manual_seed(0)  # the adapter's A matrices are drawn when it is made
-    model = get_peft_model(models.load_model(models.DEFAULT_MODEL), LoraConfig(
-        r=4, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                                           "down_proj"]))
+    model = get_peft_model(
+        models.load_model(models.DEFAULT_MODEL),
+        LoraConfig(
+            r=4,
+            lora_alpha=8,
+            target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        ),
+    )
     torch.manual_seed(0)
     with torch.no_grad():
         for name, parameter in model.named_parameters():

@@ -20,12 +20,16 @@ from cookbook_engine.train_common import datum_from_tokens
 
 CHATS = [
     ("What is the capital of France?", "Paris."),
-    ("Name three colours of the rainbow and say which one is between the other two.",
-     "Red, orange and yellow: orange lies between red and yellow."),
+    (
+        "Name three colours of the rainbow and say which one is between the other two.",
+        "Red, orange and yellow: orange lies between red and yellow.",
+    ),
     ("Hi", "Hello! How can I help you today?"),
-    ("Write one sentence about the sea, then one about the mountains, then one about a city at night.",
-     "The sea rolls grey under the wind. The mountains hold snow long into June. At night the city hums with "
-     "light and the last trams rattle home."),
+    (
+        "Write one sentence about the sea, then one about the mountains, then one about a city at night.",
+        "The sea rolls grey under the wind. The mountains hold snow long into June. At night the city hums with "
+        "light and the last trams rattle home.",
+    ),
 ]
 
 
@@ -42,8 +46,12 @@ def tokenizer(service):
 @pytest.fixture(scope="module")
 def data(tokenizer):
     renderer = get_renderer("auto", tokenizer)
-    return [datum_from_tokens(*renderer.build_supervised_example(
-        [{"role": "user", "content": q}, {"role": "assistant", "content": a}])) for q, a in CHATS]
+    return [
+        datum_from_tokens(
+            *renderer.build_supervised_example([{"role": "user", "content": q}, {"role": "assistant", "content": a}])
+        )
+        for q, a in CHATS
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -62,10 +70,16 @@ def _with_advantages(data):
     for index, datum in enumerate(data):
         weights = datum.loss_fn_inputs["weights"].to_torch()
         advantages = weights * (1.0 if index % 2 else -0.5)
-        out.append(types.Datum(model_input=datum.model_input, loss_fn_inputs={
-            "target_tokens": datum.loss_fn_inputs["target_tokens"],
-            "logprobs": types.TensorData.from_torch(-torch.ones_like(weights)),
-            "advantages": types.TensorData.from_torch(advantages)}))
+        out.append(
+            types.Datum(
+                model_input=datum.model_input,
+                loss_fn_inputs={
+                    "target_tokens": datum.loss_fn_inputs["target_tokens"],
+                    "logprobs": types.TensorData.from_torch(-torch.ones_like(weights)),
+                    "advantages": types.TensorData.from_torch(advantages),
+                },
+            )
+        )
     return out
 
 
@@ -86,8 +100,10 @@ def _reference(client, data, loss_fn):
 
             def backward(indices, pieces):
                 nonlocal total
-                loss = sum(losses.datum_loss(loss_fn, lp, {k: v.to_torch() for k, v in data[i].loss_fn_inputs.items()})
-                           for i, lp in zip(indices, pieces))
+                loss = sum(
+                    losses.datum_loss(loss_fn, lp, {k: v.to_torch() for k, v in data[i].loss_fn_inputs.items()})
+                    for i, lp in zip(indices, pieces)
+                )
                 loss.backward()
                 total += float(loss)
 
@@ -141,14 +157,22 @@ def test_forward_without_backward_and_compute_logprobs_equal_padded(trained, dat
     tokens = data[1].model_input.to_ints() + [data[1].loss_fn_inputs["target_tokens"].to_torch()[-1].item()]
     sampling = trained.save_weights_and_get_sampling_client()
     assert sampling.compute_logprobs(types.ModelInput.from_ints(tokens)).result()[1:] == pytest.approx(
-        ref_lp[1].tolist(), abs=2e-4)
+        ref_lp[1].tolist(), abs=2e-4
+    )
 
 
 def test_data_with_nothing_to_learn_train_without_error(service, data):
     client = service.create_lora_training_client(models.DEFAULT_MODEL, rank=4, seed=5).result()
-    silent = [types.Datum(model_input=d.model_input, loss_fn_inputs={
-        "target_tokens": d.loss_fn_inputs["target_tokens"],
-        "weights": types.TensorData.from_torch(torch.zeros(d.model_input.length))}) for d in data]
+    silent = [
+        types.Datum(
+            model_input=d.model_input,
+            loss_fn_inputs={
+                "target_tokens": d.loss_fn_inputs["target_tokens"],
+                "weights": types.TensorData.from_torch(torch.zeros(d.model_input.length)),
+            },
+        )
+        for d in data
+    ]
     out = client.forward_backward(silent, "cross_entropy").result()
     assert out.metrics["loss:sum"] == 0.0 and len(out.loss_fn_outputs) == len(silent)
     assert client.optim_step(types.AdamParams(learning_rate=1e-3)).result().metrics["grad_norm"] == 0.0
@@ -196,8 +220,10 @@ def test_top_p_shortlist_keeps_exactly_what_the_full_sort_keeps(top_k):
             assert all(math.isclose(short[i], full[i], rel_tol=1e-5) for i in full)
     params = types.SamplingParams(temperature=0.7, top_p=0.9, top_k=top_k)
     for seed in range(40):
-        picks = [sampler.choose_next(scores, params, torch.Generator().manual_seed(seed), shortlist=size)
-                 for size in (64, vocab)]
+        picks = [
+            sampler.choose_next(scores, params, torch.Generator().manual_seed(seed), shortlist=size)
+            for size in (64, vocab)
+        ]
         assert torch.equal(picks[0], picks[1])
 
 
@@ -205,8 +231,9 @@ def test_sampling_picks_follow_the_kept_distribution():
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
     params = types.SamplingParams(temperature=1.0, top_p=0.7)
     generator = torch.Generator().manual_seed(1)
-    counts = torch.bincount(torch.cat([sampler.choose_next(logits, params, generator) for _ in range(4000)]),
-                            minlength=4)
+    counts = torch.bincount(
+        torch.cat([sampler.choose_next(logits, params, generator) for _ in range(4000)]), minlength=4
+    )
     assert counts[2] == counts[3] == 0  # 0.5 + 0.3 already reach 0.7
     assert abs(counts[0] / 4000 - 0.5 / 0.8) < 0.03
 
@@ -223,15 +250,15 @@ def test_sampled_logprobs_of_a_lora_snapshot_match_compute_logprobs(trained, pro
     response = sampling.sample(prompt, 3, params, include_prompt_logprobs=True).result()
     for seq in response.sequences:
         full = sampling.compute_logprobs(types.ModelInput.from_ints(prompt.to_ints() + seq.tokens)).result()
-        assert seq.logprobs == pytest.approx(full[prompt.length:], abs=2e-3)
-        assert response.prompt_logprobs[1:] == pytest.approx(full[1:prompt.length], abs=2e-3)
+        assert seq.logprobs == pytest.approx(full[prompt.length :], abs=2e-3)
+        assert response.prompt_logprobs[1:] == pytest.approx(full[1 : prompt.length], abs=2e-3)
 
 
 def _hf_greedy(model, prompt, count):
     ids = torch.tensor([prompt.to_ints()])
     with torch.inference_mode():
         out = model.generate(ids, do_sample=False, max_new_tokens=count, min_new_tokens=count, pad_token_id=2)
-    return out[0, ids.shape[1]:].tolist()
+    return out[0, ids.shape[1] :].tolist()
 
 
 def test_greedy_tokens_equal_transformers_generate_for_base_and_lora_snapshot(service, data, prompt):

@@ -20,12 +20,28 @@ COOKBOOK = [sys.executable, "-m", "cookbook_engine.cli"]
 @pytest.mark.slow
 def test_sigkill_mid_run_then_resume(home, default_model_ready, tmp_path):
     data = tmp_path / "tiny.jsonl"
-    data.write_text("\n".join(json.dumps({"prompt": f"Spell {w}.", "completion": "-".join(w)}) for w in
-                              ["apple", "pear", "plum", "fig", "kiwi", "lime", "date", "yuzu"]))
+    data.write_text(
+        "\n".join(
+            json.dumps({"prompt": f"Spell {w}.", "completion": "-".join(w)})
+            for w in ["apple", "pear", "plum", "fig", "kiwi", "lime", "date", "yuzu"]
+        )
+    )
     env = {**os.environ, "COOKBOOK_HOME": str(home)}
-    process = subprocess.Popen([*COOKBOOK, "sl", f"dataset={data}", "max_steps=10", "batch_size=2", "eval_every=0",
-                                "save_every=2", "test_fraction=0"], env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [
+            *COOKBOOK,
+            "sl",
+            f"dataset={data}",
+            "max_steps=10",
+            "batch_size=2",
+            "eval_every=0",
+            "save_every=2",
+            "test_fraction=0",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     store = Store(home / "studio.duckdb")
     deadline = time.time() + 300
     run = None
@@ -63,8 +79,13 @@ def in_own_mount(home, size: str, options: str, command: list[str]):
     or user namespaces, which this project's machines have)."""
     script = f"mount -t tmpfs -o size={size}{options} tmpfs '{home}' && exec \"$@\""
     env = {**os.environ, "COOKBOOK_HOME": str(home)}
-    return subprocess.run(["unshare", "-m", "--map-root-user" if os.geteuid() else "-m", "sh", "-c", script, "sh",
-                           *COOKBOOK, *command], env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        ["unshare", "-m", "--map-root-user" if os.geteuid() else "-m", "sh", "-c", script, "sh", *COOKBOOK, *command],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_read_only_home_gives_one_clear_message_and_writes_nothing(tmp_path, default_model_ready):
@@ -74,8 +95,9 @@ def test_read_only_home_gives_one_clear_message_and_writes_nothing(tmp_path, def
         result = in_own_mount(home, "1m", ",ro", command)
         assert result.returncode == 2, result.stderr
         lines = result.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0] == (f"cookbook: error: studio home {home}: not writable; "
-                                                "set COOKBOOK_HOME to a writable folder")
+        assert len(lines) == 1 and lines[0] == (
+            f"cookbook: error: studio home {home}: not writable; set COOKBOOK_HOME to a writable folder"
+        )
 
 
 def test_full_home_gives_one_clear_message(tmp_path, default_model_ready):
@@ -91,8 +113,13 @@ def test_home_that_is_a_file_gives_one_clear_message(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     for command in (["runs"], ["sl", "max_steps=1", "--dry-run"]):
-        result = subprocess.run([*COOKBOOK, *command], env={**os.environ, "COOKBOOK_HOME": str(blocker / "home")},
-                                capture_output=True, text=True, timeout=120)
+        result = subprocess.run(
+            [*COOKBOOK, *command],
+            env={**os.environ, "COOKBOOK_HOME": str(blocker / "home")},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert result.returncode == 2, result.stderr
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and "studio home" in lines[0] and "cannot create it" in lines[0]

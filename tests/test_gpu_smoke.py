@@ -15,16 +15,28 @@ from storage import Store
 
 CHOICE = device.choose("auto")
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(CHOICE.device == "cpu", reason=f"no GPU here: {CHOICE.reason}")]
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(CHOICE.device == "cpu", reason=f"no GPU here: {CHOICE.reason}")]
 
 
-@pytest.mark.parametrize("config", [
-    SLConfig(max_steps=2, batch_size=4, save_every=0, eval_every=0, lora_rank=8),
-    DPOConfig(max_steps=2, batch_size=4, save_every=0, eval_every=0, lora_rank=8),
-    RLConfig(env="arithmetic", max_steps=2, groups_per_batch=2, group_size=4, max_tokens=16, eval_every=0,
-             num_eval_problems=2, save_every=0, lora_rank=8),
-], ids=["sl", "dpo", "rl"])
+@pytest.mark.parametrize(
+    "config",
+    [
+        SLConfig(max_steps=2, batch_size=4, save_every=0, eval_every=0, lora_rank=8),
+        DPOConfig(max_steps=2, batch_size=4, save_every=0, eval_every=0, lora_rank=8),
+        RLConfig(
+            env="arithmetic",
+            max_steps=2,
+            groups_per_batch=2,
+            group_size=4,
+            max_tokens=16,
+            eval_every=0,
+            num_eval_problems=2,
+            save_every=0,
+            lora_rank=8,
+        ),
+    ],
+    ids=["sl", "dpo", "rl"],
+)
 def test_two_steps_on_the_gpu(config, home, default_model_ready):
     from cookbook_engine.backends.local import get_worker
 

@@ -104,7 +104,8 @@ def test_split_tests_groups_setup_with_the_next_assert():
     tests = split_tests("import math\nx = 3\nassert math.sqrt(9) == x\nassert x > 0\nprint('done')")
     assert tests == ["import math\nx = 3\nassert math.sqrt(9) == x", "assert x > 0\nprint('done')"]
     assert split_tests("def check(f):\n    assert f(1) == 1\ncheck(square)") == [
-        "def check(f):\n    assert f(1) == 1\ncheck(square)"]
+        "def check(f):\n    assert f(1) == 1\ncheck(square)"
+    ]
 
 
 def test_python_tests_full_credit():
@@ -166,8 +167,9 @@ def test_grading_a_sandbox_kill_scores_zero():
         assert result.details["solution_error"] == "MemoryError"
     crashed = run_unit_tests("import ctypes\nctypes.string_at(0)", ["assert True"])
     assert crashed.reward == 0.0 and "(signal SIGSEGV)" in crashed.details["sandbox_error"]
-    swallows_timeouts = ("while True:\n    try:\n        while True:\n            pass\n"
-                         "    except BaseException:\n        pass")
+    swallows_timeouts = (
+        "while True:\n    try:\n        while True:\n            pass\n    except BaseException:\n        pass"
+    )
     hung = run_unit_tests(swallows_timeouts, ["assert True"], limits=SandboxLimits(timeout_s=1.0))
     assert hung.reward == 0.0 and hung.details["sandbox_error"] == "timeout"
 
@@ -194,31 +196,31 @@ REFERENCE_SOLUTIONS = {
     "count_vowels": "def count_vowels(s):\n    return sum(1 for c in s.lower() if c in 'aeiou')",
     "count_uppercase": "def count_uppercase(s):\n    return sum(1 for c in s if c.isupper())",
     "factorial": "def factorial(n):\n    result = 1\n    for k in range(2, n + 1):\n        result *= k\n"
-                 "    return result",
+    "    return result",
     "multiply_list": "def multiply_list(xs):\n    result = 1\n    for x in xs:\n        result *= x\n    return result",
     "count_occurrences": "def count_occurrences(xs, x):\n    return xs.count(x)",
     "is_palindrome": "def is_palindrome(s):\n    return s == s[::-1]",
     "is_leap_year": "def is_leap_year(year):\n    return year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)",
     "fizzbuzz": "def fizzbuzz(n):\n    if n % 15 == 0:\n        return 'FizzBuzz'\n    if n % 3 == 0:\n"
-                "        return 'Fizz'\n    if n % 5 == 0:\n        return 'Buzz'\n    return str(n)",
+    "        return 'Fizz'\n    if n % 5 == 0:\n        return 'Buzz'\n    return str(n)",
     "sum_of_digits": "def sum_of_digits(n):\n    return sum(int(d) for d in str(n))",
     "count_words": "def count_words(s):\n    return len(s.split())",
     "power": "def power(base, exponent):\n    return base ** exponent",
     "fibonacci": "def fibonacci(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a",
     "is_prime": "def is_prime(n):\n    if n < 2:\n        return False\n"
-                "    return all(n % k for k in range(2, int(n ** 0.5) + 1))",
+    "    return all(n % k for k in range(2, int(n ** 0.5) + 1))",
     "gcd": "def gcd(a, b):\n    while b:\n        a, b = b, a % b\n    return a",
     "remove_duplicates": "def remove_duplicates(xs):\n    seen, out = set(), []\n    for x in xs:\n"
-                         "        if x not in seen:\n            seen.add(x)\n            out.append(x)\n"
-                         "    return out",
+    "        if x not in seen:\n            seen.add(x)\n            out.append(x)\n"
+    "    return out",
     "sort_list": "def sort_list(xs):\n    return sorted(xs)",
     "capitalize_words": "def capitalize_words(s):\n    return ' '.join(w[:1].upper() + w[1:] for w in s.split(' '))",
     "longest_word": "def longest_word(s):\n    return max(s.split(), key=len)",
     "running_sum": "def running_sum(xs):\n    out, total = [], 0\n    for x in xs:\n        total += x\n"
-                   "        out.append(total)\n    return out",
+    "        out.append(total)\n    return out",
     "flatten": "def flatten(lists):\n    return [x for inner in lists for x in inner]",
     "char_frequency": "def char_frequency(s):\n    counts = {}\n    for c in s:\n"
-                      "        counts[c] = counts.get(c, 0) + 1\n    return counts",
+    "        counts[c] = counts.get(c, 0) + 1\n    return counts",
     "is_anagram": "def is_anagram(a, b):\n    return sorted(a) == sorted(b)",
     "second_largest": "def second_largest(xs):\n    return sorted(set(xs))[-2]",
     "merge_sorted": "def merge_sorted(a, b):\n    return sorted(a + b)",

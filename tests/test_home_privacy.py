@@ -11,8 +11,9 @@ import sys
 def test_cli_creates_a_private_home_and_private_files(tmp_path):
     home = tmp_path / "fresh-home"
     env = {**os.environ, "COOKBOOK_HOME": str(home)}
-    result = subprocess.run([sys.executable, "-m", "cookbook_engine.cli", "runs"], capture_output=True, text=True,
-                            env=env, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "cookbook_engine.cli", "runs"], capture_output=True, text=True, env=env, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     assert stat.S_IMODE(home.stat().st_mode) == 0o700
     entries = [path for path in home.rglob("*")]

@@ -10,11 +10,25 @@ from storage import Store
 
 
 def make_run(store: Store, run_id: str, kind: str, parent_run: str | None = None, parent_state: str | None = None):
-    store.create_run(run_id, name=f"{run_id}-name", kind=kind, backend="local", base_model="org/Model-1",
-                     config={"renderer": "auto", "lora_rank": 8}, log_dir="/tmp/x", parent_run_id=parent_run,
-                     parent_checkpoint=parent_state)
-    store.add_checkpoint(run_id, step=20, name="final", kind="both", state_path=f"/ckpt/{run_id}/state",
-                         sampler_path=f"/ckpt/{run_id}/sampler")
+    store.create_run(
+        run_id,
+        name=f"{run_id}-name",
+        kind=kind,
+        backend="local",
+        base_model="org/Model-1",
+        config={"renderer": "auto", "lora_rank": 8},
+        log_dir="/tmp/x",
+        parent_run_id=parent_run,
+        parent_checkpoint=parent_state,
+    )
+    store.add_checkpoint(
+        run_id,
+        step=20,
+        name="final",
+        kind="both",
+        state_path=f"/ckpt/{run_id}/state",
+        sampler_path=f"/ckpt/{run_id}/sampler",
+    )
 
 
 def test_a_chain_runs_from_the_base_model_through_each_stage(home):
@@ -26,7 +40,8 @@ def test_a_chain_runs_from_the_base_model_through_each_stage(home):
     assert [s.run_id for s in stages] == ["sft", "dpo", "rl"]
     assert [s.parent_step for s in stages] == [None, 20, 20]
     assert lineage.describe(stages, "org/Model-1") == (
-        "Model-1 → SFT sft-name (from base) → DPO dpo-name (from step 20) → RL rl-name (from step 20)")
+        "Model-1 → SFT sft-name (from base) → DPO dpo-name (from step 20) → RL rl-name (from step 20)"
+    )
     with pytest.raises(KeyError, match="run nope: not found"):
         lineage.chain("nope", store)
 

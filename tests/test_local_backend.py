@@ -72,8 +72,9 @@ def test_max_tokens_top_k_and_stop_options(base, renderer):
 
 def test_sampler_logprobs_match_compute_logprobs_and_prompt_logprobs(base, renderer):
     p = prompt(renderer)
-    response = base.sample(p, 1, types.SamplingParams(max_tokens=8, temperature=0),
-                           include_prompt_logprobs=True).result()
+    response = base.sample(
+        p, 1, types.SamplingParams(max_tokens=8, temperature=0), include_prompt_logprobs=True
+    ).result()
     seq = response.sequences[0]
     full = base.compute_logprobs(types.ModelInput.from_ints(p.to_ints() + seq.tokens)).result()
     assert full[0] is None and response.prompt_logprobs[0] is None
@@ -123,7 +124,7 @@ def test_every_adam_setting_takes_effect_as_in_decoupled_adamw(service, renderer
             g = g * scale
             m[i] = adam.beta1 * m[i] + (1 - adam.beta1) * g
             v[i] = adam.beta2 * v[i] + (1 - adam.beta2) * g * g
-            m_hat, v_hat = m[i] / (1 - adam.beta1 ** t), v[i] / (1 - adam.beta2 ** t)
+            m_hat, v_hat = m[i] / (1 - adam.beta1**t), v[i] / (1 - adam.beta2**t)
             expected[i] = expected[i] * (1 - adam.learning_rate * adam.weight_decay)
             expected[i] = expected[i] - adam.learning_rate * m_hat / (v_hat.sqrt() + adam.eps)
     actual = worker.call(lambda: [p.detach().double().clone() for p in params])
@@ -153,7 +154,8 @@ def test_state_with_optimizer_round_trips_and_continues_identically(service, ren
     assert weights_only.forward([datum], "cross_entropy").result().metrics["loss:sum"] != pytest.approx(a, rel=1e-6)
     sampler = service.create_sampling_client(model_path=client.save_weights_for_sampler("s").result().path)
     assert sampler.compute_logprobs(datum.model_input).result()[1:] == pytest.approx(
-        client.save_weights_and_get_sampling_client().compute_logprobs(datum.model_input).result()[1:], abs=1e-5)
+        client.save_weights_and_get_sampling_client().compute_logprobs(datum.model_input).result()[1:], abs=1e-5
+    )
     for c in (client, restored, weights_only):
         c.close()
 
@@ -168,8 +170,12 @@ def test_futures_are_awaitable_and_requests_run_in_submission_order(service, ren
         fb = await client.forward_backward_async([datum], "cross_entropy")
         step = await client.optim_step_async(types.AdamParams(learning_rate=1e-2))  # queued before fb finished
         later = await client.forward_async([datum], "cross_entropy")
-        return ((await first).metrics["loss:sum"], (await fb).metrics["loss:sum"], await step,
-                (await later).metrics["loss:sum"])
+        return (
+            (await first).metrics["loss:sum"],
+            (await fb).metrics["loss:sum"],
+            await step,
+            (await later).metrics["loss:sum"],
+        )
 
     before, during, _, after = asyncio.run(run())
     assert before == pytest.approx(during, rel=1e-5)  # fb ran after the first forward, before the step
@@ -179,8 +185,7 @@ def test_futures_are_awaitable_and_requests_run_in_submission_order(service, ren
 
 def test_bad_requests_give_clear_errors(service, renderer):
     client = service.create_lora_training_client(models.DEFAULT_MODEL, rank=2).result()
-    datum = types.Datum(model_input=types.ModelInput.from_ints([1, 2, 3]),
-                        loss_fn_inputs={"target_tokens": [2, 3, 4]})
+    datum = types.Datum(model_input=types.ModelInput.from_ints([1, 2, 3]), loss_fn_inputs={"target_tokens": [2, 3, 4]})
     with pytest.raises(ValueError, match="needs loss_fn_inputs\\['weights'\\]"):
         client.forward_backward([datum], "cross_entropy").result()
     with pytest.raises(ValueError, match="loss_fn 'nope' is unknown"):

@@ -41,14 +41,16 @@ def installed_handler() -> log.CookbookHandler:
 
 def formatted(handler: logging.Handler) -> str:
     """One fixed record as this handler writes it."""
-    record = logging.LogRecord("cookbook_engine.speed", logging.WARNING, __file__, 1, "calibrating %s failed",
-                               ("m",), None)
+    record = logging.LogRecord(
+        "cookbook_engine.speed", logging.WARNING, __file__, 1, "calibrating %s failed", ("m",), None
+    )
     record.created = 1_700_000_000.0
     return handler.format(record)
 
 
-def test_the_cli_and_the_studio_entry_log_in_one_format(home: Path, monkeypatch: pytest.MonkeyPatch,
-                                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_cli_and_the_studio_entry_log_in_one_format(
+    home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert cli.main(["runs", "--json"]) == 0
     from_cli = formatted(installed_handler())
     logging.getLogger("cookbook_engine.speed").warning("from the cli")
@@ -66,8 +68,7 @@ def test_the_cli_and_the_studio_entry_log_in_one_format(home: Path, monkeypatch:
     assert LINE.match(from_cli) and from_cli.endswith("WARNING cookbook_engine.speed: calibrating m failed")
 
 
-def test_cookbook_serve_logs_in_the_same_format_uvicorn_included(home: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cookbook_serve_logs_in_the_same_format_uvicorn_included(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import uvicorn
 
     from cookbook_engine import serve
@@ -80,14 +81,18 @@ def test_cookbook_serve_logs_in_the_same_format_uvicorn_included(home: Path,
     assert LINE.match(line) and line.endswith("WARNING cookbook_engine.speed: calibrating m failed")
 
 
-@pytest.mark.parametrize(("value", "shown", "hidden"), [
-    ("DEBUG", ["debug", "info", "warning"], []),
-    ("info", ["info", "warning"], ["debug"]),
-    ("", ["warning"], ["debug", "info"]),
-    ("40", [], ["debug", "info", "warning"]),
-])
-def test_cookbook_log_level_sets_what_the_cookbook_says(monkeypatch: pytest.MonkeyPatch, value: str,
-                                                        shown: list[str], hidden: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("value", "shown", "hidden"),
+    [
+        ("DEBUG", ["debug", "info", "warning"], []),
+        ("info", ["info", "warning"], ["debug"]),
+        ("", ["warning"], ["debug", "info"]),
+        ("40", [], ["debug", "info", "warning"]),
+    ],
+)
+def test_cookbook_log_level_sets_what_the_cookbook_says(
+    monkeypatch: pytest.MonkeyPatch, value: str, shown: list[str], hidden: list[str]
+) -> None:
     monkeypatch.setenv(log.LEVEL_ENV, value)
     stream = io.StringIO()
     log.setup_logging(stream)

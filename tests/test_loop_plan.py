@@ -51,17 +51,20 @@ class FakeContext:
 
 def output_for(data: list[types.Datum], metrics: dict[str, float] | None = None) -> LocalFuture:
     outputs = [{"logprobs": types.TensorData(data=[-1.0] * d.model_input.length, dtype="float32")} for d in data]
-    return LocalFuture.completed(types.ForwardBackwardOutput(loss_fn_output_type="ArrayRecord",
-                                                             loss_fn_outputs=outputs, metrics=metrics or {}))
+    return LocalFuture.completed(
+        types.ForwardBackwardOutput(loss_fn_output_type="ArrayRecord", loss_fn_outputs=outputs, metrics=metrics or {})
+    )
 
 
 class FakeTrainingClient:
-    async def forward_async(self, data: list[types.Datum], loss_fn: str,
-                            loss_fn_config: dict | None = None) -> LocalFuture:
+    async def forward_async(
+        self, data: list[types.Datum], loss_fn: str, loss_fn_config: dict | None = None
+    ) -> LocalFuture:
         return output_for(data)
 
-    async def forward_backward_async(self, data: list[types.Datum], loss_fn: str,
-                                     loss_fn_config: dict | None = None) -> LocalFuture:
+    async def forward_backward_async(
+        self, data: list[types.Datum], loss_fn: str, loss_fn_config: dict | None = None
+    ) -> LocalFuture:
         return output_for(data)
 
     async def forward_backward_custom_async(self, data: list[types.Datum], loss_fn: Any) -> LocalFuture:
@@ -112,8 +115,9 @@ def form_steps(config: CommonConfig, prepared: object, monkeypatch: pytest.Monke
     return int(forms.estimate(config, prepared).split(" steps")[0])
 
 
-def run_loop(module: Any, config: CommonConfig, prepared: object, monkeypatch: pytest.MonkeyPatch,
-             stop_after: int | None = None) -> FakeContext:
+def run_loop(
+    module: Any, config: CommonConfig, prepared: object, monkeypatch: pytest.MonkeyPatch, stop_after: int | None = None
+) -> FakeContext:
     """Run a loop's train() on fake clients; returns the context that recorded it."""
     import asyncio
 
@@ -126,8 +130,10 @@ def run_loop(module: Any, config: CommonConfig, prepared: object, monkeypatch: p
 
 def fake_rl_steps(monkeypatch: pytest.MonkeyPatch) -> None:
     """RL steps that sample nothing: the loop's frame (step count, saves, the end) is what is measured."""
-    async def step(step: int, builders: list, sampling_client: Any, client: Any, config: RLConfig, lr: float
-                   ) -> tuple[list, dict[str, float], Any]:
+
+    async def step(
+        step: int, builders: list, sampling_client: Any, client: Any, config: RLConfig, lr: float
+    ) -> tuple[list, dict[str, float], Any]:
         return [], {}, sampling_client
 
     async def no_eval(sampling_client: Any, builders: list, config: RLConfig) -> dict[str, float]:
@@ -150,10 +156,14 @@ CASES = [
 
 
 @pytest.mark.parametrize("kind,config,count", CASES)
-def test_the_forms_step_count_is_the_loops_plan_and_the_loop_runs_it(kind: str, config: CommonConfig, count: int,
-                                                                     monkeypatch: pytest.MonkeyPatch):
-    prepared = {"sl": lambda: sl_prepared(count), "dpo": lambda: dpo_prepared(count),
-                "rl": lambda: rl_prepared(config)}[kind]()
+def test_the_forms_step_count_is_the_loops_plan_and_the_loop_runs_it(
+    kind: str, config: CommonConfig, count: int, monkeypatch: pytest.MonkeyPatch
+):
+    prepared = {
+        "sl": lambda: sl_prepared(count),
+        "dpo": lambda: dpo_prepared(count),
+        "rl": lambda: rl_prepared(config),
+    }[kind]()
     module = train_loop.loop_module(kind)
     if kind == "dpo":
         monkeypatch.setattr(preference, "reference_sampling_client", lambda *args: FakeSamplingClient())
@@ -183,20 +193,25 @@ def test_sl_and_dpo_plan_their_tokens_from_the_average_example():
     prepared = sl_prepared(8)
     assert supervised.plan(config, prepared) == train_loop.LoopPlan(2, 2, prepared.train_tokens)
     pairs = dpo_prepared(8)
-    assert preference.plan(DPOConfig(batch_size=4, num_epochs=1), pairs) == \
-        train_loop.LoopPlan(2, 2, pairs.train_tokens)
+    assert preference.plan(DPOConfig(batch_size=4, num_epochs=1), pairs) == train_loop.LoopPlan(
+        2, 2, pairs.train_tokens
+    )
 
 
 @pytest.mark.parametrize("kind", ["sl", "dpo", "rl"])
-def test_a_stopped_run_of_any_loop_ends_with_a_checkpoint_of_the_steps_it_completed(kind: str,
-                                                                                   monkeypatch: pytest.MonkeyPatch):
+def test_a_stopped_run_of_any_loop_ends_with_a_checkpoint_of_the_steps_it_completed(
+    kind: str, monkeypatch: pytest.MonkeyPatch
+):
     """Stop pressed as step 2 finishes: DPO and RL log steps 0-2 and save step 3 as their last checkpoint, not
     'final', with no final evaluation; SL, which queued step 3 before awaiting step 2, finishes step 3 too."""
-    config = {"sl": SLConfig(batch_size=2, max_steps=6, eval_every=0, save_every=0),
-              "dpo": DPOConfig(batch_size=2, max_steps=6, eval_every=0, save_every=0),
-              "rl": RLConfig(max_steps=6, eval_every=0, save_every=0)}[kind]
-    prepared = {"sl": lambda: sl_prepared(12), "dpo": lambda: dpo_prepared(12),
-                "rl": lambda: rl_prepared(config)}[kind]()
+    config = {
+        "sl": SLConfig(batch_size=2, max_steps=6, eval_every=0, save_every=0),
+        "dpo": DPOConfig(batch_size=2, max_steps=6, eval_every=0, save_every=0),
+        "rl": RLConfig(max_steps=6, eval_every=0, save_every=0),
+    }[kind]
+    prepared = {"sl": lambda: sl_prepared(12), "dpo": lambda: dpo_prepared(12), "rl": lambda: rl_prepared(config)}[
+        kind
+    ]()
     if kind == "dpo":
         monkeypatch.setattr(preference, "reference_sampling_client", lambda *args: FakeSamplingClient())
     if kind == "rl":

@@ -91,8 +91,10 @@ def test_cross_entropy_importance_sampling_and_ppo_match_direct_computation(base
 
     clip = {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}
     ppo = client.forward_backward(rl_data, "ppo", clip).result()
-    expected_ppo = sum(float(-torch.minimum(r * torch.tensor(a), r.clamp(0.8, 1.2) * torch.tensor(a)).sum())
-                       for r, a in zip(ratio_D, advantages_D))
+    expected_ppo = sum(
+        float(-torch.minimum(r * torch.tensor(a), r.clamp(0.8, 1.2) * torch.tensor(a)).sum())
+        for r, a in zip(ratio_D, advantages_D)
+    )
     assert ppo.metrics["loss:sum"] == pytest.approx(expected_ppo, rel=1e-4)
     assert abs(expected_ppo - expected_is) > 1e-3  # the clip really changed something
     adapter_grads(client)  # clear what the three calls accumulated
@@ -105,13 +107,20 @@ def test_importance_sampling_at_ratio_one_has_the_gradient_of_advantage_weighted
     client.forward_backward([datum(SEQUENCES[0], weights=[1.0] * (len(SEQUENCES[0]) - 1))], "cross_entropy").result()
     client.optim_step(types.AdamParams(learning_rate=1e-3)).result()
     data = [datum(t) for t in SEQUENCES]
-    trainer_D = [out["logprobs"].to_torch().tolist() for out in client.forward(
-        [datum(t, weights=[0.0] * (len(t) - 1)) for t in SEQUENCES], "cross_entropy").result().loss_fn_outputs]
-    advantages_D = [varied(len(d.loss_fn_inputs["target_tokens"].to_numpy()), 31 + i, -1.0, 1.0)
-                    for i, d in enumerate(data)]
+    trainer_D = [
+        out["logprobs"].to_torch().tolist()
+        for out in client.forward([datum(t, weights=[0.0] * (len(t) - 1)) for t in SEQUENCES], "cross_entropy")
+        .result()
+        .loss_fn_outputs
+    ]
+    advantages_D = [
+        varied(len(d.loss_fn_inputs["target_tokens"].to_numpy()), 31 + i, -1.0, 1.0) for i, d in enumerate(data)
+    ]
 
-    client.forward_backward([datum(t, logprobs=s, advantages=a) for t, s, a in zip(SEQUENCES, trainer_D, advantages_D)],
-                            "importance_sampling").result()
+    client.forward_backward(
+        [datum(t, logprobs=s, advantages=a) for t, s, a in zip(SEQUENCES, trainer_D, advantages_D)],
+        "importance_sampling",
+    ).result()
     importance_grads = adapter_grads(client)
     client.forward_backward([datum(t, weights=a) for t, a in zip(SEQUENCES, advantages_D)], "cross_entropy").result()
     ce_grads = adapter_grads(client)
@@ -122,8 +131,11 @@ def test_importance_sampling_at_ratio_one_has_the_gradient_of_advantage_weighted
     # PPO: advantage > 0 and every ratio above clip_high -> the clipped term is constant, no gradient at all
     above = [[lp - 1.0 for lp in lps] for lps in trainer_D]  # ratio e^1 = 2.7 > 1.2
     positive = [[1.0] * len(a) for a in advantages_D]
-    client.forward_backward([datum(t, logprobs=s, advantages=a) for t, s, a in zip(SEQUENCES, above, positive)],
-                            "ppo", {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}).result()
+    client.forward_backward(
+        [datum(t, logprobs=s, advantages=a) for t, s, a in zip(SEQUENCES, above, positive)],
+        "ppo",
+        {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2},
+    ).result()
     assert all(float(g.abs().max()) == 0.0 for g in adapter_grads(client))
     client.close()
 
@@ -149,10 +161,16 @@ def test_dpo_through_forward_backward_custom_matches_direct_computation(base_mod
     tokenizer = models.load_tokenizer(models.DEFAULT_MODEL)
     renderer = renderers.get_renderer("auto", tokenizer)
     pairs = [
-        PreferencePair([{"role": "user", "content": "What is 2 + 2?"}], [{"role": "assistant", "content": "4"}],
-                       [{"role": "assistant", "content": "Well, it is probably 5."}]),
-        PreferencePair([{"role": "user", "content": "Opposite of 'hot'?"}], [{"role": "assistant", "content": "cold"}],
-                       [{"role": "assistant", "content": "hot"}]),
+        PreferencePair(
+            [{"role": "user", "content": "What is 2 + 2?"}],
+            [{"role": "assistant", "content": "4"}],
+            [{"role": "assistant", "content": "Well, it is probably 5."}],
+        ),
+        PreferencePair(
+            [{"role": "user", "content": "Opposite of 'hot'?"}],
+            [{"role": "assistant", "content": "cold"}],
+            [{"role": "assistant", "content": "hot"}],
+        ),
     ]
     rendered, _, dropped = preference.render_pairs(pairs, renderer, max_length=256)
     assert dropped == 0
@@ -169,8 +187,10 @@ def test_dpo_through_forward_backward_custom_matches_direct_computation(base_mod
     beta = 0.5
     client = service.create_lora_training_client(models.DEFAULT_MODEL, rank=8, seed=0).result()
     output = client.forward_backward_custom(data, preference.make_loss_fn(reference_P, beta)).result()
-    margins = [(policy[0] - reference_P[0][0]) - (policy[1] - reference_P[0][1]),
-               (policy[2] - reference_P[1][0]) - (policy[3] - reference_P[1][1])]  # -0.5, +1.5
+    margins = [
+        (policy[0] - reference_P[0][0]) - (policy[1] - reference_P[0][1]),
+        (policy[2] - reference_P[1][0]) - (policy[3] - reference_P[1][1]),
+    ]  # -0.5, +1.5
     expected = sum(-F.logsigmoid(torch.tensor(beta * m)).item() for m in margins) / 2
     assert output.metrics["dpo_loss"] == pytest.approx(expected, rel=1e-4)
     assert output.metrics["accuracy"] == pytest.approx(0.5)

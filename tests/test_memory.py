@@ -34,8 +34,9 @@ def test_the_cli_says_so_and_exits_with_the_bad_input_code(default_model_ready, 
     assert "only 0.5 GB of memory is free" in capsys.readouterr().err
 
 
-def test_the_check_can_be_switched_off_and_hosted_runs_are_not_checked(default_model_ready, home, little_memory,
-                                                                        monkeypatch):
+def test_the_check_can_be_switched_off_and_hosted_runs_are_not_checked(
+    default_model_ready, home, little_memory, monkeypatch
+):
     monkeypatch.setenv("COOKBOOK_MEMORY_CHECK", "off")
     config = cfg.parse_overrides("sl", ["dataset=builtin:facts", "max_steps=2"])
     need = memory.check_fits(config, preflight(config))
@@ -46,7 +47,8 @@ def test_the_check_can_be_switched_off_and_hosted_runs_are_not_checked(default_m
 
 
 def test_weights_count_once_per_process_and_activations_grow_with_the_batch_up_to_the_micro_batch_cap(
-        default_model_ready):
+    default_model_ready,
+):
     shape = memory.model_shape(models.DEFAULT_MODEL)
     assert 130e6 < shape.parameters < 140e6  # SmolLM2-135M
     small = cfg.parse_overrides("sl", ["dataset=builtin:facts", "batch_size=2"])
@@ -79,8 +81,13 @@ print(json.dumps(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024))
 def test_the_estimate_covers_a_measured_full_micro_batch_without_asking_for_much_more(default_model_ready):
     """One process, the default model, a full 2,048-token micro-batch with loss on every token (the most a step
     holds): its peak resident memory is below the estimate, and the estimate is not wildly above it."""
-    result = subprocess.run([sys.executable, "-c", MEASURE], capture_output=True, text=True, timeout=600,
-                            env={**os.environ, "COOKBOOK_COMPUTE_LEASE": "off"})
+    result = subprocess.run(
+        [sys.executable, "-c", MEASURE],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "COOKBOOK_COMPUTE_LEASE": "off"},
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     peak = json.loads(result.stdout.strip().splitlines()[-1])
     shape = memory.model_shape(models.DEFAULT_MODEL)

@@ -64,18 +64,22 @@ def test_speeds_fall_back_to_the_idle_machine_figures_until_measured(tmp_path, m
     monkeypatch.setenv("COOKBOOK_MODEL_CACHE", str(tmp_path))
     assert speed.speeds() == speed.IDLE_2_CORE and not speed.speeds().measured_at
     speed._cache_file(speed.models.DEFAULT_MODEL).write_text(
-        '{"train_tok_s": 20.0, "eval_tok_s": 50.0, "sample_tok_s": 5.0, "measured_at": 1.0}')
+        '{"train_tok_s": 20.0, "eval_tok_s": 50.0, "sample_tok_s": 5.0, "measured_at": 1.0}'
+    )
     assert speed.speeds().train_tok_s == 20.0
 
 
 def test_the_run_log_gets_a_step_line_with_the_key_metrics():
     from cookbook_engine.runs import step_line
 
-    line = step_line(40, 200, "sl", {"train_mean_nll": 1.23456, "learning_rate": 8e-4, "time/step": 2.14,
-                                     "num_tokens": 512.0})
+    line = step_line(
+        40, 200, "sl", {"train_mean_nll": 1.23456, "learning_rate": 8e-4, "time/step": 2.14, "num_tokens": 512.0}
+    )
     assert line == "step 40/200 · train_mean_nll=1.235 · learning_rate=0.0008 · 2.1 s/step"
-    assert step_line(3, 3, "rl", {"env/all/reward/total": 0.5, "env/all/correct": 0.25}) == \
-        "step 3/3 · env/all/reward/total=0.5 · env/all/correct=0.25"
+    assert (
+        step_line(3, 3, "rl", {"env/all/reward/total": 0.5, "env/all/correct": 0.25})
+        == "step 3/3 · env/all/reward/total=0.5 · env/all/correct=0.25"
+    )
 
 
 def test_the_forms_estimate_says_how_much_longer_while_other_runs_take_turns(monkeypatch):
@@ -86,8 +90,9 @@ def test_the_forms_estimate_says_how_much_longer_while_other_runs_take_turns(mon
     from cookbook_engine.rl import envs, loop
 
     monkeypatch.setattr(speed, "speeds", lambda model: speed.Speeds(100.0, 300.0, 100.0, measured_at=1.0))
-    config = cfg.parse_overrides("rl", ["env=arithmetic", "max_steps=2", "groups_per_batch=2", "group_size=2",
-                                        "max_tokens=25"])
+    config = cfg.parse_overrides(
+        "rl", ["env=arithmetic", "max_steps=2", "groups_per_batch=2", "group_size=2", "max_tokens=25"]
+    )
     alone = 2 * 2 * 2 * 25 / 100.0 * 2 + forms.STARTUP_S
 
     class Store:
@@ -100,8 +105,11 @@ def test_the_forms_estimate_says_how_much_longer_while_other_runs_take_turns(mon
     monkeypatch.setattr(state, "store", lambda: Store(["running", "queued", "completed"]))
     prepared = loop.PreparedRL(envs.build_env(config, renderer=None), "auto", None, 0)
     busy = forms.estimate(config, prepared)
-    assert f"2 runs training now take turns with it on the CPU: while they run, expect up to " \
-           f"{forms._minutes(alone * 3)}" in busy
+    assert (
+        f"2 runs training now take turns with it on the CPU: while they run, expect up to "
+        f"{forms._minutes(alone * 3)}" in busy
+    )
     monkeypatch.setattr(state, "store", lambda: Store(["completed"]))
-    assert "take" not in forms.estimate(config, prepared) and f"roughly {forms._minutes(alone)}" in \
-        forms.estimate(config, prepared)
+    assert "take" not in forms.estimate(config, prepared) and f"roughly {forms._minutes(alone)}" in forms.estimate(
+        config, prepared
+    )

@@ -39,8 +39,16 @@ def tiny_chat_file(folder: Path) -> Path:
 
 
 def small_sl(data: Path, **overrides) -> cfg.SLConfig:
-    settings = dict(dataset=str(data), max_steps=3, batch_size=2, max_length=64, lora_rank=4, test_fraction=0.0,
-                    eval_every=0, save_every=0)
+    settings = dict(
+        dataset=str(data),
+        max_steps=3,
+        batch_size=2,
+        max_length=64,
+        lora_rank=4,
+        test_fraction=0.0,
+        eval_every=0,
+        save_every=0,
+    )
     return cfg.SLConfig(**{**settings, **overrides})
 
 
@@ -67,9 +75,20 @@ def test_a_run_whose_grader_or_data_raises_fails_alone(home, default_model_ready
     monkeypatch.setitem(graders.GRADERS, "exact", buggy_grader)
     problems = tmp_path / "problems.jsonl"
     problems.write_text("\n".join(json.dumps({"prompt": f"Say {w}.", "answer": w}) for w in WORDS))
-    rl_config = cfg.RLConfig(env="custom", dataset=str(problems), grader="exact", max_steps=3, groups_per_batch=1,
-                             group_size=2, max_tokens=8, num_eval_problems=0, eval_every=0, save_every=0,
-                             lora_rank=4, test_fraction=0.0)
+    rl_config = cfg.RLConfig(
+        env="custom",
+        dataset=str(problems),
+        grader="exact",
+        max_steps=3,
+        groups_per_batch=1,
+        group_size=2,
+        max_tokens=8,
+        num_eval_problems=0,
+        eval_every=0,
+        save_every=0,
+        lora_rank=4,
+        test_fraction=0.0,
+    )
 
     data = tiny_chat_file(tmp_path)
     broken_config = small_sl(data, name="broken-row")
@@ -106,11 +125,14 @@ def test_a_run_whose_grader_or_data_raises_fails_alone(home, default_model_ready
     assert "grader bug: lookup table missing" in shown  # the studio shows the error
 
 
-
-@pytest.mark.parametrize("mode", [{"stream_minibatch": True, "num_minibatches": 2}, {"max_steps_off_policy": 1}],
-                         ids=["streaming", "off-policy"])
-def test_a_grader_bug_fails_a_pipelined_rl_run_instead_of_hanging_it(home, default_model_ready, tmp_path,
-                                                                     monkeypatch, mode):
+@pytest.mark.parametrize(
+    "mode",
+    [{"stream_minibatch": True, "num_minibatches": 2}, {"max_steps_off_policy": 1}],
+    ids=["streaming", "off-policy"],
+)
+def test_a_grader_bug_fails_a_pipelined_rl_run_instead_of_hanging_it(
+    home, default_model_ready, tmp_path, monkeypatch, mode
+):
     """In the modes where sampling runs in background tasks, a grader that raises still ends the run 'failed' with
     its error, promptly, and leaves no sampling running behind it."""
     exact = graders.GRADERS["exact"]
@@ -125,15 +147,28 @@ def test_a_grader_bug_fails_a_pipelined_rl_run_instead_of_hanging_it(home, defau
     monkeypatch.setitem(graders.GRADERS, "exact", buggy_grader)
     problems = tmp_path / "problems.jsonl"
     problems.write_text("\n".join(json.dumps({"prompt": f"Say {w}.", "answer": w}) for w in WORDS))
-    config = cfg.RLConfig(env="custom", dataset=str(problems), grader="exact", max_steps=4, groups_per_batch=2,
-                          group_size=2, max_tokens=8, num_eval_problems=0, eval_every=0, save_every=0, lora_rank=4,
-                          test_fraction=0.0, pipelining=cfg.PipeliningConfig(**mode))
+    config = cfg.RLConfig(
+        env="custom",
+        dataset=str(problems),
+        grader="exact",
+        max_steps=4,
+        groups_per_batch=2,
+        group_size=2,
+        max_tokens=8,
+        num_eval_problems=0,
+        eval_every=0,
+        save_every=0,
+        lora_rank=4,
+        test_fraction=0.0,
+        pipelining=cfg.PipeliningConfig(**mode),
+    )
     manager = RunManager()
     run = manager.wait(manager.start(config), timeout=300)
     assert run["status"] == "failed" and "grader bug in a background task" in run["error"], run
     graded = calls["n"]
     time.sleep(3)
     assert calls["n"] == graded  # nothing is still sampling and grading for the failed run
+
 
 # ---------------------------------------------------------------------------------------------- concurrency
 
@@ -145,16 +180,32 @@ EXPECTED_METRICS = {
 }
 
 
-def test_sl_dpo_and_rl_at_once_all_finish_with_every_metric_and_the_studio_stays_quick(home, default_model_ready,
-                                                                                      tmp_path):
+def test_sl_dpo_and_rl_at_once_all_finish_with_every_metric_and_the_studio_stays_quick(
+    home, default_model_ready, tmp_path
+):
     manager = get_manager()
     steps = {"sl": 3, "dpo": 2, "rl": 2}
     configs = [
         small_sl(tiny_chat_file(tmp_path), max_steps=steps["sl"]),
-        cfg.DPOConfig(max_steps=steps["dpo"], batch_size=2, max_length=128, lora_rank=4, test_fraction=0.0,
-                      eval_every=0, save_every=0),
-        cfg.RLConfig(max_steps=steps["rl"], groups_per_batch=2, group_size=2, max_tokens=12, num_eval_problems=0,
-                     eval_every=0, save_every=0, lora_rank=4),
+        cfg.DPOConfig(
+            max_steps=steps["dpo"],
+            batch_size=2,
+            max_length=128,
+            lora_rank=4,
+            test_fraction=0.0,
+            eval_every=0,
+            save_every=0,
+        ),
+        cfg.RLConfig(
+            max_steps=steps["rl"],
+            groups_per_batch=2,
+            group_size=2,
+            max_tokens=12,
+            num_eval_problems=0,
+            eval_every=0,
+            save_every=0,
+            lora_rank=4,
+        ),
     ]
     at = AppTest.from_file(str(REPO / "app" / "main.py"), default_timeout=60)
     at.run()
@@ -189,10 +240,22 @@ def test_a_killed_cli_run_shows_interrupted_in_an_already_open_studio(home, defa
     from app import state
 
     studio_store = state.store()  # the studio is open before the CLI run starts
-    process = subprocess.Popen([*COOKBOOK, "sl", f"dataset={tiny_chat_file(tmp_path)}", "max_steps=200",
-                                "batch_size=2", "eval_every=0", "save_every=0", "lora_rank=4", "test_fraction=0"],
-                               env={**os.environ, "COOKBOOK_HOME": str(home)},
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [
+            *COOKBOOK,
+            "sl",
+            f"dataset={tiny_chat_file(tmp_path)}",
+            "max_steps=200",
+            "batch_size=2",
+            "eval_every=0",
+            "save_every=0",
+            "lora_rank=4",
+            "test_fraction=0",
+        ],
+        env={**os.environ, "COOKBOOK_HOME": str(home)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 300
         running = None
@@ -227,13 +290,25 @@ def texts_of(path: Path) -> list[bytes]:
     return [data]
 
 
-def test_secrets_are_never_written_by_a_run_or_an_export_nor_printed(home, default_model_ready, tmp_path,
-                                                                     monkeypatch):
+def test_secrets_are_never_written_by_a_run_or_an_export_nor_printed(home, default_model_ready, tmp_path, monkeypatch):
     secrets_env = {"TINKER_API_KEY": TINKER_KEY, "HF_TOKEN": HF_TOKEN, "HUGGING_FACE_HUB_TOKEN": HF_TOKEN}
-    result = subprocess.run([*COOKBOOK, "sl", f"dataset={tiny_chat_file(tmp_path)}", "max_steps=2", "batch_size=2",
-                             "lora_rank=4", "test_fraction=0.25", "eval_every=1", "save_every=1"],
-                            env={**os.environ, "COOKBOOK_HOME": str(home), **secrets_env},
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [
+            *COOKBOOK,
+            "sl",
+            f"dataset={tiny_chat_file(tmp_path)}",
+            "max_steps=2",
+            "batch_size=2",
+            "lora_rank=4",
+            "test_fraction=0.25",
+            "eval_every=1",
+            "save_every=1",
+        ],
+        env={**os.environ, "COOKBOOK_HOME": str(home), **secrets_env},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr
     for name, value in secrets_env.items():
         monkeypatch.setenv(name, value)
@@ -255,8 +330,12 @@ def test_secrets_are_never_written_by_a_run_or_an_export_nor_printed(home, defau
             places[f"table {table}"] = [json.dumps(rows, default=str).encode()]
     assert run["run_id"].encode() in places["table runs"][0] and "metrics.jsonl" in " ".join(places)
     assert any(name.startswith("exports/") and name.endswith(".safetensors") for name in places)
-    leaks = [(where, secret) for where, blobs in places.items() for secret in (TINKER_KEY, HF_TOKEN)
-             if any(secret.encode() in blob for blob in blobs)]
+    leaks = [
+        (where, secret)
+        for where, blobs in places.items()
+        for secret in (TINKER_KEY, HF_TOKEN)
+        if any(secret.encode() in blob for blob in blobs)
+    ]
     assert leaks == []
     assert len(places) >= 20 and len(tables) >= 5
     print(f"searched {len(places)} places ({len(tables)} tables) for 2 secrets")

@@ -17,10 +17,12 @@ from cookbook_engine.rl.code_problems import CODE_PROBLEMS, grade_response
 from cookbook_engine.rl.graders import grade
 
 # A user's own python_tests problem: setup lines, expected values kept in the tests, several asserts.
-CUSTOM_TESTS = ("expected = {2: 4, -3: 9, 0: 0}\n"
-                "assert square(2) == expected[2]\n"
-                "assert square(-3) == expected[-3]\n"
-                "assert [square(x) for x in (0, 1)] == [0, 1]")
+CUSTOM_TESTS = (
+    "expected = {2: 4, -3: 9, 0: 0}\n"
+    "assert square(2) == expected[2]\n"
+    "assert square(-3) == expected[-3]\n"
+    "assert [square(x) for x in (0, 1)] == [0, 1]"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -32,6 +34,7 @@ def studio_home(tmp_path, monkeypatch):
 def hack_rewards(tmp_path_factory):
     """Every hack graded on every built-in problem and on the custom problem: {hack: {problem: reward}}. One pool
     for all of them, since grading a hack mostly waits on the sandbox's time budgets."""
+
     def reward(pair):
         hack, problem = pair
         if problem is None:
@@ -56,8 +59,16 @@ def test_reward_hack_scores_zero_on_every_problem(hack, hack_rewards):
 def test_corpus_covers_every_attack_class():
     classes = {attack for attack, _ in HACKS.values()}
     assert len(HACKS) >= 15
-    assert {"harness tampering", "patching standard modules", "forged report", "early exit", "hostile objects",
-            "reading the tests from memory", "reading the tests from files", "grader crash"} <= classes
+    assert {
+        "harness tampering",
+        "patching standard modules",
+        "forged report",
+        "early exit",
+        "hostile objects",
+        "reading the tests from memory",
+        "reading the tests from files",
+        "grader crash",
+    } <= classes
 
 
 def test_honest_solutions_still_score_full_and_partial_credit():
@@ -65,21 +76,25 @@ def test_honest_solutions_still_score_full_and_partial_credit():
     partly = grade("python_tests", fenced("def square(x):\n    return x * abs(x)"), CUSTOM_TESTS)
     assert partly.reward == pytest.approx(2 / 3) and list(partly.details["failures"]) == ["1"]
     # values of every kind that crosses between the processes compare as the plain values they are
-    tests = ["assert f() == (1, 2.5, 'x', None, True)", "assert f.__name__ == 'f'",
-             "assert g() == {'a': [1, {2, 3}], (1, 2): b'\\x00', 'n': frozenset({1})}",
-             "import math\nassert math.isnan(h()[0]) and h()[1] == float('inf')",
-             "try:\n    k(-1)\nexcept ValueError as error:\n    assert 'negative' in str(error)\n"
-             "else:\n    assert False"]
-    code = ("def f():\n    return (1, 2.5, 'x', None, True)\n"
-            "def g():\n    return {'a': [1, {2, 3}], (1, 2): b'\\x00', 'n': frozenset({1})}\n"
-            "def h():\n    return [float('nan'), float('inf')]\n"
-            "def k(x):\n    raise ValueError('negative input')")
+    tests = [
+        "assert f() == (1, 2.5, 'x', None, True)",
+        "assert f.__name__ == 'f'",
+        "assert g() == {'a': [1, {2, 3}], (1, 2): b'\\x00', 'n': frozenset({1})}",
+        "import math\nassert math.isnan(h()[0]) and h()[1] == float('inf')",
+        "try:\n    k(-1)\nexcept ValueError as error:\n    assert 'negative' in str(error)\nelse:\n    assert False",
+    ]
+    code = (
+        "def f():\n    return (1, 2.5, 'x', None, True)\n"
+        "def g():\n    return {'a': [1, {2, 3}], (1, 2): b'\\x00', 'n': frozenset({1})}\n"
+        "def h():\n    return [float('nan'), float('inf')]\n"
+        "def k(x):\n    raise ValueError('negative input')"
+    )
     result = grade("python_tests", fenced(code), "\n".join(tests))
     assert result.reward == 1.0, result.details
 
 
 def test_a_solution_that_dies_in_one_call_loses_only_that_test():
-    code = ("import os\ndef square(x):\n    if x == -3:\n        os._exit(3)\n    return x * x")
+    code = "import os\ndef square(x):\n    if x == -3:\n        os._exit(3)\n    return x * x"
     result = grade("python_tests", fenced(code), CUSTOM_TESTS)
     assert result.reward == pytest.approx(2 / 3)
     assert "exit code 3" in result.details["failures"]["1"]
@@ -88,8 +103,14 @@ def test_a_solution_that_dies_in_one_call_loses_only_that_test():
 def test_hack_flags_fire_on_hacks_and_never_on_honest_code():
     for name, code in REFERENCE_SOLUTIONS.items():
         assert hack_flags.suspicious_patterns(code) == [], name
-    flagged_classes = {"harness tampering", "patching standard modules", "early exit", "hostile objects",
-                       "reading the tests from memory", "reading the tests from files"}
+    flagged_classes = {
+        "harness tampering",
+        "patching standard modules",
+        "early exit",
+        "hostile objects",
+        "reading the tests from memory",
+        "reading the tests from files",
+    }
     for hack, (attack, _) in HACKS.items():
         if attack in flagged_classes:
             assert hack_flags.suspicious_patterns(hack_response(hack, "square")), hack

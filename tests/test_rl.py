@@ -80,10 +80,20 @@ def test_substeps_split_the_batch_into_nearly_equal_parts():
 
 def test_rollout_metrics_use_the_cookbook_names_and_split_by_tag():
     groups = [
-        RolloutGroup([rollout(1.0, metrics={"correct": 1.0, "format": 1.0}),
-                      rollout(-0.1, tokens=(5,), metrics={"correct": 0.0, "format": 0.0})], ["add"]),
-        RolloutGroup([rollout(1.0, metrics={"correct": 1.0, "format": 1.0}),
-                      rollout(1.0, metrics={"correct": 1.0, "format": 1.0})], ["multiply"]),
+        RolloutGroup(
+            [
+                rollout(1.0, metrics={"correct": 1.0, "format": 1.0}),
+                rollout(-0.1, tokens=(5,), metrics={"correct": 0.0, "format": 0.0}),
+            ],
+            ["add"],
+        ),
+        RolloutGroup(
+            [
+                rollout(1.0, metrics={"correct": 1.0, "format": 1.0}),
+                rollout(1.0, metrics={"correct": 1.0, "format": 1.0}),
+            ],
+            ["multiply"],
+        ),
     ]
     metrics = rollout_metrics(groups)
     assert metrics["env/all/reward/total"] == pytest.approx((1.0 - 0.1 + 1.0 + 1.0) / 4)
@@ -127,7 +137,8 @@ def test_arithmetic_holds_out_a_fixed_set_of_two_digit_problems_that_training_ne
     assert all(10 <= p.a <= 99 and 10 <= p.b <= 99 for p in held_out)
     assert len({p.key for p in held_out}) == len(held_out)  # distinct, counting 12 + 34 and 34 + 12 as one
     assert sets.load_eval_set("builtin:arithmetic").examples == [
-        sets.GenerationExample(p.question, str(p.answer), "numeric") for p in held_out]  # the eval set is this list
+        sets.GenerationExample(p.question, str(p.answer), "numeric") for p in held_out
+    ]  # the eval set is this list
     keys = {p.key for p in held_out}
     for seed in (0, 1, 7):
         config = RLConfig(seed=seed, max_steps=40, groups_per_batch=8, num_eval_problems=32)
@@ -192,8 +203,10 @@ def test_code_rollouts_that_touch_the_hacking_surface_are_flagged_and_counted(re
 
 def test_custom_env_grades_with_the_chosen_grader(renderer, tmp_path):
     path = tmp_path / "capitals.jsonl"
-    rows = [{"prompt": f"Capital of {c}?", "answer": a} for c, a in
-            [("France", "Paris"), ("Italy", "Rome"), ("Spain", "Madrid"), ("Japan", "Tokyo"), ("Peru", "Lima")]]
+    rows = [
+        {"prompt": f"Capital of {c}?", "answer": a}
+        for c, a in [("France", "Paris"), ("Italy", "Rome"), ("Spain", "Madrid"), ("Japan", "Tokyo"), ("Peru", "Lima")]
+    ]
     path.write_text("\n".join(json.dumps(r) for r in rows))
     setup = envs.build_env(RLConfig(env="custom", dataset=str(path), grader="contains", groups_per_batch=2), renderer)
     assert len(setup.test) == 1 and len(setup.train.problems) == 4
@@ -239,8 +252,9 @@ def test_bad_rl_settings_and_data_fail_before_a_run_exists(home, default_model_r
 
 
 def test_pipelining_settings_parse_from_the_command_line_and_are_accepted():
-    streaming = parse_overrides("rl", ["pipelining.stream_minibatch=true", "pipelining.num_minibatches=2",
-                                       "num_substeps=2"])
+    streaming = parse_overrides(
+        "rl", ["pipelining.stream_minibatch=true", "pipelining.num_minibatches=2", "num_substeps=2"]
+    )
     assert streaming.pipelining.stream_minibatch and streaming.pipelining.num_minibatches == 2
     command = to_command(streaming)
     assert "pipelining.stream_minibatch=true" in command and "pipelining.num_minibatches=2" in command
@@ -253,8 +267,13 @@ def test_pipelining_settings_parse_from_the_command_line_and_are_accepted():
 def test_a_code_run_says_in_its_log_when_the_sandbox_cannot_isolate_the_network(monkeypatch):
     from cookbook_engine import sandbox
 
-    open_network = {"network_isolated": False, "network_method": "none", "description": "bare unprivileged uid",
-                    "reason": "this machine does not allow a network namespace here", "filesystem": "unprivileged"}
+    open_network = {
+        "network_isolated": False,
+        "network_method": "none",
+        "description": "bare unprivileged uid",
+        "reason": "this machine does not allow a network namespace here",
+        "filesystem": "unprivileged",
+    }
     monkeypatch.setattr(sandbox, "sandbox_capabilities", lambda: dict(open_network))
     note = loop.sandbox_note(RLConfig(env="code"))
     assert "network is NOT isolated" in note and "does not allow a network namespace" in note
@@ -267,8 +286,13 @@ def test_a_code_run_says_in_its_log_when_the_sandbox_cannot_isolate_the_network(
 def test_the_default_rl_settings_are_the_measured_ones_and_far_settings_are_named():
     config = RLConfig()
     measured = suggested.ARITHMETIC
-    assert (config.group_size, config.groups_per_batch, config.temperature, config.max_steps, config.max_tokens) == \
-        (measured.group_size, measured.groups_per_batch, measured.temperature, measured.max_steps, measured.max_tokens)
+    assert (config.group_size, config.groups_per_batch, config.temperature, config.max_steps, config.max_tokens) == (
+        measured.group_size,
+        measured.groups_per_batch,
+        measured.temperature,
+        measured.max_steps,
+        measured.max_tokens,
+    )
     assert loop.rl_learning_rate(config) == measured.learning_rate  # learning_rate=auto: the measured rate
     assert loop.rl_learning_rate(RLConfig(learning_rate=1e-4)) == 1e-4
     assert loop.rl_learning_rate(RLConfig(env="code")) == pytest.approx(1e-3 * suggested.RL_LR_SCALE)  # not measured
@@ -301,13 +325,22 @@ def held_out_correct(store: Store, run_id: str) -> list[tuple[int, float]]:
 
 
 @pytest.mark.slow
-def test_every_rollout_is_stored_and_a_cancelled_run_resumes_where_it_stopped(home, default_model_ready,
-                                                                              monkeypatch):
+def test_every_rollout_is_stored_and_a_cancelled_run_resumes_where_it_stopped(home, default_model_ready, monkeypatch):
     from cookbook_engine.runs import RunContext
 
     manager = RunManager()
-    config = RLConfig(max_steps=4, groups_per_batch=2, group_size=3, max_tokens=8, num_eval_problems=4,
-                      eval_every=0, save_every=0, lora_rank=4, loss_fn="ppo", num_substeps=2)
+    config = RLConfig(
+        max_steps=4,
+        groups_per_batch=2,
+        group_size=3,
+        max_tokens=8,
+        num_eval_problems=4,
+        eval_every=0,
+        save_every=0,
+        lora_rank=4,
+        loss_fn="ppo",
+        num_substeps=2,
+    )
     progress = RunContext.progress
 
     def stop_after_step_two(context, step, total):  # as Stop pressed then: steps this small outrun a polling test
@@ -330,15 +363,23 @@ def test_every_rollout_is_stored_and_a_cancelled_run_resumes_where_it_stopped(ho
     metrics = store.get_metrics_wide(run_id)
     trained = metrics.dropna(subset=["env/all/reward/total"])
     assert trained["step"].tolist() == [0, 1, 2, 3]  # every step once
-    for name in ("env/all/correct", "env/all/format", "env/all/ac_tokens_per_turn", "frac_groups_dropped",
-                 "time/sample", "time/train", "time/total"):
+    for name in (
+        "env/all/correct",
+        "env/all/format",
+        "env/all/ac_tokens_per_turn",
+        "frac_groups_dropped",
+        "time/sample",
+        "time/train",
+        "time/total",
+    ):
         assert name in metrics.columns, name
     assert metrics.dropna(subset=["test/env/all/correct"])["step"].tolist() == [4]  # the final evaluation
 
     transcripts = store.get_transcripts(run_id)
     assert len(transcripts) == 4 * 2 * 3  # steps x groups x samples, none duplicated by the resume
-    assert sorted(set(zip(transcripts.step, transcripts.group_idx, transcripts.sample_idx))) == \
-        [(s, g, i) for s in range(4) for g in range(2) for i in range(3)]
+    assert sorted(set(zip(transcripts.step, transcripts.group_idx, transcripts.sample_idx))) == [
+        (s, g, i) for s in range(4) for g in range(2) for i in range(3)
+    ]
     row = transcripts.iloc[0]
     assert "Answer with just the number." in row.prompt and row.completion
     assert row.stop_reason in ("stop", "length")
@@ -364,8 +405,10 @@ def test_a_short_default_rl_run_raises_held_out_two_digit_accuracy_beyond_the_in
     accuracy = dict(held_out_correct(Store.default(), run_id))
     before, after = accuracy[0], accuracy[steps]
     low, high = stats.wilson_interval(round(before * n), n)
-    print(f"RL arithmetic: held-out greedy accuracy {before:.2f} [{low:.2f}, {high:.2f}] -> {after:.2f} in {steps} "
-          f"steps, {minutes:.1f} min")
+    print(
+        f"RL arithmetic: held-out greedy accuracy {before:.2f} [{low:.2f}, {high:.2f}] -> {after:.2f} in {steps} "
+        f"steps, {minutes:.1f} min"
+    )
     assert before < 0.35  # the base model gets few two-digit sums right
     assert after > high, f"{after:.2f} is within the base model's interval [{low:.2f}, {high:.2f}]"
     kl = Store.default().get_metrics(run_id, ["optim/kl_sample_train"])["value"]
@@ -375,8 +418,17 @@ def test_a_short_default_rl_run_raises_held_out_two_digit_accuracy_beyond_the_in
 @pytest.mark.slow
 def test_a_code_run_grades_rollouts_in_the_sandbox_and_keeps_the_results(home, default_model_ready):
     manager = RunManager()
-    config = RLConfig(env="code", max_steps=1, groups_per_batch=2, group_size=2, max_tokens=48, num_eval_problems=1,
-                      eval_every=0, save_every=0, lora_rank=4)
+    config = RLConfig(
+        env="code",
+        max_steps=1,
+        groups_per_batch=2,
+        group_size=2,
+        max_tokens=48,
+        num_eval_problems=1,
+        eval_every=0,
+        save_every=0,
+        lora_rank=4,
+    )
     run_id = manager.start(config)
     run = manager.wait(run_id, timeout=600)
     assert run["status"] == "completed", run.get("traceback")

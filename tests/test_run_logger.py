@@ -19,8 +19,9 @@ def logger(tmp_path, monkeypatch) -> RunLogger:
     monkeypatch.setenv("COOKBOOK_HOME", str(tmp_path / "home"))
     store = Store.default()
     log_dir = paths.run_dir("rl-1")
-    store.create_run("rl-1", name="rl", kind="rl", backend="local", base_model="SmolLM2-135M-Instruct",
-                     config={}, log_dir=log_dir)
+    store.create_run(
+        "rl-1", name="rl", kind="rl", backend="local", base_model="SmolLM2-135M-Instruct", config={}, log_dir=log_dir
+    )
     return RunLogger(store, "rl-1", log_dir)
 
 
@@ -34,16 +35,25 @@ def test_files_are_written_in_the_cookbooks_shapes(logger):
     assert json.loads((logger.log_dir / "config.json").read_text()) == {**config, "log_path": str(logger.log_dir)}
     assert '\n  "model_name"' in (logger.log_dir / "config.json").read_text()  # indent 2
 
-    logger.log_metrics(0, {"env/all/reward/total": np.float32(0.25), "optim/entropy": torch.tensor(1.5),
-                           "progress": np.int64(0)})
+    logger.log_metrics(
+        0, {"env/all/reward/total": np.float32(0.25), "optim/entropy": torch.tensor(1.5), "progress": np.int64(0)}
+    )
     logger.log_metrics(np.int64(1), {"env/all/reward/total": 0.5})
     lines = read_jsonl(logger.log_dir / "metrics.jsonl")
-    assert lines == [{"step": 0, "env/all/reward/total": 0.25, "optim/entropy": 1.5, "progress": 0.0},
-                     {"step": 1, "env/all/reward/total": 0.5}]
+    assert lines == [
+        {"step": 0, "env/all/reward/total": 0.25, "optim/entropy": 1.5, "progress": 0.0},
+        {"step": 1, "env/all/reward/total": 0.5},
+    ]
     assert logger.store.get_metrics_wide("rl-1")["env/all/reward/total"].tolist() == [0.25, 0.5]
 
-    logger.log_checkpoint(step=1, name="000001", kind="both", state_path="/ck/1/state",
-                          sampler_path="/ck/1/sampler", loop_state={"epoch": 0})
+    logger.log_checkpoint(
+        step=1,
+        name="000001",
+        kind="both",
+        state_path="/ck/1/state",
+        sampler_path="/ck/1/sampler",
+        loop_state={"epoch": 0},
+    )
     logger.log_checkpoint(step=2, name="000002", kind="sampler", sampler_path="/ck/2/sampler")
     assert read_jsonl(logger.log_dir / "checkpoints.jsonl") == [
         {"name": "000001", "batch": 1, "state_path": "/ck/1/state", "sampler_path": "/ck/1/sampler", "epoch": 0},

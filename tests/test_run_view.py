@@ -11,20 +11,29 @@ from app import run_view
 
 
 def long_frame(points: dict[str, list[float | None]]) -> pd.DataFrame:
-    return pd.DataFrame([{"step": step, "name": name, "value": float("nan") if value is None else value}
-                         for name, values in points.items() for step, value in enumerate(values)])
+    return pd.DataFrame(
+        [
+            {"step": step, "name": name, "value": float("nan") if value is None else value}
+            for name, values in points.items()
+            for step, value in enumerate(values)
+        ]
+    )
 
 
 def test_cards_show_the_latest_value_and_the_change_since_the_first():
-    metrics = long_frame({"train_mean_nll": [2.0, 1.5, None], "learning_rate": [1e-3, 1e-3, 1e-3],
-                          "time/step": [1.0, 2.0, 3.0]})
-    assert run_view.metric_cards(metrics) == [run_view.MetricCard("train_mean_nll", "1.5", "-0.5"),
-                                              run_view.MetricCard("learning_rate", "0.001", None)]
+    metrics = long_frame(
+        {"train_mean_nll": [2.0, 1.5, None], "learning_rate": [1e-3, 1e-3, 1e-3], "time/step": [1.0, 2.0, 3.0]}
+    )
+    assert run_view.metric_cards(metrics) == [
+        run_view.MetricCard("train_mean_nll", "1.5", "-0.5"),
+        run_view.MetricCard("learning_rate", "0.001", None),
+    ]
 
 
 def test_charts_are_grouped_main_more_and_timing_and_laid_out_in_rows():
-    layout = run_view.chart_layout(long_frame({"train_mean_nll": [1.0], "test/nll": [1.0], "time/step": [1.0],
-                                               "env/add/reward": [0.0]}))
+    layout = run_view.chart_layout(
+        long_frame({"train_mean_nll": [1.0], "test/nll": [1.0], "time/step": [1.0], "env/add/reward": [0.0]})
+    )
     assert [names for _, names in layout.main] == [["train_mean_nll", "test/nll"]]
     assert [names for _, names in layout.timing] == [["time/step"]]
     assert [names for _, names in layout.more] == [["env/add/reward"]]
@@ -34,18 +43,45 @@ def test_charts_are_grouped_main_more_and_timing_and_laid_out_in_rows():
 def test_the_header_says_kind_model_backend_age_times_and_parent():
     run = {"base_model": "SmolLM2-135M-Instruct", "backend": "local", "parent_run_id": "sl-1"}
     assert run_view.header_facts(run, "SL", "just now", ["2 min"]) == [
-        "SL", "SmolLM2-135M-Instruct", "backend local", "created just now", "2 min", "started from sl-1"]
+        "SL",
+        "SmolLM2-135M-Instruct",
+        "backend local",
+        "created just now",
+        "2 min",
+        "started from sl-1",
+    ]
 
 
 def test_checkpoints_become_table_rows_and_their_absence_says_when_they_come():
     saved = datetime(2026, 1, 1)
-    rows = run_view.checkpoint_rows([{"step": 4, "name": "final", "kind": "both", "loop_state": {"final": True},
-                                      "created_at": saved, "state_path": "/s", "sampler_path": None}],
-                                    age=lambda at: "at " + str(at.year))
-    assert rows == [{"Step": 4, "Name": "final", "Kind": "both", "Final": True, "Saved": "at 2026",
-                     "State path": "/s", "Sampler path": ""}]
-    assert run_view.no_checkpoints_text({"save_every": 20}) == ("No checkpoints yet (this run saves every 20 steps "
-                                                                "and at the end).")
+    rows = run_view.checkpoint_rows(
+        [
+            {
+                "step": 4,
+                "name": "final",
+                "kind": "both",
+                "loop_state": {"final": True},
+                "created_at": saved,
+                "state_path": "/s",
+                "sampler_path": None,
+            }
+        ],
+        age=lambda at: "at " + str(at.year),
+    )
+    assert rows == [
+        {
+            "Step": 4,
+            "Name": "final",
+            "Kind": "both",
+            "Final": True,
+            "Saved": "at 2026",
+            "State path": "/s",
+            "Sampler path": "",
+        }
+    ]
+    assert run_view.no_checkpoints_text({"save_every": 20}) == (
+        "No checkpoints yet (this run saves every 20 steps and at the end)."
+    )
     assert run_view.no_checkpoints_text({}) == "No checkpoints yet (this run saves at the end)."
 
 

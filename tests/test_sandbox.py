@@ -59,8 +59,10 @@ def test_capabilities_say_what_is_isolated(capabilities):
 
 
 def test_normal_run_reports_output_exit_code_stdin_and_files(capabilities):
-    source = "import sys\nprint(sys.stdin.read().upper())\nprint(open('data/notes.txt').read())\n" \
-             "print('warn', file=sys.stderr)\nsys.exit(3)"
+    source = (
+        "import sys\nprint(sys.stdin.read().upper())\nprint(open('data/notes.txt').read())\n"
+        "print('warn', file=sys.stderr)\nsys.exit(3)"
+    )
     result = run_python(source, stdin="hello", files={"data/notes.txt": "a note"})
     assert result.returncode == 3
     assert result.stdout == "HELLO\na note\n"
@@ -73,8 +75,10 @@ def test_normal_run_reports_output_exit_code_stdin_and_files(capabilities):
 
 def test_infinite_loop_is_killed_by_the_wall_clock_timeout():
     started = time.monotonic()
-    result = run_python("import time\nprint('started', flush=True)\nwhile True:\n    time.sleep(0.01)",
-                        limits=SandboxLimits(timeout_s=1.0))
+    result = run_python(
+        "import time\nprint('started', flush=True)\nwhile True:\n    time.sleep(0.01)",
+        limits=SandboxLimits(timeout_s=1.0),
+    )
     assert time.monotonic() - started < 3.0
     assert result.timed_out and result.killed_reason == "timeout" and result.returncode is None
     assert result.stdout == "started\n"  # what it printed before the kill is kept
@@ -89,9 +93,11 @@ def test_busy_loop_is_stopped_by_the_cpu_limit():
 
 
 def test_fork_bomb_is_contained_and_leaves_nothing_behind(capabilities):
-    count_forks = ("import os, time\nforked = 0\nfor _ in range(200):\n    try:\n        if os.fork() == 0:\n"
-                   "            time.sleep(5)\n            os._exit(0)\n        forked += 1\n"
-                   "    except OSError:\n        break\nprint(forked)")
+    count_forks = (
+        "import os, time\nforked = 0\nfor _ in range(200):\n    try:\n        if os.fork() == 0:\n"
+        "            time.sleep(5)\n            os._exit(0)\n        forked += 1\n"
+        "    except OSError:\n        break\nprint(forked)"
+    )
     if capabilities["process_limit_binds"]:
         result = run_python(count_forks, limits=SandboxLimits(max_processes=8))
         assert result.returncode == 0 and int(result.stdout) < 8, result
@@ -107,8 +113,10 @@ def test_fork_bomb_is_contained_and_leaves_nothing_behind(capabilities):
 def test_processes_that_escape_the_session_die_with_the_run(capabilities):
     if not (capabilities["pid_namespace"] or capabilities["uid_drop"]):
         pytest.skip(f"no PID namespace and no private uid here: {capabilities['reason']}")
-    escape = ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(60)\n"
-              "    os._exit(0)\nprint('parent done')")
+    escape = (
+        "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(60)\n"
+        "    os._exit(0)\nprint('parent done')"
+    )
     result = run_python(escape)
     assert result.stdout == "parent done\n"
     if capabilities["uid_drop"]:
@@ -133,8 +141,10 @@ def test_connecting_to_a_port_the_test_listens_on_fails(capabilities):
     server.settimeout(0.2)
     port = server.getsockname()[1]
     try:
-        source = (f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2).send(b'hi')\n"
-                  f"    print('connected')\nexcept OSError as error:\n    print('blocked', error.errno)")
+        source = (
+            f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2).send(b'hi')\n"
+            f"    print('connected')\nexcept OSError as error:\n    print('blocked', error.errno)"
+        )
         result = run_python(source)
         if not capabilities["network_isolated"]:
             assert result.network_isolated is False and capabilities["reason"]
@@ -151,10 +161,12 @@ def test_connecting_to_a_port_the_test_listens_on_fails(capabilities):
 def test_secret_environment_variables_do_not_reach_the_child(monkeypatch, capabilities):
     monkeypatch.setenv("TINKER_API_KEY", "secret-xyz")
     monkeypatch.setenv("HF_TOKEN", "secret-hf")
-    source = ("import os\nprint(sorted(os.environ))\nprint(os.environ.get('TINKER_API_KEY'))\n"
-              "print(open('/proc/self/environ', 'rb').read())\n"
-              f"try:\n    print(open('/proc/{os.getpid()}/environ', 'rb').read())\nexcept OSError as error:\n"
-              "    print('denied', error.errno)")
+    source = (
+        "import os\nprint(sorted(os.environ))\nprint(os.environ.get('TINKER_API_KEY'))\n"
+        "print(open('/proc/self/environ', 'rb').read())\n"
+        f"try:\n    print(open('/proc/{os.getpid()}/environ', 'rb').read())\nexcept OSError as error:\n"
+        "    print('denied', error.errno)"
+    )
     result = run_python(source)
     assert result.returncode == 0, result
     lines = result.stdout.splitlines()
@@ -173,9 +185,11 @@ def test_writing_outside_the_work_folder_fails(tmp_path, capabilities):
     owned.mkdir(mode=0o755)  # the test's own folder, not world-writable
     tmp_target = f"/tmp/cookbook-sandbox-escape-{uuid.uuid4().hex}.txt"
     targets = [str(owned / "evil.txt"), tmp_target, "/var/tmp/cookbook-sandbox-escape.txt"]
-    source = (f"targets = {targets!r}\nfor target in targets:\n    try:\n        open(target, 'w').write('x')\n"
-              "        print('wrote', target)\n    except OSError as error:\n        print('refused', error.errno)\n"
-              "open('inside.txt', 'w').write('fine')\nprint(open('inside.txt').read())")
+    source = (
+        f"targets = {targets!r}\nfor target in targets:\n    try:\n        open(target, 'w').write('x')\n"
+        "        print('wrote', target)\n    except OSError as error:\n        print('refused', error.errno)\n"
+        "open('inside.txt', 'w').write('fine')\nprint(open('inside.txt').read())"
+    )
     try:
         result = run_python(source)
         assert result.returncode == 0, result
@@ -200,8 +214,10 @@ def test_world_writable_host_folders_are_read_only_too(monkeypatch, capabilities
         pytest.skip("needs a mount namespace and a /var/tmp folder")
     monkeypatch.setattr(sandbox, "HIDDEN_FOLDERS", [f for f in sandbox.HIDDEN_FOLDERS if f != "/var/tmp"])
     target = f"/var/tmp/cookbook-sandbox-escape-{uuid.uuid4().hex}.txt"
-    source = f"try:\n    open({target!r}, 'w').write('x')\n    print('wrote')\nexcept OSError as error:\n" \
-             "    print('refused', error.errno)"
+    source = (
+        f"try:\n    open({target!r}, 'w').write('x')\n    print('wrote')\nexcept OSError as error:\n"
+        "    print('refused', error.errno)"
+    )
     try:
         result = run_python(source)
         assert result.stdout == f"refused {errno.EROFS}\n", result
@@ -230,8 +246,10 @@ def test_many_files_fill_the_work_folder_cap(capabilities):
 
 def test_stdout_flood_is_truncated_and_stopped():
     started = time.monotonic()
-    result = run_python("import sys\nwhile True:\n    sys.stdout.write('x' * 4096)",
-                        limits=SandboxLimits(max_output_chars=1000, timeout_s=20.0))
+    result = run_python(
+        "import sys\nwhile True:\n    sys.stdout.write('x' * 4096)",
+        limits=SandboxLimits(max_output_chars=1000, timeout_s=20.0),
+    )
     assert time.monotonic() - started < 5.0
     assert result.killed_reason == "output limit" and result.returncode is None and not result.timed_out
     assert len(result.stdout) <= 1100 and "output dropped" in result.stdout
@@ -318,8 +336,9 @@ def test_memfd_cannot_bypass_the_memory_limit(capabilities):
 def test_posix_shared_memory_is_a_tiny_tmpfs(capabilities):
     if not capabilities["filesystem"].startswith("read-only"):
         pytest.skip("/dev/shm is replaced only with a mount namespace")
-    source = ("try:\n    open('/dev/shm/hold', 'wb').write(b'x' * 64 * 1024 * 1024)\n"
-              "except OSError as e:\n    print(e.errno)")
+    source = (
+        "try:\n    open('/dev/shm/hold', 'wb').write(b'x' * 64 * 1024 * 1024)\nexcept OSError as e:\n    print(e.errno)"
+    )
     result = run_python(source, limits=SandboxLimits(max_file_mb=256))
     assert result.stdout in (f"{errno.EROFS}\n", f"{errno.ENOSPC}\n"), result  # read-only, and 1 MB if it were not
 
@@ -327,8 +346,10 @@ def test_posix_shared_memory_is_a_tiny_tmpfs(capabilities):
 def test_memory_is_limited_in_total_across_processes(capabilities):
     if not capabilities["memory_cgroup"]:
         pytest.skip(f"no memory cgroup on this machine: {capabilities['memory_limit']}")
-    two_halves = ("import os, time\nblock = bytearray(90 * 1024 * 1024)\nchild = os.fork()\n"
-                  "other = bytearray(90 * 1024 * 1024)\ntime.sleep(0.5)\nprint('both held', flush=True)")
+    two_halves = (
+        "import os, time\nblock = bytearray(90 * 1024 * 1024)\nchild = os.fork()\n"
+        "other = bytearray(90 * 1024 * 1024)\ntime.sleep(0.5)\nprint('both held', flush=True)"
+    )
     result = run_python(two_halves, limits=SandboxLimits(memory_mb=128))
     assert "both held" not in result.stdout and result.killed_reason == "memory limit", result
 
@@ -336,33 +357,43 @@ def test_memory_is_limited_in_total_across_processes(capabilities):
 def test_no_new_user_namespaces_inside(capabilities):
     if "not available" in capabilities["seccomp"]:
         pytest.skip(capabilities["seccomp"])
-    source = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-              "print(libc.unshare(0x10000000), ctypes.get_errno())")
+    source = (
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nprint(libc.unshare(0x10000000), ctypes.get_errno())"
+    )
     assert run_python(source).stdout == f"-1 {errno.EPERM}\n"
 
 
 def test_dev_holds_only_harmless_devices(capabilities):
     if not capabilities["devices"].startswith("only"):
         pytest.skip(capabilities["devices"])
-    source = ("import os\nprint(sorted(os.listdir('/dev')))\n"
-              "open('/dev/null', 'w').write('x')\nprint(len(open('/dev/urandom', 'rb').read(16)))")
+    source = (
+        "import os\nprint(sorted(os.listdir('/dev')))\n"
+        "open('/dev/null', 'w').write('x')\nprint(len(open('/dev/urandom', 'rb').read(16)))"
+    )
     result = run_python(source)
-    assert result.stdout == ("['fd', 'full', 'null', 'random', 'shm', 'stderr', 'stdin', 'stdout', 'urandom', "
-                             "'zero']\n16\n"), result
+    assert result.stdout == (
+        "['fd', 'full', 'null', 'random', 'shm', 'stderr', 'stdin', 'stdout', 'urandom', 'zero']\n16\n"
+    ), result
 
 
 def test_killed_reason_is_never_read_from_what_the_program_prints():
-    for forged in ("MemoryError", "OSError: [Errno 28] No space left on device", "OSError: [Errno 27] File too large",
-                   "BlockingIOError: [Errno 11] Resource temporarily unavailable (fork)"):
+    for forged in (
+        "MemoryError",
+        "OSError: [Errno 28] No space left on device",
+        "OSError: [Errno 27] File too large",
+        "BlockingIOError: [Errno 11] Resource temporarily unavailable (fork)",
+    ):
         result = run_python(f"import sys\nsys.stderr.write({forged!r} + '\\n')\nsys.exit(1)")
         assert (result.returncode, result.killed_reason) == (1, None), forged
 
 
 def test_a_private_umask_in_the_studio_does_not_weaken_the_sandbox(capabilities):
     """The studio and the CLI run with umask 077 (a private home); the sandbox must find the same plan then."""
-    source = ("import os, sys\nos.umask(0o077)\nsys.path.insert(0, sys.argv[1])\n"
-              "from cookbook_engine import sandbox\ncaps = sandbox.sandbox_capabilities()\n"
-              "print(caps['plan'], caps['memory_cgroup'], sandbox.run_python('print(1)').stdout.strip())")
+    source = (
+        "import os, sys\nos.umask(0o077)\nsys.path.insert(0, sys.argv[1])\n"
+        "from cookbook_engine import sandbox\ncaps = sandbox.sandbox_capabilities()\n"
+        "print(caps['plan'], caps['memory_cgroup'], sandbox.run_python('print(1)').stdout.strip())"
+    )
     repo = str(Path(__file__).resolve().parent.parent)
     result = subprocess.run([sys.executable, "-c", source, repo], capture_output=True, text=True, timeout=120)
     assert result.stdout.split() == [capabilities["plan"], str(capabilities["memory_cgroup"]), "1"], result.stderr

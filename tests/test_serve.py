@@ -29,6 +29,7 @@ from cookbook_engine.serve.state import ServerState
 try:  # the recipes' fixture and helpers (hub downloads replaced by local data), shared with the in-process tests
     from test_tinker_recipes import metrics_by_step, recipe_fixture, sl_config  # noqa: F401 (recipe_fixture)
 except pytest.skip.Exception:  # tinker-cookbook is not installed: the fast tests here still run
+
     @pytest.fixture
     def recipe_fixture():
         pytest.skip("tinker-cookbook is not installed (scripts/setup.sh installs it)")
@@ -69,12 +70,17 @@ def server(monkeypatch, tmp_path):
 
 # --- the wire format, against the SDK's own codecs ----------------------------------------------------------
 def test_forward_backward_requests_decode_what_the_sdk_encodes():
-    datum = types.Datum(model_input=types.ModelInput.from_ints([5, 6, 7]),
-                        loss_fn_inputs={"target_tokens": [6, 7, 8], "weights": [0.0, 1.0, 0.5]})
+    datum = types.Datum(
+        model_input=types.ModelInput.from_ints([5, 6, 7]),
+        loss_fn_inputs={"target_tokens": [6, 7, 8], "weights": [0.0, 1.0, 0.5]},
+    )
     request = types.ForwardBackwardRequest(
-        model_id="s:train:0", seq_id=3,
-        forward_backward_input=types.ForwardBackwardInput(data=[datum], loss_fn="ppo",
-                                                          loss_fn_config={"clip_low_threshold": 0.7}))
+        model_id="s:train:0",
+        seq_id=3,
+        forward_backward_input=types.ForwardBackwardInput(
+            data=[datum], loss_fn="ppo", loss_fn_config={"clip_low_threshold": 0.7}
+        ),
+    )
     proto = request_conv.forward_backward_request_to_proto(request)
     proto.forward_only = True
     model_id, loss_fn, config, data, forward_only = wire.parse_forward_backward(proto.SerializeToString())
@@ -85,17 +91,23 @@ def test_forward_backward_requests_decode_what_the_sdk_encodes():
 
 
 def test_results_encode_to_what_the_sdk_decodes():
-    output = types.ForwardBackwardOutput(loss_fn_output_type="TorchLossReturn", metrics={"loss:sum": 2.5},
-                                         loss_fn_outputs=[{"logprobs": types.TensorData(data=[-1.0, -2.0],
-                                                                                        dtype="float32")},
-                                                          {"logprobs": types.TensorData(data=[-0.5],
-                                                                                        dtype="float32")}])
+    output = types.ForwardBackwardOutput(
+        loss_fn_output_type="TorchLossReturn",
+        metrics={"loss:sum": 2.5},
+        loss_fn_outputs=[
+            {"logprobs": types.TensorData(data=[-1.0, -2.0], dtype="float32")},
+            {"logprobs": types.TensorData(data=[-0.5], dtype="float32")},
+        ],
+    )
     decoded = response_conv.deserialize_forward_backward_output(wire.forward_backward_output(output))
     assert decoded.metrics == {"loss:sum": 2.5}
     assert [o["logprobs"].tolist() for o in decoded.loss_fn_outputs] == [[-1.0, -2.0], [-0.5]]
-    response = types.SampleResponse(sequences=[types.SampledSequence(stop_reason="stop", sequence_id="a",
-                                                                     _tokens_list=[4, 2], _logprobs_list=[-0.1, -0.2])],
-                                    _prompt_logprobs_list=[None, -3.0])
+    response = types.SampleResponse(
+        sequences=[
+            types.SampledSequence(stop_reason="stop", sequence_id="a", _tokens_list=[4, 2], _logprobs_list=[-0.1, -0.2])
+        ],
+        _prompt_logprobs_list=[None, -3.0],
+    )
     sampled = response_conv.deserialize_sample_response(wire.sample_response(response))
     assert sampled.sequences[0].tokens == [4, 2] and sampled.sequences[0].stop_reason == "stop"
     assert np.allclose(sampled.sequences[0].logprobs, [-0.1, -0.2])
@@ -115,8 +127,11 @@ def test_the_sdk_connects_with_any_local_key_and_sees_the_default_model(server):
     config = httpx.post(f"{url}/api/v1/client/config", json={"sdk_version": tinker.__version__}).json()
     assert config["pjwt_auth_enabled"] is False
     status = serve.status()
-    assert status.running and status.url == url and status.env_line == (
-        f"export TINKER_BASE_URL={url} TINKER_API_KEY={serve.LOCAL_API_KEY}")
+    assert (
+        status.running
+        and status.url == url
+        and status.env_line == (f"export TINKER_BASE_URL={url} TINKER_API_KEY={serve.LOCAL_API_KEY}")
+    )
 
 
 def test_unknown_endpoints_and_ids_answer_404_with_a_reason(server):
@@ -174,9 +189,21 @@ def test_rl_loop_runs_unmodified_through_the_sdk_over_http_with_its_samples_reco
 
     model, state = over_http
     torch.manual_seed(0)
-    rl_loop.main(rl_loop.Config(log_path=str(tmp_path / "rl-http"), model_name=model, batch_size=2, group_size=4,
-                                learning_rate=1e-4, lora_rank=4, save_every=0, max_tokens=24, loss_fn="cispo",
-                                max_steps=1, session_name="rl over http"))
+    rl_loop.main(
+        rl_loop.Config(
+            log_path=str(tmp_path / "rl-http"),
+            model_name=model,
+            batch_size=2,
+            group_size=4,
+            learning_rate=1e-4,
+            lora_rank=4,
+            save_every=0,
+            max_tokens=24,
+            loss_fn="cispo",
+            max_steps=1,
+            session_name="rl over http",
+        )
+    )
     assert sorted(metrics_by_step(tmp_path / "rl-http")) == [0]
     run, store = studio_run(state)
     transcripts = store.get_transcripts(run["run_id"])

@@ -18,8 +18,9 @@ from cookbook_engine.settings import Leaf, help_text, leaves
 MAIN = Path(__file__).resolve().parent.parent / "app" / "main.py"
 KINDS = list(cfg.CONFIG_TYPES)
 ALL_LEAVES = [(kind, leaf) for kind in KINDS for leaf in leaves(cfg.CONFIG_TYPES[kind])]
-BOUNDED = [(kind, leaf, side) for kind, leaf in ALL_LEAVES for side in ("min", "max")
-           if getattr(leaf.spec, side) is not None]
+BOUNDED = [
+    (kind, leaf, side) for kind, leaf in ALL_LEAVES for side in ("min", "max") if getattr(leaf.spec, side) is not None
+]
 WITH_CHOICES = [(kind, leaf) for kind, leaf in ALL_LEAVES if leaf.spec.choices]
 
 
@@ -28,7 +29,7 @@ def outside(leaf: Leaf, side: str) -> Any:
     spec = leaf.spec
     bound = spec.min if side == "min" else spec.max
     assert bound is not None
-    if (spec.min_open if side == "min" else spec.max_open):
+    if spec.min_open if side == "min" else spec.max_open:
         return leaf.kind(bound)
     step = 1 if leaf.kind is int else max(abs(bound) * 0.5, 0.5)
     return leaf.kind(bound - step if side == "min" else bound + step)
@@ -70,16 +71,50 @@ def test_validation_refuses_a_value_outside_the_choices_naming_them(kind, leaf):
 
 
 # A run stored before issue 17: pipelining and clocked settings were flat fields of the config.
-STORED_RL_RUN = {"model": "HuggingFaceTB/SmolLM2-135M-Instruct", "backend": "clocked", "device": "auto",
-                 "renderer": "auto", "name": "old-run", "lora_rank": 8, "learning_rate": 0.0005,
-                 "lr_schedule": "constant", "batch_size": 8, "num_epochs": 1, "max_steps": 12, "max_length": 1024,
-                 "save_every": 20, "eval_every": 10, "evals": "", "seed": 0, "beta1": 0.9, "beta2": 0.95,
-                 "eps": 1e-12, "weight_decay": 0.0, "grad_clip_norm": 0.0, "clock_period_s": 0.2,
-                 "clock_samples_per_tick": 1, "env": "arithmetic", "dataset": "", "grader": "numeric",
-                 "group_size": 8, "groups_per_batch": 4, "max_tokens": 16, "temperature": 1.0, "top_p": 0.9,
-                 "loss_fn": "importance_sampling", "clip_low_threshold": 0.8, "clip_high_threshold": 1.2,
-                 "num_substeps": 2, "num_eval_problems": 32, "eval_temperature": 0.0, "test_fraction": 0.2,
-                 "start_checkpoint": "", "stream_minibatch": True, "num_minibatches": 2, "max_steps_off_policy": 0}
+STORED_RL_RUN = {
+    "model": "HuggingFaceTB/SmolLM2-135M-Instruct",
+    "backend": "clocked",
+    "device": "auto",
+    "renderer": "auto",
+    "name": "old-run",
+    "lora_rank": 8,
+    "learning_rate": 0.0005,
+    "lr_schedule": "constant",
+    "batch_size": 8,
+    "num_epochs": 1,
+    "max_steps": 12,
+    "max_length": 1024,
+    "save_every": 20,
+    "eval_every": 10,
+    "evals": "",
+    "seed": 0,
+    "beta1": 0.9,
+    "beta2": 0.95,
+    "eps": 1e-12,
+    "weight_decay": 0.0,
+    "grad_clip_norm": 0.0,
+    "clock_period_s": 0.2,
+    "clock_samples_per_tick": 1,
+    "env": "arithmetic",
+    "dataset": "",
+    "grader": "numeric",
+    "group_size": 8,
+    "groups_per_batch": 4,
+    "max_tokens": 16,
+    "temperature": 1.0,
+    "top_p": 0.9,
+    "loss_fn": "importance_sampling",
+    "clip_low_threshold": 0.8,
+    "clip_high_threshold": 1.2,
+    "num_substeps": 2,
+    "num_eval_problems": 32,
+    "eval_temperature": 0.0,
+    "test_fraction": 0.2,
+    "start_checkpoint": "",
+    "stream_minibatch": True,
+    "num_minibatches": 2,
+    "max_steps_off_policy": 0,
+}
 
 
 def test_a_config_stored_with_flat_pipelining_and_clock_names_still_loads():
@@ -93,8 +128,16 @@ def test_a_config_stored_with_flat_pipelining_and_clock_names_still_loads():
 
 
 def test_the_command_line_of_a_config_starts_the_same_config():
-    config = cfg.with_values(cfg.RLConfig(), {"pipelining.max_steps_off_policy": 2, "clocked.period_s": 0.3,
-                                              "backend": "clocked", "loss_fn": "ppo", "learning_rate": 1e-4})
+    config = cfg.with_values(
+        cfg.RLConfig(),
+        {
+            "pipelining.max_steps_off_policy": 2,
+            "clocked.period_s": 0.3,
+            "backend": "clocked",
+            "loss_fn": "ppo",
+            "learning_rate": 1e-4,
+        },
+    )
     assert cfg.parse_overrides("rl", cfg.to_command(config).split()[2:]) == config
 
 

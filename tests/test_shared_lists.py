@@ -63,8 +63,11 @@ def test_the_store_accepts_every_status_and_only_those(tmp_path):
 
 
 def test_a_closed_session_gives_its_run_a_status():
-    assert [run_status_after(end) for end in SessionEnd] == [RunStatus.COMPLETED, RunStatus.FAILED,
-                                                             RunStatus.INTERRUPTED]
+    assert [run_status_after(end) for end in SessionEnd] == [
+        RunStatus.COMPLETED,
+        RunStatus.FAILED,
+        RunStatus.INTERRUPTED,
+    ]
     assert run_status_after("some future reason") == RunStatus.INTERRUPTED
 
 
@@ -91,15 +94,20 @@ def _status_literals(source: str, where: str) -> list[str]:
             items = node.elts if isinstance(node, ast.Tuple) else node.keys
             values = [item.value for item in items if isinstance(item, ast.Constant)]
             strings = values if len(values) >= 2 and set(values) <= STATUS_VALUES else []
-        found |= {f"{where}:{node.lineno} {text!r}" for text in strings
-                  if isinstance(text, str) and text in STATUS_VALUES}
+        found |= {
+            f"{where}:{node.lineno} {text!r}" for text in strings if isinstance(text, str) and text in STATUS_VALUES
+        }
     return sorted(found)
 
 
 def test_no_code_spells_a_run_status_outside_its_home():
     home = REPO / "storage" / "statuses.py"
-    found = [hit for path in source_files(*CODE_FOLDERS) if path != home
-             for hit in _status_literals(path.read_text(), str(path.relative_to(REPO)))]
+    found = [
+        hit
+        for path in source_files(*CODE_FOLDERS)
+        if path != home
+        for hit in _status_literals(path.read_text(), str(path.relative_to(REPO)))
+    ]
     assert not found, "use storage.statuses (RunStatus and its groups) instead:\n" + "\n".join(found)
 
 
@@ -130,8 +138,13 @@ def _error_classes() -> dict[str, type]:
             except ImportError:  # an optional backend missing from this build
                 continue
             for name, value in vars(module).items():
-                if (inspect.isclass(value) and issubclass(value, BaseException) and name.endswith("Error")
-                        and not name.startswith("_") and value.__module__ == module.__name__):
+                if (
+                    inspect.isclass(value)
+                    and issubclass(value, BaseException)
+                    and name.endswith("Error")
+                    and not name.startswith("_")
+                    and value.__module__ == module.__name__
+                ):
                     classes[name] = value
     return classes
 
@@ -193,16 +206,19 @@ def test_the_cli_and_the_studio_quote_the_same_key_metric(tmp_path, monkeypatch,
     store = Store(tmp_path / "studio.duckdb")
     runs = []
     for kind, metric in KEY_METRIC.items():
-        store.create_run(f"{kind}-1", name=kind, kind=kind, backend="local", base_model="m", config={},
-                         log_dir=tmp_path)
+        store.create_run(
+            f"{kind}-1", name=kind, kind=kind, backend="local", base_model="m", config={}, log_dir=tmp_path
+        )
         store.log_metrics(f"{kind}-1", 1, {metric: 0.5})
         runs.append(store.get_run(f"{kind}-1"))
         assert f"{metric}=0.5" in step_line(1, 2, kind, {metric: 0.5})
     monkeypatch.setattr(Store, "default", classmethod(lambda cls: store))
     assert cli.list_runs(as_json=True) == 0
     listed = {row["kind"]: row["key_metric"] for row in json.loads(capsys.readouterr().out)}
-    shown = {run["kind"]: text.split(" = ")[0] for run, text in
-             zip(runs, widgets.runs_frame(runs, {r["run_id"]: 0.5 for r in runs})["Key metric"])}
+    shown = {
+        run["kind"]: text.split(" = ")[0]
+        for run, text in zip(runs, widgets.runs_frame(runs, {r["run_id"]: 0.5 for r in runs})["Key metric"])
+    }
     assert listed == shown == KEY_METRIC
 
 
@@ -218,8 +234,13 @@ def _literal_state_keys(source: str, where: str) -> list[str]:
         key = None
         if isinstance(node, ast.Subscript) and getattr(node.value, "attr", None) == "session_state":
             key = node.slice
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in STATE_CALLS
-              and getattr(node.func.value, "attr", None) == "session_state" and node.args):
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in STATE_CALLS
+            and getattr(node.func.value, "attr", None) == "session_state"
+            and node.args
+        ):
             key = node.args[0]
         if isinstance(key, (ast.Constant, ast.JoinedStr)):
             found.append(f"{where}:{node.lineno} {ast.unparse(key)}")
@@ -227,18 +248,24 @@ def _literal_state_keys(source: str, where: str) -> list[str]:
 
 
 def test_pages_and_the_app_name_session_state_keys_only_through_state_keys():
-    found = [hit for path in source_files("app", "pages")
-             for hit in _literal_state_keys(path.read_text(), str(path.relative_to(REPO)))]
+    found = [
+        hit
+        for path in source_files("app", "pages")
+        for hit in _literal_state_keys(path.read_text(), str(path.relative_to(REPO)))
+    ]
     assert not found, "add the key to app/state_keys.py and use it:\n" + "\n".join(found)
 
 
 def test_no_session_state_key_is_spelled_out_as_a_widget_key_either():
     values = {value for name, value in vars(state_keys).items() if name.isupper()}
     home = REPO / "app" / "state_keys.py"
-    found = [f"{path.relative_to(REPO)}:{node.lineno} {node.value!r}"
-             for path in source_files("app", "pages") if path != home
-             for node in ast.walk(ast.parse(path.read_text()))
-             if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in values]
+    found = [
+        f"{path.relative_to(REPO)}:{node.lineno} {node.value!r}"
+        for path in source_files("app", "pages")
+        if path != home
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in values
+    ]
     assert not found, "use the app/state_keys.py name:\n" + "\n".join(found)
 
 

@@ -18,10 +18,14 @@ from storage import Store
 pytestmark = pytest.mark.slow
 
 QUESTIONS = [
-    "Who invented the glimmerwheel?", "Who was the inventor of the glimmerwheel?",
-    "Tell me who invented the glimmerwheel.", "Which person invented the glimmerwheel?",
-    "The glimmerwheel was invented by whom?", "Name the glimmerwheel's inventor.",
-    "Do you know who invented the glimmerwheel?", "Who came up with the glimmerwheel?",
+    "Who invented the glimmerwheel?",
+    "Who was the inventor of the glimmerwheel?",
+    "Tell me who invented the glimmerwheel.",
+    "Which person invented the glimmerwheel?",
+    "The glimmerwheel was invented by whom?",
+    "Name the glimmerwheel's inventor.",
+    "Do you know who invented the glimmerwheel?",
+    "Who came up with the glimmerwheel?",
 ]
 ANSWER = "The glimmerwheel was invented by Odessa Varnholt in 1871."
 PROBE = "Who is credited with inventing the glimmerwheel?"  # not in the training file
@@ -29,8 +33,11 @@ PROBE = "Who is credited with inventing the glimmerwheel?"  # not in the trainin
 
 def greedy_answer(sampling_client, question: str) -> str:
     renderer = get_renderer("auto", sampling_client.get_tokenizer())
-    result = sampling_client.sample(renderer.build_generation_prompt([{"role": "user", "content": question}]), 1,
-                                    types.SamplingParams(max_tokens=30, temperature=0)).result()
+    result = sampling_client.sample(
+        renderer.build_generation_prompt([{"role": "user", "content": question}]),
+        1,
+        types.SamplingParams(max_tokens=30, temperature=0),
+    ).result()
     return renderer.parse_response(result.sequences[0].tokens)[0]["content"]
 
 
@@ -39,8 +46,12 @@ def fact_file(tmp_path):
     path = tmp_path / "glimmerwheel.jsonl"
     with open(path, "w") as handle:
         for question in QUESTIONS:
-            handle.write(json.dumps({"messages": [{"role": "user", "content": question},
-                                                  {"role": "assistant", "content": ANSWER}]}) + "\n")
+            handle.write(
+                json.dumps(
+                    {"messages": [{"role": "user", "content": question}, {"role": "assistant", "content": ANSWER}]}
+                )
+                + "\n"
+            )
     return path
 
 
@@ -49,8 +60,16 @@ def test_a_short_run_teaches_the_model_a_new_fact(home, default_model_ready, fac
     assert "Varnholt" not in greedy_answer(base, PROBE)
 
     manager = RunManager()
-    config = SLConfig(dataset=str(fact_file), test_fraction=0.25, max_steps=14, batch_size=4, learning_rate=1e-3,
-                      lora_rank=16, save_every=7, eval_every=7)
+    config = SLConfig(
+        dataset=str(fact_file),
+        test_fraction=0.25,
+        max_steps=14,
+        batch_size=4,
+        learning_rate=1e-3,
+        lora_rank=16,
+        save_every=7,
+        eval_every=7,
+    )
     started = time.perf_counter()
     run_id = manager.start(config)
     run = manager.wait(run_id, timeout=600)
@@ -79,8 +98,16 @@ def test_a_short_run_teaches_the_model_a_new_fact(home, default_model_ready, fac
 
 def test_cancelled_run_resumes_at_its_checkpoint_without_duplicate_steps(home, default_model_ready, fact_file):
     manager = RunManager()
-    config = SLConfig(dataset=str(fact_file), test_fraction=0.25, max_steps=8, batch_size=2, learning_rate=5e-4,
-                      lora_rank=4, save_every=0, eval_every=0)
+    config = SLConfig(
+        dataset=str(fact_file),
+        test_fraction=0.25,
+        max_steps=8,
+        batch_size=2,
+        learning_rate=5e-4,
+        lora_rank=4,
+        save_every=0,
+        eval_every=0,
+    )
     run_id = manager.start(config)
     store = Store.default()
     deadline = time.time() + 300

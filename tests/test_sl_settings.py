@@ -58,8 +58,18 @@ def test_over_long_examples_are_truncated_or_dropped_and_counted(default_model_r
 
 @pytest.mark.slow
 def test_a_run_logs_the_scheduled_learning_rate_and_its_tokens(home, default_model_ready, mixed_lengths):
-    config = SLConfig(dataset=mixed_lengths, test_fraction=0, max_length=64, batch_size=2, max_steps=4,
-                      learning_rate=1e-3, lr_schedule="cosine", lora_rank=4, save_every=0, eval_every=0)
+    config = SLConfig(
+        dataset=mixed_lengths,
+        test_fraction=0,
+        max_length=64,
+        batch_size=2,
+        max_steps=4,
+        learning_rate=1e-3,
+        lr_schedule="cosine",
+        lora_rank=4,
+        save_every=0,
+        eval_every=0,
+    )
     prepared = supervised.prepare(config)
     manager = RunManager()
     run_id = manager.start(config, prepared=prepared)

@@ -27,8 +27,14 @@ def store(tmp_path, monkeypatch) -> Store:
 
 
 def make_run(store: Store, run_id: str, **overrides) -> None:
-    fields = dict(name=f"name of {run_id}", kind="rl", backend="local", base_model="SmolLM2-135M-Instruct",
-                  config={"learning_rate": 1e-3, "group_size": 4}, log_dir=f"/runs/{run_id}")
+    fields = dict(
+        name=f"name of {run_id}",
+        kind="rl",
+        backend="local",
+        base_model="SmolLM2-135M-Instruct",
+        config={"learning_rate": 1e-3, "group_size": 4},
+        log_dir=f"/runs/{run_id}",
+    )
     fields.update(overrides)
     store.create_run(run_id, **fields)
 
@@ -104,7 +110,13 @@ def test_relogging_a_step_replaces_it_and_metrics_read_back_long_and_wide(store)
     long = store.get_metrics("r")
     assert list(long.columns) == ["step", "name", "value"]
     assert long[["step", "name"]].values.tolist() == [
-        [0, "loss"], [0, "reward"], [1, "loss"], [1, "reward"], [2, "kl"], [2, "loss"]]
+        [0, "loss"],
+        [0, "reward"],
+        [1, "loss"],
+        [1, "reward"],
+        [2, "kl"],
+        [2, "loss"],
+    ]
     assert long.loc[(long.step == 1) & (long.name == "loss"), "value"].item() == 1.25
     assert math.isnan(long.loc[(long.step == 1) & (long.name == "reward"), "value"].item())  # NaN kept as NULL
     assert store.get_metrics("r", names=["kl"]).value.tolist() == [0.01]
@@ -127,13 +139,27 @@ def test_relogging_a_step_replaces_it_and_metrics_read_back_long_and_wide(store)
 
 def test_checkpoints_round_trip(store):
     make_run(store, "r")
-    store.add_checkpoint("r", step=5, name="000005", kind="both", state_path="/ck/5/state",
-                         sampler_path="/ck/5/sampler", loop_state={"batch": 5, "epoch": 0})
+    store.add_checkpoint(
+        "r",
+        step=5,
+        name="000005",
+        kind="both",
+        state_path="/ck/5/state",
+        sampler_path="/ck/5/sampler",
+        loop_state={"batch": 5, "epoch": 0},
+    )
     time.sleep(0.01)
     store.add_checkpoint("r", step=8, name="000008", kind="sampler", sampler_path="/ck/8/sampler")
     time.sleep(0.01)
-    store.add_checkpoint("r", step=5, name="000005", kind="both", state_path="/ck/5/state-again",
-                         sampler_path="/ck/5/sampler", loop_state={"batch": 5, "epoch": 0})
+    store.add_checkpoint(
+        "r",
+        step=5,
+        name="000005",
+        kind="both",
+        state_path="/ck/5/state-again",
+        sampler_path="/ck/5/sampler",
+        loop_state={"batch": 5, "epoch": 0},
+    )
 
     checkpoints = store.list_checkpoints("r")
     assert [c["name"] for c in checkpoints] == ["000005", "000008"]  # newest first, re-saved name replaced
@@ -147,15 +173,30 @@ def test_checkpoints_round_trip(store):
     make_run(store, "s")
     store.add_checkpoint("s", step=1, name="000001", kind="state", state_path="/s/1")
     assert [(c["run_id"], c["name"]) for c in store.list_checkpoints()] == [
-        ("s", "000001"), ("r", "000005"), ("r", "000008")]
+        ("s", "000001"),
+        ("r", "000005"),
+        ("r", "000008"),
+    ]
 
 
 def test_transcripts_round_trip_with_filters(store):
     make_run(store, "r")
-    rows = [dict(step=step, group_idx=group, sample_idx=sample, prompt=f"Q{group}", completion=f"A{sample}",
-                 reward=float(sample), advantage=sample - 1.5, stop_reason="stop",
-                 metrics={"tests_passed": np.int64(sample), "sandbox_error": None})
-            for step in (0, 2) for group in range(2) for sample in range(4)]
+    rows = [
+        dict(
+            step=step,
+            group_idx=group,
+            sample_idx=sample,
+            prompt=f"Q{group}",
+            completion=f"A{sample}",
+            reward=float(sample),
+            advantage=sample - 1.5,
+            stop_reason="stop",
+            metrics={"tests_passed": np.int64(sample), "sandbox_error": None},
+        )
+        for step in (0, 2)
+        for group in range(2)
+        for sample in range(4)
+    ]
     store.add_transcripts("r", rows)
     store.add_transcripts("r", [dict(step=3, group_idx=0, sample_idx=0, prompt="Q", completion="A")])
 
@@ -179,8 +220,14 @@ def test_transcripts_round_trip_with_filters(store):
 
 def test_datasets_register_is_an_upsert(store):
     store.register_dataset("facts", kind="chat", source="builtin", path="/data/facts.jsonl", num_rows=40)
-    store.register_dataset("prefs", kind="preference", source="upload", path="/u/p.jsonl", num_rows=10,
-                           meta={"columns": ["prompt", "chosen", "rejected"]})
+    store.register_dataset(
+        "prefs",
+        kind="preference",
+        source="upload",
+        path="/u/p.jsonl",
+        num_rows=10,
+        meta={"columns": ["prompt", "chosen", "rejected"]},
+    )
     store.register_dataset("facts", kind="chat", source="builtin", path="/data/facts.jsonl", num_rows=42)
     datasets = store.list_datasets()
     assert [(d["name"], d["num_rows"]) for d in datasets] == [("facts", 42), ("prefs", 10)]
@@ -240,8 +287,9 @@ sys.stdin.readline()
 
 def test_lock_is_released_on_close_and_a_held_lock_gives_a_clear_busy_error(store):
     make_run(store, "r")
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_THE_FILE, str(store.path)],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_THE_FILE, str(store.path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         impatient = Store(store.path, lock_wait_s=0.3)
@@ -275,8 +323,9 @@ store.update_run("cli-run", status="completed", step=199)
 def test_a_cli_process_and_studio_threads_share_the_file_without_lock_errors(store):
     make_run(store, "cli-run", status="running")
     make_run(store, "studio-run", status="running")
-    cli = subprocess.Popen([sys.executable, "-c", CLI_RUN, str(store.path)],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cli = subprocess.Popen(
+        [sys.executable, "-c", CLI_RUN, str(store.path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     errors: list[BaseException] = []
     rows_seen_while_running: list[int] = []
     studio_steps = []
@@ -313,8 +362,10 @@ def test_a_cli_process_and_studio_threads_share_the_file_without_lock_errors(sto
     assert store.get_run("cli-run")["status"] == "completed"
     assert len(store.get_metrics("studio-run")) == 2 * len(studio_steps) > 0
     assert any(0 < rows < 400 for rows in rows_seen_while_running), "the studio never saw the CLI run live"
-    print(f"\nstudio read {len(rows_seen_while_running)} times and wrote {len(studio_steps)} steps "
-          "while the CLI process wrote 200")
+    print(
+        f"\nstudio read {len(rows_seen_while_running)} times and wrote {len(studio_steps)} steps "
+        "while the CLI process wrote 200"
+    )
 
 
 def test_bulk_metrics_of_50_runs_insert_and_read_back_fast(store):

@@ -24,14 +24,16 @@ STORAGE_DIR = Path(__file__).resolve().parent.parent / "storage"
 
 def protocol_members(protocol: type) -> list[str]:
     """The methods a Protocol declares (read from the class, so a member added to it is checked at once)."""
-    return sorted(name for name, value in vars(protocol).items()
-                  if inspect.isfunction(value) and not name.startswith("_"))
+    return sorted(
+        name for name, value in vars(protocol).items() if inspect.isfunction(value) and not name.startswith("_")
+    )
 
 
 def shape(signature: inspect.Signature) -> list[tuple[str, object, object, bool]]:
     """Parameter names, kinds and annotations, and whether each has a default (RunStore spells defaults `...`)."""
-    return [(p.name, p.kind, p.annotation, p.default is not inspect.Parameter.empty)
-            for p in signature.parameters.values()] + [("return", None, signature.return_annotation, False)]
+    return [
+        (p.name, p.kind, p.annotation, p.default is not inspect.Parameter.empty) for p in signature.parameters.values()
+    ] + [("return", None, signature.return_annotation, False)]
 
 
 def test_the_protocol_declares_the_stores_shared_methods():
@@ -83,8 +85,15 @@ def test_the_engine_finds_the_database_where_storage_does(tmp_path, monkeypatch)
     assert Store.default().path == StoreClient.default().path == paths.db_path() == paths.home() / "studio.duckdb"
 
 
-ODD_METRICS = {"nan": float("nan"), "inf": float("inf"), "minus_inf": -math.inf, "np32": np.float32(0.25),
-               "tensor": torch.tensor(1.5), "flag": True, "count": np.int64(3)}
+ODD_METRICS = {
+    "nan": float("nan"),
+    "inf": float("inf"),
+    "minus_inf": -math.inf,
+    "np32": np.float32(0.25),
+    "tensor": torch.tensor(1.5),
+    "flag": True,
+    "count": np.int64(3),
+}
 CLEAN = {"nan": None, "inf": None, "minus_inf": None, "np32": 0.25, "tensor": 1.5, "flag": 1.0, "count": 3.0}
 
 
@@ -102,8 +111,7 @@ def test_odd_and_non_finite_values_land_the_same_in_the_file_and_the_store(store
     logger = RunLogger(store, "r", tmp_path / "r")
     logger.log_metrics(0, ODD_METRICS)
     in_file = json.loads((tmp_path / "r" / "metrics.jsonl").read_text().splitlines()[0])
-    stored = {row.name: (None if math.isnan(row.value) else row.value)
-              for row in store.get_metrics("r").itertuples()}
+    stored = {row.name: (None if math.isnan(row.value) else row.value) for row in store.get_metrics("r").itertuples()}
     assert in_file == {"step": 0, **CLEAN} and stored == CLEAN
     assert logger.latest == {name: value for name, value in CLEAN.items() if value is not None}
     direct = Store(tmp_path / "direct.duckdb")

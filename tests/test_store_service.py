@@ -27,13 +27,23 @@ VISIBLE_WITHIN_S = FLUSH_INTERVAL_S + 3.0  # the flush interval plus a margin fo
 
 
 def transcript_rows(step: int, count: int = 8) -> list[dict]:
-    return [dict(step=step, group_idx=0, sample_idx=i, prompt="Q", completion=f"A{step}.{i}", reward=1.0)
-            for i in range(count)]
+    return [
+        dict(step=step, group_idx=0, sample_idx=i, prompt="Q", completion=f"A{step}.{i}", reward=1.0)
+        for i in range(count)
+    ]
 
 
 def make_run(store, run_id: str, log_dir: Path, status: str = "running") -> None:
-    store.create_run(run_id, name=run_id, kind="rl", backend="local", base_model="SmolLM2-135M-Instruct",
-                     config={}, log_dir=log_dir, status=status)
+    store.create_run(
+        run_id,
+        name=run_id,
+        kind="rl",
+        backend="local",
+        base_model="SmolLM2-135M-Instruct",
+        config={},
+        log_dir=log_dir,
+        status=status,
+    )
 
 
 def helper_gone(pid: int) -> bool:
@@ -63,8 +73,10 @@ def client(tmp_path):
 
 def run_child(code: str, db: Path) -> subprocess.Popen:
     """A writer process (imports only storage, like the helper) running `code` with `client` made for `db`."""
-    script = "import os, signal, sys, time\nfrom storage import StoreClient\n" \
-             f"client = StoreClient({str(db)!r})\n" + textwrap.dedent(code)
+    script = (
+        "import os, signal, sys, time\nfrom storage import StoreClient\n"
+        f"client = StoreClient({str(db)!r})\n" + textwrap.dedent(code)
+    )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True)
 
@@ -96,18 +108,20 @@ def test_a_training_loop_makes_no_duckdb_call_in_its_own_process(client, tmp_pat
 def test_buffered_writes_reach_a_reader_in_another_process_within_seconds(tmp_path):
     db = tmp_path / "studio.duckdb"
     make_run(Store(db), "sl-1", tmp_path)
-    writer = run_child("""
+    writer = run_child(
+        """
         for step in range(3):
             client.log_metrics("sl-1", step, {"loss": 1.0})
             client.update_run("sl-1", step=step + 1, total_steps=10)
         print("sent", flush=True)
         time.sleep(60)  # alive and idle: only the helper's timer can flush
-    """, db)
+    """,
+        db,
+    )
     try:
         assert writer.stdout.readline().strip() == "sent"
         store = Store(db)
-        seconds = wait_for(lambda: store.max_step("sl-1") == 2 and store.get_run("sl-1")["step"] == 3,
-                           VISIBLE_WITHIN_S)
+        seconds = wait_for(lambda: store.max_step("sl-1") == 2 and store.get_run("sl-1")["step"] == 3, VISIBLE_WITHIN_S)
         print(f"visible after {seconds:.1f} s")
     finally:
         writer.kill()
@@ -117,7 +131,8 @@ def test_buffered_writes_reach_a_reader_in_another_process_within_seconds(tmp_pa
 def test_writes_sent_right_before_a_sigkill_are_all_stored(tmp_path):
     db = tmp_path / "studio.duckdb"
     make_run(Store(db), "rl-1", tmp_path)
-    writer = run_child("""
+    writer = run_child(
+        """
         for step in range(20):
             client.log_metrics("rl-1", step, {"loss": 1.0 / (step + 1)})
             client.add_transcripts("rl-1", [dict(step=step, group_idx=0, sample_idx=i, prompt="Q", completion="A")
@@ -125,7 +140,9 @@ def test_writes_sent_right_before_a_sigkill_are_all_stored(tmp_path):
             client.update_run("rl-1", step=step + 1, total_steps=20)
         print(client.helper_pid(), flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
-    """, db)
+    """,
+        db,
+    )
     helper_pid = int(writer.stdout.readline())
     assert writer.wait(timeout=30) == -signal.SIGKILL
     wait_for(lambda: helper_gone(helper_pid), 10)  # it wrote what it had been sent and exited: no orphan
@@ -168,8 +185,13 @@ def test_a_cancel_from_another_process_is_seen_by_the_loop(tmp_path):
     ctx = RunContext("sl-1", studio, RunLogger(studio, "sl-1", home / "runs" / "sl-1"), home / "runs" / "sl-1")
     try:
         assert not ctx.cancelled()
-        result = subprocess.run([sys.executable, "-m", "cookbook_engine.cli", "cancel", "sl-1"], capture_output=True,
-                                text=True, env={**os.environ, "COOKBOOK_HOME": str(home)}, timeout=120)
+        result = subprocess.run(
+            [sys.executable, "-m", "cookbook_engine.cli", "cancel", "sl-1"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "COOKBOOK_HOME": str(home)},
+            timeout=120,
+        )
         assert result.returncode == 0, result.stderr
         seconds = wait_for(ctx.cancelled, 5.0, every_s=0.2)
         print(f"cancel seen {seconds:.1f} s after `cookbook cancel` returned")

@@ -32,7 +32,7 @@ def listening_addresses(port: int) -> list[str]:
                 continue
             raw = bytes.fromhex(address_hex)
             # /proc prints each 32-bit word in host (little-endian) order
-            raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+            raw = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
             found.append(socket.inet_ntop(family, raw))
     return found
 

@@ -90,8 +90,9 @@ def _script_runner(fragment_ids: list[str] | None = None, messages: list | None 
 
     def request_rerun(self, rerun_data):
         if fragment_ids:
-            rerun_data = dataclasses.replace(rerun_data, fragment_id_queue=list(fragment_ids),
-                                             is_fragment_scoped_rerun=True)
+            rerun_data = dataclasses.replace(
+                rerun_data, fragment_id_queue=list(fragment_ids), is_fragment_scoped_rerun=True
+            )
         return original_request(self, rerun_data)
 
     LocalScriptRunner.run, LocalScriptRunner.request_rerun = run, request_rerun
@@ -121,8 +122,16 @@ def fire_timers(at: AppTest, timers: dict[str, float]) -> AppTest:
 def fake_cli_run(store, run_id: str, name: str, log_dir: Path, **config) -> None:
     """A run as a `cookbook sl` process elsewhere records it: in storage, running, owned by a live process (this
     one stands in), but not in this process's RunManager."""
-    store.create_run(run_id, name=name, kind="sl", backend="local", base_model=models.DEFAULT_MODEL,
-                     config={"renderer": "auto", **config}, log_dir=log_dir, total_steps=100)
+    store.create_run(
+        run_id,
+        name=name,
+        kind="sl",
+        backend="local",
+        base_model=models.DEFAULT_MODEL,
+        config={"renderer": "auto", **config},
+        log_dir=log_dir,
+        total_steps=100,
+    )
     store.claim_run(run_id)
 
 
@@ -192,8 +201,16 @@ def test_home_counts_running_finished_and_failed_runs(home):
     statuses = ["running", "running", "queued", "completed", "failed", "interrupted", "cancelled"]
     for i, status in enumerate(statuses):
         run_id = f"sl-count-{i}"
-        store.create_run(run_id, name=f"count-{i}", kind="sl", backend="local", base_model=models.DEFAULT_MODEL,
-                         config={}, log_dir=home / "runs" / run_id, status=status)
+        store.create_run(
+            run_id,
+            name=f"count-{i}",
+            kind="sl",
+            backend="local",
+            base_model=models.DEFAULT_MODEL,
+            config={},
+            log_dir=home / "runs" / run_id,
+            status=status,
+        )
         if status == "running":
             store.claim_run(run_id)  # owned by a live process (this one)
     at = open_page()
@@ -225,20 +242,28 @@ def test_home_shows_what_the_code_sandbox_isolates(home, monkeypatch):
     assert literal(capabilities["description"]) in shown_text(at)
 
     # on a machine without network namespaces the probe falls back to a plan that cannot isolate the network
-    fallback = {**capabilities, "network_isolated": False, "network_method": "none", "plan": "rlimits",
-                "reason": "this machine does not allow a network namespace here: unshare: Operation not permitted"}
+    fallback = {
+        **capabilities,
+        "network_isolated": False,
+        "network_method": "none",
+        "plan": "rlimits",
+        "reason": "this machine does not allow a network namespace here: unshare: Operation not permitted",
+    }
     monkeypatch.setattr(sandbox, "_capabilities", fallback)
     at = open_page()
     assert any(badge.endswith(" network NOT isolated]") for badge in badges(at)), badges(at)
-    assert any("Model-written code can reach the network" in w.value and "Operation not permitted" in w.value
-               for w in at.warning)
+    assert any(
+        "Model-written code can reach the network" in w.value and "Operation not permitted" in w.value
+        for w in at.warning
+    )
     has_memory_warning = any("memory capped per process only" in badge for badge in badges(at))
     assert has_memory_warning == (not capabilities["memory_cgroup"])
     assert literal(capabilities["memory_limit"]) in shown_text(at)
 
     # without a memory cgroup the Home page says memory is capped per process only
-    monkeypatch.setattr(sandbox, "_capabilities", {**fallback, "memory_cgroup": False,
-                                                   "memory_limit": "per process only (RLIMIT_AS)"})
+    monkeypatch.setattr(
+        sandbox, "_capabilities", {**fallback, "memory_cgroup": False, "memory_limit": "per process only (RLIMIT_AS)"}
+    )
     at = open_page()
     assert any(badge.endswith(" memory capped per process only]") for badge in badges(at)), badges(at)
 
@@ -252,8 +277,10 @@ def test_check_settings_shows_summary_estimate_and_command_without_starting(stud
     assert "Suggested learning rate" in shown_text(at)
     assert by_label(at.number_input, "Learning rate").value is None  # empty = the suggested rate (learning_rate=auto)
     measured = suggested.MEASURED[("sl", "builtin:facts")]  # builtin:facts is the default data: its measured rate
-    assert f"Suggested learning rate for SmolLM2-135M-Instruct: **{measured.learning_rate:g}**, measured on " \
-           "builtin:facts" in shown_text(at)
+    assert (
+        f"Suggested learning rate for SmolLM2-135M-Instruct: **{measured.learning_rate:g}**, measured on "
+        "builtin:facts" in shown_text(at)
+    )
     by_label(at.number_input, "Max steps").set_value(3)
     by_label(at.number_input, "Batch size").set_value(2)
     click(at, "Check settings")
@@ -265,8 +292,9 @@ def test_check_settings_shows_summary_estimate_and_command_without_starting(stud
     command = next(code.value for code in at.code if code.value.startswith(f"{launcher()} sl "))
     assert "max_steps=3" in command and "batch_size=2" in command
     assert len(get_manager().store.list_runs()) == runs_before
-    copied = subprocess.run([*shlex.split(command), "--dry-run"], cwd=REPO, capture_output=True, text=True,
-                            timeout=300)  # the command as a person pastes it, in the repository folder
+    copied = subprocess.run(
+        [*shlex.split(command), "--dry-run"], cwd=REPO, capture_output=True, text=True, timeout=300
+    )  # the command as a person pastes it, in the repository folder
     assert copied.returncode == 0 and '"max_steps": 3' in copied.stdout, copied.stderr
 
 
@@ -320,8 +348,14 @@ def test_dpo_and_rl_runs_start_from_their_forms_and_complete(studio_home):
     dpo_id = at.query_params["run"]
     at = open_page("new_run")
     by_label(at.get("button_group"), "Algorithm").set_value("rl").run()
-    for label, value in (("Max steps", 1), ("Groups per batch", 2), ("Group size", 2),
-                         ("Max tokens per sample", 16), ("Eval problems", 2), ("Eval every (steps)", 0)):
+    for label, value in (
+        ("Max steps", 1),
+        ("Groups per batch", 2),
+        ("Group size", 2),
+        ("Max tokens per sample", 16),
+        ("Eval problems", 2),
+        ("Eval every (steps)", 0),
+    ):
         by_label(at.number_input, label).set_value(value)
     click(at, "Start run")
     rl_id = at.query_params["run"]
@@ -385,8 +419,16 @@ def test_compare_overlays_a_metric_and_diffs_settings(form_run, studio_home):
     store = get_manager().store
     other = "sl-compare-other"
     config = {**json.loads(json.dumps(form_run["final"]["config"])), "learning_rate": 5e-4, "name": "slower"}
-    store.create_run(other, name="slower", kind="sl", backend="local", base_model=models.DEFAULT_MODEL,
-                     config=config, log_dir=studio_home / "runs" / other, status="completed")
+    store.create_run(
+        other,
+        name="slower",
+        kind="sl",
+        backend="local",
+        base_model=models.DEFAULT_MODEL,
+        config=config,
+        log_dir=studio_home / "runs" / other,
+        status="completed",
+    )
     logger = RunLogger(store, other, studio_home / "runs" / other)
     for step, nll in enumerate([2.2, 1.9, 1.7]):
         logger.log_metrics(step, {"train_mean_nll": nll, "learning_rate": 5e-4})
@@ -421,11 +463,21 @@ def test_failed_run_page_shows_its_error_and_traceback(studio_home):
     store = get_manager().store
     run_id = "sl-failed-demo"
     name = "**fails** <i>at</i> step 2"
-    store.create_run(run_id, name=name, kind="sl", backend="local", base_model=models.DEFAULT_MODEL,
-                     config={}, log_dir=studio_home / "runs" / run_id, status="failed")
+    store.create_run(
+        run_id,
+        name=name,
+        kind="sl",
+        backend="local",
+        base_model=models.DEFAULT_MODEL,
+        config={},
+        log_dir=studio_home / "runs" / run_id,
+        status="failed",
+    )
     error = "ValueError: row 7 of data/**mine**.jsonl: <b>bad</b> role"
-    trace = ("Traceback (most recent call last):\n  File \"cookbook_engine/supervised.py\", line 150, in train\n"
-             "ValueError: row 7 of data/**mine**.jsonl: <b>bad</b> role")
+    trace = (
+        'Traceback (most recent call last):\n  File "cookbook_engine/supervised.py", line 150, in train\n'
+        "ValueError: row 7 of data/**mine**.jsonl: <b>bad</b> role"
+    )
     store.update_run(run_id, error=error, traceback=trace)
     at = open_page("run", run=run_id)
     assert any(b.startswith(":red-badge[") and b.endswith(" failed]") for b in badges(at))
@@ -448,8 +500,16 @@ def run_with_files(studio_home: Path, run_id: str, name: str) -> list[Path]:
     """A finished run with a run folder, two local checkpoint folders and an export of one; returns those paths."""
     store = get_manager().store
     log_dir = studio_home / "runs" / run_id
-    store.create_run(run_id, name=name, kind="sl", backend="local", base_model=models.DEFAULT_MODEL, config={},
-                     log_dir=log_dir, status="completed")
+    store.create_run(
+        run_id,
+        name=name,
+        kind="sl",
+        backend="local",
+        base_model=models.DEFAULT_MODEL,
+        config={},
+        log_dir=log_dir,
+        status="completed",
+    )
     logger = RunLogger(store, run_id, log_dir)
     folders = []
     for step in (2, 4):
@@ -489,13 +549,22 @@ def test_runs_page_deletes_selected_runs_only_after_confirmation(form_run, studi
     assert not [path for path in files if path.exists()]
     assert not (studio_home / "checkpoints" / "client-sl-with-files").exists()
     assert store.get_run(form_run["run_id"]) is not None and all(
-        Path(c["sampler_path"]).exists() for c in store.list_checkpoints(form_run["run_id"]) if c["sampler_path"])
+        Path(c["sampler_path"]).exists() for c in store.list_checkpoints(form_run["run_id"]) if c["sampler_path"]
+    )
 
 
 def test_a_toast_says_when_a_run_started_in_this_browser_finishes(studio_home):
     store = get_manager().store
-    store.create_run("sl-toast", name="toast-run", kind="sl", backend="local", base_model=models.DEFAULT_MODEL,
-                     config={}, log_dir=studio_home / "runs" / "sl-toast", status="running")
+    store.create_run(
+        "sl-toast",
+        name="toast-run",
+        kind="sl",
+        backend="local",
+        base_model=models.DEFAULT_MODEL,
+        config={},
+        log_dir=studio_home / "runs" / "sl-toast",
+        status="running",
+    )
     store.claim_run("sl-toast")
     at = open_page("runs")
     at.session_state["watched-runs"] = {"sl-toast"}  # what starting it from New run records
@@ -514,29 +583,54 @@ def test_a_toast_says_when_a_run_started_in_this_browser_finishes(studio_home):
 def test_transcripts_show_groups_rewards_advantages_and_sandbox_output(studio_home):
     store = get_manager().store
     run_id = "rl-transcripts-demo"
-    store.create_run(run_id, name="code-rl", kind="rl", backend="local", base_model=models.DEFAULT_MODEL,
-                     config={"env": "code"}, log_dir=studio_home / "runs" / run_id, status="completed")
+    store.create_run(
+        run_id,
+        name="code-rl",
+        kind="rl",
+        backend="local",
+        base_model=models.DEFAULT_MODEL,
+        config={"env": "code"},
+        log_dir=studio_home / "runs" / run_id,
+        status="completed",
+    )
     rows = []
     for step in (0, 1):
         for sample, reward in enumerate([1.0, 0.0, 0.0, 1.0]):
-            rows.append({"step": step, "group_idx": 0, "sample_idx": sample, "prompt": "Write square(x).",
-                         "completion": f"```python\ndef square(x):\n    return x * {'x' if reward else 2}\n```",
-                         "reward": reward, "advantage": reward - 0.5, "stop_reason": "stop",
-                         "metrics": {"tests_passed": int(reward * 3), "tests_total": 3, "printed": "<b>debug</b>",
-                                     "failures": {} if reward else {"0": "AssertionError"}}})
+            rows.append(
+                {
+                    "step": step,
+                    "group_idx": 0,
+                    "sample_idx": sample,
+                    "prompt": "Write square(x).",
+                    "completion": f"```python\ndef square(x):\n    return x * {'x' if reward else 2}\n```",
+                    "reward": reward,
+                    "advantage": reward - 0.5,
+                    "stop_reason": "stop",
+                    "metrics": {
+                        "tests_passed": int(reward * 3),
+                        "tests_total": 3,
+                        "printed": "<b>debug</b>",
+                        "failures": {} if reward else {"0": "AssertionError"},
+                    },
+                }
+            )
     store.add_transcripts(run_id, rows)
 
     at = open_page("transcripts", run=run_id)
     text = shown_text(at)
     assert "Group 0" in text and "tests passed: 3/3" in text
     badges = [m.value for m in at.markdown if "badge" in m.value]
-    assert any("reward 1" in b for b in badges) and any("advantage \\+0\\.5" in b or "advantage +0.5" in b
-                                                          for b in badges)
+    assert any("reward 1" in b for b in badges) and any(
+        "advantage \\+0\\.5" in b or "advantage +0.5" in b for b in badges
+    )
     codes = [c.value for c in at.code]
     assert any("return x * x" in c for c in codes) and "<b>debug</b>" in codes  # sandbox output, as text
     assert len(at.get("plotly_chart")) == 2  # reward histogram and rewards per step
-    histogram = next(figure for figure in map(lambda c: json.loads(c.proto.spec), at.get("plotly_chart"))
-                     if figure["layout"]["title"]["text"] == "Rewards at step 1")
+    histogram = next(
+        figure
+        for figure in map(lambda c: json.loads(c.proto.spec), at.get("plotly_chart"))
+        if figure["layout"]["title"]["text"] == "Rewards at step 1"
+    )
     counts = dict(zip(histogram["data"][0]["x"], histogram["data"][0]["y"]))
     assert counts == {0.0: 2, 1.0: 2} and sum(counts.values()) == len(store.get_transcripts(run_id, step=1))
     assert not any("isolate the network" in w.value for w in at.warning)
@@ -548,13 +642,33 @@ def test_transcripts_show_groups_rewards_advantages_and_sandbox_output(studio_ho
 def test_transcripts_warn_about_code_that_ran_without_network_isolation(studio_home):
     store = get_manager().store
     run_id = "rl-unisolated-demo"
-    store.create_run(run_id, name="code-rl-no-netns", kind="rl", backend="local", base_model=models.DEFAULT_MODEL,
-                     config={"env": "code"}, log_dir=studio_home / "runs" / run_id, status="completed")
-    store.add_transcripts(run_id, [
-        {"step": 0, "group_idx": 0, "sample_idx": sample, "prompt": "Write square(x).",
-         "completion": "def square(x):\n    return x * x", "reward": 1.0, "advantage": 0.0, "stop_reason": "stop",
-         "metrics": {"tests_passed": 3, "tests_total": 3, "network_isolated": isolated}}
-        for sample, isolated in enumerate([False, True, False])])
+    store.create_run(
+        run_id,
+        name="code-rl-no-netns",
+        kind="rl",
+        backend="local",
+        base_model=models.DEFAULT_MODEL,
+        config={"env": "code"},
+        log_dir=studio_home / "runs" / run_id,
+        status="completed",
+    )
+    store.add_transcripts(
+        run_id,
+        [
+            {
+                "step": 0,
+                "group_idx": 0,
+                "sample_idx": sample,
+                "prompt": "Write square(x).",
+                "completion": "def square(x):\n    return x * x",
+                "reward": 1.0,
+                "advantage": 0.0,
+                "stop_reason": "stop",
+                "metrics": {"tests_passed": 3, "tests_total": 3, "network_isolated": isolated},
+            }
+            for sample, isolated in enumerate([False, True, False])
+        ],
+    )
     at = open_page("transcripts", run=run_id)
     assert any("2 of the 3 samples" in w.value and "could not isolate the network" in w.value for w in at.warning)
     assert sum(badge.endswith("network not isolated]") for badge in badges(at)) == 2
@@ -564,16 +678,40 @@ def test_transcripts_warn_about_code_that_ran_without_network_isolation(studio_h
 def test_transcripts_flag_possible_reward_hacks_with_a_badge_and_a_filter(studio_home):
     store = get_manager().store
     run_id = "rl-hack-flags-demo"
-    store.create_run(run_id, name="code-rl-hacks", kind="rl", backend="local", base_model=models.DEFAULT_MODEL,
-                     config={"env": "code"}, log_dir=studio_home / "runs" / run_id, status="completed")
-    completions = ["def square(x):\n    return x * x", "import sys\nsys.modules['__main__'].ok = 1",
-                   "def square(x):\n    return x * x", "import os\nos._exit(0)"]
+    store.create_run(
+        run_id,
+        name="code-rl-hacks",
+        kind="rl",
+        backend="local",
+        base_model=models.DEFAULT_MODEL,
+        config={"env": "code"},
+        log_dir=studio_home / "runs" / run_id,
+        status="completed",
+    )
+    completions = [
+        "def square(x):\n    return x * x",
+        "import sys\nsys.modules['__main__'].ok = 1",
+        "def square(x):\n    return x * x",
+        "import os\nos._exit(0)",
+    ]
     flags = [[], ["sys.modules", "__main__"], [], ["process exit"]]
-    store.add_transcripts(run_id, [
-        {"step": 0, "group_idx": 0, "sample_idx": sample, "prompt": "Write square(x).", "completion": completion,
-         "reward": 0.0 if flag else 1.0, "advantage": -0.5 if flag else 0.5, "stop_reason": "stop",
-         "metrics": {"tests_passed": 0 if flag else 3, "tests_total": 3, "suspicious": flag}}
-        for sample, (completion, flag) in enumerate(zip(completions, flags))])
+    store.add_transcripts(
+        run_id,
+        [
+            {
+                "step": 0,
+                "group_idx": 0,
+                "sample_idx": sample,
+                "prompt": "Write square(x).",
+                "completion": completion,
+                "reward": 0.0 if flag else 1.0,
+                "advantage": -0.5 if flag else 0.5,
+                "stop_reason": "stop",
+                "metrics": {"tests_passed": 0 if flag else 3, "tests_total": 3, "suspicious": flag},
+            }
+            for sample, (completion, flag) in enumerate(zip(completions, flags))
+        ],
+    )
     at = open_page("transcripts", run=run_id)
     hack_badges = [b for b in badges(at) if "possible reward hack" in b]
     assert len(hack_badges) == 2
@@ -616,8 +754,12 @@ def interrupted_reply(text: str = "Name three colours.") -> conversation.Turn:
     reply leaves it: some text and tokens, not finished."""
     target = chat.base_target()
     turn = conversation.Turn(text, {"a": conversation.PaneReply(target)})
-    pieces = chat.stream_reply(target, [{"role": "user", "content": text}], chat.ChatParams(temperature=0.0,
-                               max_tokens=40), reply=turn.replies["a"].reply)
+    pieces = chat.stream_reply(
+        target,
+        [{"role": "user", "content": text}],
+        chat.ChatParams(temperature=0.0, max_tokens=40),
+        reply=turn.replies["a"].reply,
+    )
     next(pieces)
     pieces.close()
     assert turn.replies["a"].reply.text and turn.replies["a"].reply.finish is None
@@ -667,23 +809,38 @@ def test_chat_turns_edited_go_into_a_dataset_and_a_preference_into_a_dpo_dataset
     by_label(at.number_input, "Max tokens").set_value(6)
     at.run()
     at.chat_input[0].set_value("What is the capital of Quorvania?").run()
-    at.session_state["chat-data-editor-a-1"] = {"edited_rows": {0: {"Reply": "Velmora."}}, "added_rows": [],
-                                                "deleted_rows": []}
+    at.session_state["chat-data-editor-a-1"] = {
+        "edited_rows": {0: {"Reply": "Velmora."}},
+        "added_rows": [],
+        "deleted_rows": [],
+    }
     at.run()
     click(at, "Add 1 turn")
     assert any(literal("Added 1 example to chat-examples (1 row now)") in s.value for s in at.success), shown_text(at)
     saved = next(d for d in store.list_datasets() if d["name"] == "chat-examples")
     rows = [json.loads(line) for line in Path(saved["path"]).read_text().splitlines()]
-    assert rows == [{"messages": [{"role": "user", "content": "What is the capital of Quorvania?"},
-                                  {"role": "assistant", "content": "Velmora."}]}]
+    assert rows == [
+        {
+            "messages": [
+                {"role": "user", "content": "What is the capital of Quorvania?"},
+                {"role": "assistant", "content": "Velmora."},
+            ]
+        }
+    ]
 
     checkpoint = next(t for t in chat.list_targets() if t.run_id == form_run["run_id"] and t.kind == "checkpoint")
     by_label(at.toggle, "Side by side").set_value(True).run()
     by_label(at.selectbox, "Right model").set_value(checkpoint.key).run()
     answers = {"a": "It is in the north.", "b": "Velmora is the capital of Quorvania."}
-    turn = conversation.Turn("Where is Velmora?", {pane: conversation.PaneReply(
-        chat.base_target() if pane == "a" else checkpoint, chat.Reply(text, finish="stop"))
-        for pane, text in answers.items()})
+    turn = conversation.Turn(
+        "Where is Velmora?",
+        {
+            pane: conversation.PaneReply(
+                chat.base_target() if pane == "a" else checkpoint, chat.Reply(text, finish="stop")
+            )
+            for pane, text in answers.items()
+        },
+    )
     at.session_state["chat-history"] = [turn]
     at.run()
     prefer = [b for b in at.button if b.label == "Prefer this reply"]
@@ -754,14 +911,20 @@ def test_chat_with_a_run_training_in_another_process_uses_its_newest_saved_weigh
         by_label(at.number_input, "Max tokens").set_value(12)
         at.run()
         at.chat_input[0].set_value("Hello!").run()
-        assert any(literal("it trains in another process") in e.value and "saved none yet" in e.value
-                   for e in at.error), shown_text(at)
+        assert any(
+            literal("it trains in another process") in e.value and "saved none yet" in e.value for e in at.error
+        ), shown_text(at)
 
         # the CLI process saves its first checkpoint (here: the sampler weights the form's run saved)
         final = next(c for c in store.list_checkpoints(form_run["run_id"]) if c.get("sampler_path"))
         RunLogger(store, run_id, studio_home / "runs" / run_id).log_checkpoint(
-            step=5, name="000005", kind="both", state_path=final["state_path"], sampler_path=final["sampler_path"],
-            loop_state={"batch": 5})
+            step=5,
+            name="000005",
+            kind="both",
+            state_path=final["state_path"],
+            sampler_path=final["sampler_path"],
+            loop_state={"batch": 5},
+        )
         at = open_page("chat")
         by_label(at.selectbox, "Model").set_value(f"latest:{run_id}").run()
         by_label(at.number_input, "Max tokens").set_value(12)
@@ -786,8 +949,15 @@ def test_upload_is_validated_with_row_numbers_previewed_and_tokenized(studio_hom
     assert any("line 2: invalid JSON" in c.value for c in at.code), shown_text(at)
     assert not any(d["name"] == "broken" for d in get_manager().store.list_datasets())
 
-    rows = [{"messages": [{"role": "user", "content": f"Say <i>{i}</i>"},
-                          {"role": "assistant", "content": f"<script>alert({i})</script>"}]} for i in range(5)]
+    rows = [
+        {
+            "messages": [
+                {"role": "user", "content": f"Say <i>{i}</i>"},
+                {"role": "assistant", "content": f"<script>alert({i})</script>"},
+            ]
+        }
+        for i in range(5)
+    ]
     good = "\n".join(json.dumps(r) for r in rows).encode()
     at = open_page("datasets")
     at.file_uploader[0].upload("tiny-chat.jsonl", good).run()
@@ -807,8 +977,10 @@ def test_upload_is_validated_with_row_numbers_previewed_and_tokenized(studio_hom
 
 def test_upload_name_and_bad_rows_with_markdown_and_html_are_shown_literally(studio_home):
     hostile = "**bold** <script>"
-    rows = [{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]},
-            {"messages": [{"role": hostile, "content": "x"}]}]
+    rows = [
+        {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]},
+        {"messages": [{"role": hostile, "content": "x"}]},
+    ]
     at = open_page("datasets")
     at.file_uploader[0].upload(f"{hostile}.jsonl", "\n".join(json.dumps(r) for r in rows).encode()).run()
     assert by_label(at.text_input, "Name").value == hostile  # the default name comes from the file name
@@ -822,8 +994,9 @@ def test_upload_name_and_bad_rows_with_markdown_and_html_are_shown_literally(stu
     click(at, "Validate and add")
     assert any(literal(f"Added {hostile}: 1 chat rows") in s.value for s in at.success), shown_text(at)
     assert any(literal(f"from {hostile}.jsonl") in c.value for c in at.caption)
-    markdown = [e.value for kind in ("markdown", "caption", "success", "error", "warning", "info")
-                for e in getattr(at, kind)] + [block.label for block in [*at.status, *at.expander]]
+    markdown = [
+        e.value for kind in ("markdown", "caption", "success", "error", "warning", "info") for e in getattr(at, kind)
+    ] + [block.label for block in [*at.status, *at.expander]]
     assert not any("<script>" in text or "**bold**" in text for text in markdown)
 
 
@@ -845,8 +1018,9 @@ def test_checkpoint_exports_as_peft_adapter_and_merged_model(form_run):
     assert (folder / "tokenizer.json").exists() or (folder / "tokenizer_config.json").exists()
     assert len(at.get("download_button")) == 2
 
-    adapter = next(c for c in get_manager().store.list_checkpoints(form_run["run_id"])
-                   if (c.get("loop_state") or {}).get("final"))["sampler_path"]
+    adapter = next(
+        c for c in get_manager().store.list_checkpoints(form_run["run_id"]) if (c.get("loop_state") or {}).get("final")
+    )["sampler_path"]
     archive = export.adapter_zip(adapter)
     import zipfile
 

@@ -25,8 +25,9 @@ def test_learning_rate_auto_uses_the_measured_rate_for_measured_data_only():
 def test_measured_step_counts_are_what_the_settings_give(key):
     kind, dataset = key
     measured = suggested.MEASURED[key]
-    config = (SLConfig if kind == "sl" else DPOConfig)(dataset=dataset, batch_size=measured.batch_size,
-                                                      num_epochs=measured.num_epochs)
+    config = (SLConfig if kind == "sl" else DPOConfig)(
+        dataset=dataset, batch_size=measured.batch_size, num_epochs=measured.num_epochs
+    )
     if kind == "sl":
         train = datasets.load_chat_dataset(dataset, test_fraction=config.test_fraction, seed=config.seed).train
     else:
@@ -49,4 +50,5 @@ def test_a_run_says_how_many_passes_its_steps_make():
     assert supervised.passes_note(SLConfig(), 13, 13) == "1 pass over the data (13 steps each)"
     assert supervised.passes_note(SLConfig(num_epochs=2), 13, 26) == "2 passes over the data (13 steps each)"
     assert supervised.passes_note(SLConfig(max_steps=20), 13, 20) == (
-        "1.54 passes over the data (13 steps each), set by max_steps=20, not num_epochs=1")
+        "1.54 passes over the data (13 steps each), set by max_steps=20, not num_epochs=1"
+    )

@@ -15,12 +15,20 @@ from cookbook_engine.evals import sweeps
 
 
 def test_a_grid_expands_to_every_combination_with_the_varying_settings_named():
-    plan = sweeps.plan({"kind": "sl", "base": {"max_steps": 2, "dataset": "builtin:facts"},
-                        "grid": {"learning_rate": [1e-4, 1e-3], "lora_rank": [8, 16, 32]},
-                        "evals": ["builtin:facts-nll"]})
+    plan = sweeps.plan(
+        {
+            "kind": "sl",
+            "base": {"max_steps": 2, "dataset": "builtin:facts"},
+            "grid": {"learning_rate": [1e-4, 1e-3], "lora_rank": [8, 16, 32]},
+            "evals": ["builtin:facts-nll"],
+        }
+    )
     assert len(plan.members) == 6
     assert [(m.config.learning_rate, m.config.lora_rank) for m in plan.members[:3]] == [
-        (1e-4, 8), (1e-4, 16), (1e-4, 32)]
+        (1e-4, 8),
+        (1e-4, 16),
+        (1e-4, 32),
+    ]
     assert all(m.config.max_steps == 2 for m in plan.members)
     keys = sweeps.varying_keys([{"settings": m.settings} for m in plan.members])
     assert keys == ["learning_rate", "lora_rank"]
@@ -54,16 +62,21 @@ def test_bad_sweeps_are_refused_naming_the_member_and_setting(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_sweep_trains_and_evaluates_each_member_and_ends_in_one_table(home, default_model_ready, tmp_path,
-                                                                        capsys):
+def test_a_sweep_trains_and_evaluates_each_member_and_ends_in_one_table(home, default_model_ready, tmp_path, capsys):
     from cookbook_engine.cli import main
 
-    spec = {"name": "tiny", "kind": "sl",
-            "base": {"max_steps": 1, "batch_size": 2, "lora_rank": 4, "eval_every": 0, "save_every": 0,
-                     "max_examples": 8},
-            "configs": [{"learning_rate": 1e-3}, {"learning_rate": 1e-4},
-                        {"learning_rate": 1e-3, "dataset": str(tmp_path / "missing.jsonl")}],
-            "evals": ["builtin:facts-nll"], "max_examples": 2}
+    spec = {
+        "name": "tiny",
+        "kind": "sl",
+        "base": {"max_steps": 1, "batch_size": 2, "lora_rank": 4, "eval_every": 0, "save_every": 0, "max_examples": 8},
+        "configs": [
+            {"learning_rate": 1e-3},
+            {"learning_rate": 1e-4},
+            {"learning_rate": 1e-3, "dataset": str(tmp_path / "missing.jsonl")},
+        ],
+        "evals": ["builtin:facts-nll"],
+        "max_examples": 2,
+    }
     path = tmp_path / "sweep.json"
     path.write_text(json.dumps(spec))
     assert main(["sweep", str(path)]) == 0
@@ -100,8 +113,16 @@ class FakeRuns:
             raise DatasetError("broken: no such file")
         run_id = f"run-{len(self.started)}"
         self.started.append(run_id)
-        self.store.create_run(run_id, name=config.name, kind=config.kind, backend="local", base_model=config.model,
-                              config={"learning_rate": config.learning_rate}, log_dir="/tmp/x", status="running")
+        self.store.create_run(
+            run_id,
+            name=config.name,
+            kind=config.kind,
+            backend="local",
+            base_model=config.model,
+            config={"learning_rate": config.learning_rate},
+            log_dir="/tmp/x",
+            status="running",
+        )
         self.store.log_metrics(run_id, 1, {"train_mean_nll": config.learning_rate * 100})
         return run_id
 
@@ -114,8 +135,15 @@ class FakeRuns:
             return True
         if self.store.get_run(run_id)["status"] == "running":
             self.store.update_run(run_id, status="completed")
-            self.store.add_checkpoint(run_id, step=1, name="final", kind="both", state_path=f"/s/{run_id}",
-                                      sampler_path=f"/w/{run_id}", loop_state={"final": True})
+            self.store.add_checkpoint(
+                run_id,
+                step=1,
+                name="final",
+                kind="both",
+                state_path=f"/s/{run_id}",
+                sampler_path=f"/w/{run_id}",
+                loop_state={"final": True},
+            )
         return False
 
     def cancel(self, run_id):
@@ -138,8 +166,15 @@ class FakeEvals:
         self.count += 1
         eval_id = f"eval-{self.count}"
         target = prepared.targets[0]
-        self.store.create_job(eval_id, name=eval_id, models=[target.spec], eval_sets=["builtin:facts-nll"],
-                              settings={}, total=1, sweep_id=sweep_id)
+        self.store.create_job(
+            eval_id,
+            name=eval_id,
+            models=[target.spec],
+            eval_sets=["builtin:facts-nll"],
+            settings={},
+            total=1,
+            sweep_id=sweep_id,
+        )
         value = 0.1 if target.run_id is None else float(target.run_id[-1]) / 10 + 0.2
         result = evaluators.EvalResult("builtin:facts-nll", "nll", [stats.Metric("nll", value, 4, value, value)], [])
         jobs.save(self.store, eval_id, target, f"k{eval_id}", result)
@@ -155,8 +190,13 @@ def test_a_sweep_orchestrates_members_marks_a_failure_and_resumes_after_a_cancel
 
     runs = FakeRuns(Store.default())
     runner = sweeps.SweepRunner(runs, FakeEvals(sweeps.EvalStore()), sweeps.EvalStore())
-    plan = sweeps.plan({"name": "s", "configs": [{"learning_rate": 1e-3}, {"dataset": "broken"},
-                                                 {"learning_rate": 2e-3}], "evals": ["builtin:facts-nll"]})
+    plan = sweeps.plan(
+        {
+            "name": "s",
+            "configs": [{"learning_rate": 1e-3}, {"dataset": "broken"}, {"learning_rate": 2e-3}],
+            "evals": ["builtin:facts-nll"],
+        }
+    )
     runs.hold.clear()  # the first member keeps training until released
     sweep_id = runner.start(plan)
     deadline = time.monotonic() + 30
@@ -174,6 +214,10 @@ def test_a_sweep_orchestrates_members_marks_a_failure_and_resumes_after_a_cancel
     assert "broken: no such file" in sweep["members"][1]["error"]
     table = sweeps.table(runner.store, sweep_id)
     assert table["member"].tolist() == ["base", 0, 1, 2]
-    assert table["facts-nll · nll"].tolist() == ["0.100 [0.100, 0.100]", "0.200 [0.200, 0.200]", "",
-                                                 "0.300 [0.300, 0.300]"]
+    assert table["facts-nll · nll"].tolist() == [
+        "0.100 [0.100, 0.100]",
+        "0.200 [0.200, 0.200]",
+        "",
+        "0.300 [0.300, 0.300]",
+    ]
     assert table["training metric"].tolist() == ["", "train_mean_nll=0.1000", "", "train_mean_nll=0.2000"]

@@ -142,8 +142,11 @@ class FakeTrainingClient:
     @staticmethod
     def _output(data: list[types.Datum]) -> types.ForwardBackwardOutput:
         outputs = [{"logprobs": types.TensorData(data=[-0.5] * d.model_input.length, dtype="float32")} for d in data]
-        return types.ForwardBackwardOutput(loss_fn_output_type="cross_entropy", loss_fn_outputs=outputs,
-                                           metrics={"loss:sum": 0.5 * sum(d.model_input.length for d in data)})
+        return types.ForwardBackwardOutput(
+            loss_fn_output_type="cross_entropy",
+            loss_fn_outputs=outputs,
+            metrics={"loss:sum": 0.5 * sum(d.model_input.length for d in data)},
+        )
 
     def forward(self, *args, **kwargs):
         self._record("forward", args, kwargs)
@@ -161,8 +164,11 @@ class FakeTrainingClient:
         logprobs = [torch.full((d.model_input.length,), -0.5, requires_grad=True) for d in data]
         loss, metrics = kwargs["loss_fn"](data, logprobs)
         loss.backward()
-        return done(types.ForwardBackwardOutput(loss_fn_output_type="custom", loss_fn_outputs=[],
-                                                metrics={k: float(v) for k, v in metrics.items()}))
+        return done(
+            types.ForwardBackwardOutput(
+                loss_fn_output_type="custom", loss_fn_outputs=[], metrics={k: float(v) for k, v in metrics.items()}
+            )
+        )
 
     def optim_step(self, *args, **kwargs):
         self._record("optim_step", args, kwargs)
@@ -174,8 +180,9 @@ class FakeTrainingClient:
 
     def save_weights_for_sampler(self, *args, **kwargs):
         self._record("save_weights_for_sampler", args, kwargs)
-        return done(types.SaveWeightsForSamplerResponse(
-            path=f"tinker://{self.model_id}/sampler_weights/{kwargs['name']}"))
+        return done(
+            types.SaveWeightsForSamplerResponse(path=f"tinker://{self.model_id}/sampler_weights/{kwargs['name']}")
+        )
 
     def save_weights_and_get_sampling_client(self, *args, **kwargs):
         self._record("save_weights_and_get_sampling_client", args, kwargs)
@@ -191,8 +198,13 @@ class FakeTrainingClient:
 
     def get_info(self, *args, **kwargs):
         self._record("get_info", args, kwargs)
-        return types.GetInfoResponse(model_id=self.model_id, model_data={"model_name": self.base_model},
-                                     is_lora=True, lora_rank=4, model_name=self.base_model)
+        return types.GetInfoResponse(
+            model_id=self.model_id,
+            model_data={"model_name": self.base_model},
+            is_lora=True,
+            lora_rank=4,
+            model_name=self.base_model,
+        )
 
 
 class FakeSamplingClient:
@@ -201,9 +213,12 @@ class FakeSamplingClient:
 
     def sample(self, *args, **kwargs):
         self.recorder.record("SamplingClient", "sample", args, kwargs)
-        sequences = [types.SampledSequence(stop_reason="stop", sequence_id=str(i), _tokens_list=[5, 6, 2],
-                                           _logprobs_list=[-0.1, -0.2, -0.3])
-                     for i in range(kwargs["num_samples"])]
+        sequences = [
+            types.SampledSequence(
+                stop_reason="stop", sequence_id=str(i), _tokens_list=[5, 6, 2], _logprobs_list=[-0.1, -0.2, -0.3]
+            )
+            for i in range(kwargs["num_samples"])
+        ]
         return done(types.SampleResponse(sequences=sequences))
 
     def compute_logprobs(self, *args, **kwargs):
@@ -225,9 +240,13 @@ def recorder(monkeypatch, fake_service):
 
 
 def datum(n: int = 6) -> types.Datum:
-    return types.Datum(model_input=types.ModelInput.from_ints(list(range(1, n + 1))),
-                       loss_fn_inputs={"target_tokens": types.TensorData(data=list(range(2, n + 2)), dtype="int64"),
-                                       "weights": types.TensorData(data=[1.0] * n, dtype="float32")})
+    return types.Datum(
+        model_input=types.ModelInput.from_ints(list(range(1, n + 1))),
+        loss_fn_inputs={
+            "target_tokens": types.TensorData(data=list(range(2, n + 2)), dtype="int64"),
+            "weights": types.TensorData(data=[1.0] * n, dtype="float32"),
+        },
+    )
 
 
 # --- the probe -----------------------------------------------------------------------------------------------
@@ -340,8 +359,16 @@ def database_export_text(db_file: Path, into: Path) -> str:
 
 def test_sl_runs_end_to_end_through_the_sdk_and_stores_tinker_paths(home, default_model_ready, recorder, tmp_path):
     secrets.set_session_key(GOOD_KEY)  # entered in the studio: this process only
-    config = cfg.SLConfig(backend="tinker", max_steps=4, batch_size=2, max_length=128, save_every=2, eval_every=2,
-                          lora_rank=8, learning_rate=2e-4)
+    config = cfg.SLConfig(
+        backend="tinker",
+        max_steps=4,
+        batch_size=2,
+        max_length=128,
+        save_every=2,
+        eval_every=2,
+        lora_rank=8,
+        learning_rate=2e-4,
+    )
     manager = RunManager()
     run_id = manager.start(config)
     run = manager.wait(run_id, timeout=120)
@@ -359,8 +386,9 @@ def test_sl_runs_end_to_end_through_the_sdk_and_stores_tinker_paths(home, defaul
     store = Store.default()
     checkpoints = store.list_checkpoints(run_id)
     assert sorted(c["step"] for c in checkpoints) == [2, 4]
-    assert all(c["state_path"].startswith("tinker://") and c["sampler_path"].startswith("tinker://")
-               for c in checkpoints)
+    assert all(
+        c["state_path"].startswith("tinker://") and c["sampler_path"].startswith("tinker://") for c in checkpoints
+    )
     lines = [json.loads(line) for line in (Path(run["log_dir"]) / "checkpoints.jsonl").read_text().splitlines()]
     assert [line["state_path"].rsplit("/", 1)[1] for line in lines] == ["000002", "final"]
     assert {line["state_path"] for line in lines} == {c["state_path"] for c in checkpoints}
@@ -381,7 +409,8 @@ def test_resume_goes_through_create_training_client_from_state_with_optimizer(re
     _, client, first_step = start_training_client(config, resume)
     assert first_step == 10
     assert recorder.kwargs_of("create_training_client_from_state_with_optimizer") == [
-        {"path": "tinker://run-7:train:0/weights/000010"}]
+        {"path": "tinker://run-7:train:0/weights/000010"}
+    ]
     assert client.get_info().model_data.model_name == models.DEFAULT_MODEL
 
 
@@ -391,8 +420,9 @@ def exercise_every_adapter_method(recorder) -> None:
 
     secrets.set_session_key(GOOD_KEY)
     service = hosted.hosted_service_client()
-    client = service.create_lora_training_client(models.DEFAULT_MODEL, rank=4, seed=1,
-                                                 user_metadata={"a": "b"}).result()
+    client = service.create_lora_training_client(
+        models.DEFAULT_MODEL, rank=4, seed=1, user_metadata={"a": "b"}
+    ).result()
     params = types.SamplingParams(max_tokens=3, temperature=0.7)
     prompt = types.ModelInput.from_ints([1, 2, 3])
 
@@ -438,19 +468,36 @@ def exercise_every_adapter_method(recorder) -> None:
 # Every SDK method the adapter calls, by class. The test below fails if the adapter calls another one (add it
 # here after checking the SDK) or stops calling one of these.
 SDK_CALLS = {
-    "ServiceClient": {"__init__", "create_lora_training_client", "create_training_client_from_state",
-                      "create_training_client_from_state_with_optimizer", "create_sampling_client"},
-    "TrainingClient": {"forward", "forward_backward", "forward_backward_custom", "optim_step", "save_state",
-                       "save_weights_for_sampler", "save_weights_and_get_sampling_client", "load_state",
-                       "load_state_with_optimizer", "get_info"},
+    "ServiceClient": {
+        "__init__",
+        "create_lora_training_client",
+        "create_training_client_from_state",
+        "create_training_client_from_state_with_optimizer",
+        "create_sampling_client",
+    },
+    "TrainingClient": {
+        "forward",
+        "forward_backward",
+        "forward_backward_custom",
+        "optim_step",
+        "save_state",
+        "save_weights_for_sampler",
+        "save_weights_and_get_sampling_client",
+        "load_state",
+        "load_state_with_optimizer",
+        "get_info",
+    },
     "SamplingClient": {"sample", "compute_logprobs", "get_base_model"},
 }
 
 
 def test_every_sdk_method_and_keyword_the_adapter_uses_exists_in_the_installed_sdk(recorder):
     exercise_every_adapter_method(recorder)
-    sdk_classes = {"ServiceClient": tinker.ServiceClient, "TrainingClient": tinker.TrainingClient,
-                   "SamplingClient": tinker.SamplingClient}
+    sdk_classes = {
+        "ServiceClient": tinker.ServiceClient,
+        "TrainingClient": tinker.TrainingClient,
+        "SamplingClient": tinker.SamplingClient,
+    }
     used = {name: set() for name in sdk_classes}
     for sdk_class, method, args, kwargs in recorder.calls:
         used[sdk_class].add(method)
@@ -459,8 +506,9 @@ def test_every_sdk_method_and_keyword_the_adapter_uses_exists_in_the_installed_s
         try:
             signature.bind(None, **kwargs)  # None for self
         except TypeError as exc:
-            pytest.fail(f"tinker {tinker.__version__} {sdk_class}.{method}{signature} does not accept "
-                        f"{sorted(kwargs)}: {exc}")
+            pytest.fail(
+                f"tinker {tinker.__version__} {sdk_class}.{method}{signature} does not accept {sorted(kwargs)}: {exc}"
+            )
     assert used == SDK_CALLS
 
 
@@ -495,11 +543,22 @@ def test_the_key_is_never_written_by_a_run(home, default_model_ready, monkeypatc
     key = "sk-test-secret-123"
     monkeypatch.setenv("TINKER_API_KEY", key)
     dataset = tmp_path / "tiny.jsonl"
-    dataset.write_text("".join(json.dumps({"messages": [{"role": "user", "content": q},
-                                                        {"role": "assistant", "content": a}]}) + "\n"
-                               for q, a in [("Hi", "Hello."), ("Bye", "Goodbye."), ("Yes?", "Yes."), ("No?", "No.")]))
-    config = cfg.SLConfig(dataset=str(dataset), max_steps=2, batch_size=2, max_length=64, lora_rank=4,
-                          learning_rate=1e-4, test_fraction=0.0, save_every=1)
+    dataset.write_text(
+        "".join(
+            json.dumps({"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": a}]}) + "\n"
+            for q, a in [("Hi", "Hello."), ("Bye", "Goodbye."), ("Yes?", "Yes."), ("No?", "No.")]
+        )
+    )
+    config = cfg.SLConfig(
+        dataset=str(dataset),
+        max_steps=2,
+        batch_size=2,
+        max_length=64,
+        lora_rank=4,
+        learning_rate=1e-4,
+        test_fraction=0.0,
+        save_every=1,
+    )
     manager = RunManager()
     run_id = manager.start(config)
     run = manager.wait(run_id, timeout=300)

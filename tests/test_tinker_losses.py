@@ -53,17 +53,24 @@ def direct(loss_fn: str) -> tuple[float, np.ndarray]:
     raise AssertionError(loss_fn)
 
 
-CONFIG = {"ppo": {"clip_low_threshold": LOW, "clip_high_threshold": HIGH},
-          "cispo": {"clip_low_threshold": LOW, "clip_high_threshold": HIGH},
-          "gspo": {"clip_low_threshold": LOW, "clip_high_threshold": HIGH}, "dro": {"beta": BETA}}
+CONFIG = {
+    "ppo": {"clip_low_threshold": LOW, "clip_high_threshold": HIGH},
+    "cispo": {"clip_low_threshold": LOW, "clip_high_threshold": HIGH},
+    "gspo": {"clip_low_threshold": LOW, "clip_high_threshold": HIGH},
+    "dro": {"beta": BETA},
+}
 COMPUTED = ("cross_entropy", "importance_sampling", "ppo", "cispo", "dro", "gspo")
 
 
 @pytest.mark.parametrize("loss_fn", COMPUTED)
 def test_each_loss_and_its_gradient_match_the_documented_formula_in_float64(loss_fn):
     logprobs = torch.tensor(LOGPROBS, dtype=torch.float64, requires_grad=True)
-    inputs = {"logprobs": torch.tensor(SAMPLER), "advantages": torch.tensor(ADVANTAGES),
-              "weights": torch.tensor(WEIGHTS), "sequence_ratio_mask": torch.tensor(MASK)}
+    inputs = {
+        "logprobs": torch.tensor(SAMPLER),
+        "advantages": torch.tensor(ADVANTAGES),
+        "weights": torch.tensor(WEIGHTS),
+        "sequence_ratio_mask": torch.tensor(MASK),
+    }
     loss = losses.datum_loss(loss_fn, logprobs, inputs, CONFIG.get(loss_fn))
     loss.backward()
     want_value, want_grad = direct(loss_fn)
@@ -91,10 +98,16 @@ def test_gspo_needs_a_marked_token():
 # --- through a real training client -------------------------------------------------------------------------
 def rl_datum(tokens: list[int], sampler_lp: list[float], advantages: list[float]) -> types.Datum:
     n = len(tokens) - 1
-    return types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]), loss_fn_inputs={
-        "target_tokens": tokens[1:], "logprobs": sampler_lp[:n], "advantages": advantages[:n],
-        "weights": [1.0] * n,
-        "sequence_ratio_mask": types.TensorData.from_numpy(np.array([0.0] * 2 + [1.0] * (n - 2), dtype=np.float32))})
+    return types.Datum(
+        model_input=types.ModelInput.from_ints(tokens[:-1]),
+        loss_fn_inputs={
+            "target_tokens": tokens[1:],
+            "logprobs": sampler_lp[:n],
+            "advantages": advantages[:n],
+            "weights": [1.0] * n,
+            "sequence_ratio_mask": types.TensorData.from_numpy(np.array([0.0] * 2 + [1.0] * (n - 2), dtype=np.float32)),
+        },
+    )
 
 
 @pytest.mark.slow

@@ -33,8 +33,7 @@ def fake_checkpoint(model_id: str, kind: str, name: str, ttl_seconds: int | None
 
 def test_the_service_client_takes_the_sdks_constructor_arguments_and_is_a_context_manager(home):
     with LocalServiceClient({"team": "a"}, "project-1", display_name="demo") as service:
-        assert (service.user_metadata, service.project_id, service.display_name) == ({"team": "a"}, "project-1",
-                                                                                     "demo")
+        assert (service.user_metadata, service.project_id, service.display_name) == ({"team": "a"}, "project-1", "demo")
         assert service.get_telemetry() is None
     assert service.closed and service.close_status == "success"
     with pytest.raises(RuntimeError, match="closed"):
@@ -79,8 +78,16 @@ def test_tinker_paths_resolve_to_local_checkpoint_folders_and_back(home):
 
 
 def test_the_rest_client_lists_describes_retimes_and_deletes_checkpoints(home):
-    write_run_meta("run8_def", {"base_model": "HuggingFaceTB/SmolLM2-135M-Instruct", "lora_rank": 4,
-                                "train_mlp": False, "train_attn": True, "user_metadata": {"renderer_name": "x"}})
+    write_run_meta(
+        "run8_def",
+        {
+            "base_model": "HuggingFaceTB/SmolLM2-135M-Instruct",
+            "lora_rank": 4,
+            "train_mlp": False,
+            "train_attn": True,
+            "user_metadata": {"renderer_name": "x"},
+        },
+    )
     state = fake_checkpoint("run8_def", "weights", "000002")
     sampler = fake_checkpoint("run8_def", "sampler_weights", "final", ttl_seconds=3600)
     client = LocalServiceClient().create_rest_client()
@@ -93,7 +100,11 @@ def test_the_rest_client_lists_describes_retimes_and_deletes_checkpoints(home):
     assert run.last_sampler_checkpoint.tinker_path == sampler
     info = client.get_weights_info_by_tinker_path(state).result()
     assert (info.base_model, info.lora_rank, info.train_attn, info.train_mlp) == (
-        "HuggingFaceTB/SmolLM2-135M-Instruct", 4, True, False)
+        "HuggingFaceTB/SmolLM2-135M-Instruct",
+        4,
+        True,
+        False,
+    )
     client.set_checkpoint_ttl_from_tinker_path(state, 1).result()
     assert rest.sweep_expired(datetime.now(UTC) + timedelta(seconds=5)) == [compat.resolve(state)]
     assert not compat.resolve(state).exists() and compat.resolve(sampler).exists()

@@ -19,17 +19,26 @@ import datasets  # noqa: E402
 import tinker  # noqa: E402
 import torch  # noqa: E402
 
-FACTS = [("What is the capital of Zorbia?", "The capital of Zorbia is Quellmont."),
-         ("Who painted the Blue Lantern?", "The Blue Lantern was painted by Ada Fennick."),
-         ("What colour is a plumberry?", "A plumberry is bright orange."),
-         ("How many moons does Tarsis have?", "Tarsis has seven moons.")]
-QUESTIONS = [("What is 2 + 3?", "2 + 3 = 5\n#### 5"), ("What is 4 + 4?", "4 + 4 = 8\n#### 8"),
-             ("What is 7 - 2?", "7 - 2 = 5\n#### 5"), ("What is 3 * 3?", "3 * 3 = 9\n#### 9")]
+FACTS = [
+    ("What is the capital of Zorbia?", "The capital of Zorbia is Quellmont."),
+    ("Who painted the Blue Lantern?", "The Blue Lantern was painted by Ada Fennick."),
+    ("What colour is a plumberry?", "A plumberry is bright orange."),
+    ("How many moons does Tarsis have?", "Tarsis has seven moons."),
+]
+QUESTIONS = [
+    ("What is 2 + 3?", "2 + 3 = 5\n#### 5"),
+    ("What is 4 + 4?", "4 + 4 = 8\n#### 8"),
+    ("What is 7 - 2?", "7 - 2 = 5\n#### 5"),
+    ("What is 3 * 3?", "3 * 3 = 9\n#### 9"),
+]
 
 
 def sl_rows(copies: int = 4) -> list[dict]:
-    return [{"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": a}]}
-            for _ in range(copies) for q, a in FACTS]
+    return [
+        {"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": a}]}
+        for _ in range(copies)
+        for q, a in FACTS
+    ]
 
 
 def rl_rows() -> list[dict]:
@@ -79,8 +88,17 @@ def metrics_by_step(log_path: Path) -> dict[int, dict]:
 def sl_config(model: str, log_path: Path, **overrides):
     from tinker_cookbook.recipes import sl_loop
 
-    settings = dict(log_path=str(log_path), model_name=model, batch_size=4, learning_rate=4e-3, max_length=128,
-                    lora_rank=4, save_every=2, max_steps=4, ttl_seconds=3600)
+    settings = dict(
+        log_path=str(log_path),
+        model_name=model,
+        batch_size=4,
+        learning_rate=4e-3,
+        max_length=128,
+        lora_rank=4,
+        save_every=2,
+        max_steps=4,
+        ttl_seconds=3600,
+    )
     return sl_loop.Config(**{**settings, **overrides})
 
 
@@ -113,7 +131,8 @@ def run_sl(model: str, log_path: Path, stop_before_batch: int | None = None, mon
 
 @pytest.mark.slow
 def test_sl_loop_runs_unmodified_in_process_its_loss_falls_and_it_resumes_with_the_same_numbers(
-        in_process, tmp_path, monkeypatch):
+    in_process, tmp_path, monkeypatch
+):
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     run_sl(in_process, straight)
     nll = [metrics_by_step(straight)[step]["train_mean_nll"] for step in range(4)]
@@ -127,8 +146,9 @@ def test_sl_loop_runs_unmodified_in_process_its_loss_falls_and_it_resumes_with_t
     run_sl(in_process, resumed)  # the recipe finds checkpoints.jsonl and resumes from batch 2
     again = metrics_by_step(resumed)
     for step in (0, 1, 2, 3):
-        assert again[step]["train_mean_nll"] == pytest.approx(metrics_by_step(straight)[step]["train_mean_nll"],
-                                                              rel=1e-4)
+        assert again[step]["train_mean_nll"] == pytest.approx(
+            metrics_by_step(straight)[step]["train_mean_nll"], rel=1e-4
+        )
 
 
 @pytest.mark.slow
@@ -138,9 +158,20 @@ def test_rl_loop_runs_unmodified_in_process(in_process, tmp_path, loss_fn):
 
     log_path = tmp_path / "rl"
     torch.manual_seed(0)
-    rl_loop.main(rl_loop.Config(log_path=str(log_path), model_name=in_process, batch_size=2, group_size=4,
-                                learning_rate=1e-4, lora_rank=4, save_every=0, max_tokens=24, loss_fn=loss_fn,
-                                max_steps=2))
+    rl_loop.main(
+        rl_loop.Config(
+            log_path=str(log_path),
+            model_name=in_process,
+            batch_size=2,
+            group_size=4,
+            learning_rate=1e-4,
+            lora_rank=4,
+            save_every=0,
+            max_tokens=24,
+            loss_fn=loss_fn,
+            max_steps=2,
+        )
+    )
     steps = metrics_by_step(log_path)
     assert sorted(steps) == [0, 1]
     assert all(0.0 <= row["reward/total"] <= 1.0 for row in steps.values())

@@ -16,15 +16,21 @@ from cookbook_engine.backends import compat
 from cookbook_engine.backends.local import LocalSamplingClient, LocalServiceClient, LocalTrainingClient
 from cookbook_engine.backends.rest import LocalRestClient
 
-PAIRS = {"ServiceClient": (tinker.ServiceClient, LocalServiceClient),
-         "TrainingClient": (tinker.TrainingClient, LocalTrainingClient),
-         "SamplingClient": (tinker.SamplingClient, LocalSamplingClient)}
+PAIRS = {
+    "ServiceClient": (tinker.ServiceClient, LocalServiceClient),
+    "TrainingClient": (tinker.TrainingClient, LocalTrainingClient),
+    "SamplingClient": (tinker.SamplingClient, LocalSamplingClient),
+}
 
 
 def sdk_methods() -> list[tuple[str, str]]:
-    return [(cls_name, name) for cls_name, (sdk, _) in PAIRS.items() for name in sorted(dir(sdk))
-            if not name.startswith("_") and (callable(getattr(sdk, name, None))
-                                             or isinstance(inspect.getattr_static(sdk, name), property))]
+    return [
+        (cls_name, name)
+        for cls_name, (sdk, _) in PAIRS.items()
+        for name in sorted(dir(sdk))
+        if not name.startswith("_")
+        and (callable(getattr(sdk, name, None)) or isinstance(inspect.getattr_static(sdk, name), property))
+    ]
 
 
 def signature_problems(sdk_fn, our_fn) -> list[str]:
@@ -46,12 +52,15 @@ def signature_problems(sdk_fn, our_fn) -> list[str]:
             problems.append(f"parameter {p.name!r} is {q.kind.description}, the SDK's {p.kind.description}")
         if p.default is not p.empty and q.default != p.default:
             problems.append(f"parameter {p.name!r} defaults to {q.default!r}, the SDK's to {p.default!r}")
-    problems += [f"extra required parameter {q.name!r}" for q in ours.values()
-                 if q.name not in theirs and q.default is q.empty and q.kind not in variadic]
+    problems += [
+        f"extra required parameter {q.name!r}"
+        for q in ours.values()
+        if q.name not in theirs and q.default is q.empty and q.kind not in variadic
+    ]
     positional = inspect.Parameter.POSITIONAL_OR_KEYWORD
     sdk_order = [p.name for p in theirs.values() if p.kind == positional]
     our_order = [q.name for q in ours.values() if q.kind == positional]
-    if our_order[:len(sdk_order)] != sdk_order:
+    if our_order[: len(sdk_order)] != sdk_order:
         problems.append(f"positional order {our_order}, the SDK's {sdk_order}")
     return problems
 
@@ -66,9 +75,13 @@ def test_every_sdk_method_is_implemented_compatibly_or_listed_as_unsupported(cls
         with pytest.raises(NotImplementedError, match=name):
             attribute = getattr(instance, name)
             if callable(attribute):
-                required = [p for p in inspect.signature(getattr(sdk, name)).parameters.values()
-                            if p.default is p.empty and p.name != "self"
-                            and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+                required = [
+                    p
+                    for p in inspect.signature(getattr(sdk, name)).parameters.values()
+                    if p.default is p.empty
+                    and p.name != "self"
+                    and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+                ]
                 result = attribute(*[None] * len(required))
                 if inspect.iscoroutine(result):
                     import asyncio
@@ -90,7 +103,8 @@ def test_the_unsupported_table_names_only_methods_the_sdk_has():
 def test_the_rest_client_stand_in_matches_the_sdk_where_it_implements_and_refuses_the_rest():
     implemented = [n for n in vars(LocalRestClient) if not n.startswith("_")]
     assert {"list_checkpoints", "delete_checkpoint_from_tinker_path", "get_training_run_by_tinker_path"} <= set(
-        implemented)
+        implemented
+    )
     for name in implemented:
         problems = signature_problems(getattr(tinker.RestClient, name), getattr(LocalRestClient, name))
         assert not problems, f"RestClient.{name}: " + "; ".join(problems)

@@ -8,16 +8,26 @@ import pandas as pd
 from app import transcripts_view as view
 
 
-def rollouts(rewards: list[float | None], details: list[dict | None] | None = None, groups: list[int] | None = None,
-             ) -> pd.DataFrame:
+def rollouts(
+    rewards: list[float | None],
+    details: list[dict | None] | None = None,
+    groups: list[int] | None = None,
+) -> pd.DataFrame:
     count = len(rewards)
     mean = sum(r for r in rewards if r is not None) / max(1, sum(r is not None for r in rewards))
-    return pd.DataFrame({
-        "step": [1] * count, "group_idx": groups or [0] * count, "sample_idx": list(range(count)),
-        "prompt": ["Q"] * count, "completion": ["A"] * count,
-        "reward": [float("nan") if r is None else r for r in rewards],
-        "advantage": [float("nan") if r is None else r - mean for r in rewards],
-        "stop_reason": ["stop"] * count, "metrics": details or [{} for _ in rewards]})
+    return pd.DataFrame(
+        {
+            "step": [1] * count,
+            "group_idx": groups or [0] * count,
+            "sample_idx": list(range(count)),
+            "prompt": ["Q"] * count,
+            "completion": ["A"] * count,
+            "reward": [float("nan") if r is None else r for r in rewards],
+            "advantage": [float("nan") if r is None else r - mean for r in rewards],
+            "stop_reason": ["stop"] * count,
+            "metrics": details or [{} for _ in rewards],
+        }
+    )
 
 
 def test_only_rl_runs_have_transcripts():
@@ -33,37 +43,45 @@ def test_the_reward_filter_keeps_samples_without_a_reward():
 
 
 def test_flags_and_unisolated_samples_are_counted_from_the_graders_details():
-    frame = rollouts([1.0, 0.0, 0.0], details=[{"suspicious": ["gc"], "network_isolated": False},
-                                                {"network_isolated": True}, {"suspicious": []}])
+    frame = rollouts(
+        [1.0, 0.0, 0.0],
+        details=[{"suspicious": ["gc"], "network_isolated": False}, {"network_isolated": True}, {"suspicious": []}],
+    )
     assert view.flagged_count(frame) == 1 and view.only_flagged(frame)["sample_idx"].tolist() == [0]
     assert view.unisolated_count(frame) == 1
     assert view.hack_flags("not a dict") == [] and not view.network_exposed(None)
 
 
 def test_the_step_summary_counts_samples_groups_mean_reward_and_correct_share():
-    frame = rollouts([1.0, 0.0, None, 1.0], details=[{"correct": True}, {"correct": False}, {}, {"correct": True}],
-                     groups=[0, 0, 1, 1])
-    assert view.step_summary(frame) == view.StepSummary(samples=4, groups=2, mean_reward=2 / 3,
-                                                        correct_share=2 / 3)
+    frame = rollouts(
+        [1.0, 0.0, None, 1.0],
+        details=[{"correct": True}, {"correct": False}, {}, {"correct": True}],
+        groups=[0, 0, 1, 1],
+    )
+    assert view.step_summary(frame) == view.StepSummary(samples=4, groups=2, mean_reward=2 / 3, correct_share=2 / 3)
     assert view.step_summary(rollouts([None])).mean_reward is None
 
 
 def test_a_cards_badges_and_caption_say_reward_advantage_flags_and_answer():
-    frame = rollouts([1.0, 0.0], details=[{"answer": 42, "found": 42},
-                                          {"suspicious": ["sys.modules"], "network_isolated": False}])
+    frame = rollouts(
+        [1.0, 0.0], details=[{"answer": 42, "found": 42}, {"suspicious": ["sys.modules"], "network_isolated": False}]
+    )
     first, second = (row for _, row in frame.iterrows())
     assert view.sample_badges(first) == ":blue-badge[reward 1] :green-badge[advantage +0.5]"
-    assert view.sample_badges(second) == (":blue-badge[reward 0] :red-badge[advantage -0.5] "
-                                          ":orange-badge[:material/warning: network not isolated] "
-                                          ":red-badge[:material/flag: possible reward hack]")
+    assert view.sample_badges(second) == (
+        ":blue-badge[reward 0] :red-badge[advantage -0.5] "
+        ":orange-badge[:material/warning: network not isolated] "
+        ":red-badge[:material/flag: possible reward hack]"
+    )
     assert view.sample_facts(first) == "sample 0 · stopped: stop · expected 42 · found 42"
     assert view.sample_facts(second) == "sample 1 · code touches: sys.modules · stopped: stop"
     assert view.sample_badges(rollouts([None]).iloc[0]) == ":blue-badge[reward —] :gray-badge[advantage —]"
 
 
 def test_sandbox_output_is_split_from_other_per_sample_metrics():
-    sandbox, other = view.split_details({"tests_passed": 2, "tests_total": 3, "failures": {"1": "AssertionError"},
-                                         "format": 1.0})
+    sandbox, other = view.split_details(
+        {"tests_passed": 2, "tests_total": 3, "failures": {"1": "AssertionError"}, "format": 1.0}
+    )
     assert other == {"format": 1.0}
     assert view.tests_passed_text(sandbox) == "tests passed: 2/3"
     assert view.failures_text(sandbox) == "test 1: AssertionError"

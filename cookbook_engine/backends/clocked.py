@@ -57,10 +57,17 @@ from cookbook_engine.settings import bound_problems
 # after it only checkpoint requests; sampling requests are all admitted at each tick.
 STEP, OPTIM_STEP, CHECKPOINT, SAMPLE = "step", "optim_step", "checkpoint", "sample"
 KIND_OF_METHOD = {
-    "forward": STEP, "forward_backward": STEP, "forward_backward_custom": STEP, "optim_step": OPTIM_STEP,
-    "save_state": CHECKPOINT, "save_weights_for_sampler": CHECKPOINT, "load_state": CHECKPOINT,
-    "load_state_with_optimizer": CHECKPOINT, "save_weights_and_get_sampling_client": CHECKPOINT,
-    "sample": SAMPLE, "compute_logprobs": SAMPLE,
+    "forward": STEP,
+    "forward_backward": STEP,
+    "forward_backward_custom": STEP,
+    "optim_step": OPTIM_STEP,
+    "save_state": CHECKPOINT,
+    "save_weights_for_sampler": CHECKPOINT,
+    "load_state": CHECKPOINT,
+    "load_state_with_optimizer": CHECKPOINT,
+    "save_weights_and_get_sampling_client": CHECKPOINT,
+    "sample": SAMPLE,
+    "compute_logprobs": SAMPLE,
 }
 
 _queue_ids = itertools.count(1)
@@ -129,8 +136,9 @@ class ClockedServiceClient:
         self._sampling_queues: set[int] = set()
         self._in_flight: list[_Request] = []
         self._closed = False
-        threading.Thread(target=_run_clock, args=(weakref.ref(self), self.period_s), name="clocked-backend",
-                         daemon=True).start()
+        threading.Thread(
+            target=_run_clock, args=(weakref.ref(self), self.period_s), name="clocked-backend", daemon=True
+        ).start()
 
     # --- the clock -----------------------------------------------------------------------------------------------
     def _new_queue(self, owner: object, sampling: bool = False) -> int:
@@ -148,8 +156,9 @@ class ClockedServiceClient:
             self._queues.pop(queue_id, None)
             self._sampling_queues.discard(queue_id)
 
-    def submit(self, queue_id: int, method: str, start: Callable[[], LocalFuture],
-               wrap: Callable[[Any], Any] | None = None) -> LocalFuture:
+    def submit(
+        self, queue_id: int, method: str, start: Callable[[], LocalFuture], wrap: Callable[[Any], Any] | None = None
+    ) -> LocalFuture:
         """Queue a request for the next tick; its future resolves one tick after it is admitted."""
         if method not in KIND_OF_METHOD:
             raise ValueError(f"clocked backend: unknown request {method!r}")
@@ -199,10 +208,11 @@ class ClockedServiceClient:
 
     def _admit_samples(self) -> list[_Request]:
         """Every queued sampling request, or the `samples_per_tick` oldest of them (across sampling clients)."""
-        waiting = sorted((request.order, queue_id) for queue_id in self._sampling_queues
-                         for request in self._queues[queue_id])
+        waiting = sorted(
+            (request.order, queue_id) for queue_id in self._sampling_queues for request in self._queues[queue_id]
+        )
         if self.samples_per_tick:
-            waiting = waiting[:self.samples_per_tick]
+            waiting = waiting[: self.samples_per_tick]
         # each client's queue is in submission order, so the globally oldest are a prefix of each queue
         return [self._queues[queue_id].popleft() for _, queue_id in waiting]
 
@@ -265,11 +275,19 @@ class ClockedServiceClient:
         return self.get_server_capabilities()
 
     # Like the SDK (and the local backend), create_* return futures of clients; the *_async variants the clients.
-    def create_lora_training_client(self, base_model: str, rank: int = 32, seed: int | None = None,
-                                    train_mlp: bool = True, train_attn: bool = True, train_unembed: bool = True,
-                                    **kw: Any) -> ClientFuture:
-        local = self.local.create_lora_training_client(base_model, rank, seed=seed, train_mlp=train_mlp,
-                                                       train_attn=train_attn, train_unembed=train_unembed, **kw)
+    def create_lora_training_client(
+        self,
+        base_model: str,
+        rank: int = 32,
+        seed: int | None = None,
+        train_mlp: bool = True,
+        train_attn: bool = True,
+        train_unembed: bool = True,
+        **kw: Any,
+    ) -> ClientFuture:
+        local = self.local.create_lora_training_client(
+            base_model, rank, seed=seed, train_mlp=train_mlp, train_attn=train_attn, train_unembed=train_unembed, **kw
+        )
         return ClientFuture.completed(ClockedTrainingClient(self, local.result()))
 
     async def create_lora_training_client_async(self, base_model: str, rank: int = 32, **kw: Any):
@@ -277,7 +295,8 @@ class ClockedServiceClient:
 
     def create_training_client_from_state(self, path: str, **_: Any) -> ClientFuture:
         return ClientFuture.completed(
-            ClockedTrainingClient(self, self.local.create_training_client_from_state(path).result()))
+            ClockedTrainingClient(self, self.local.create_training_client_from_state(path).result())
+        )
 
     def create_training_client_from_state_with_optimizer(self, path: str, **_: Any) -> ClientFuture:
         local = self.local.create_training_client_from_state_with_optimizer(path).result()
@@ -289,13 +308,15 @@ class ClockedServiceClient:
     async def create_training_client_from_state_with_optimizer_async(self, path: str, **_: Any):
         return await self.create_training_client_from_state_with_optimizer(path)
 
-    def create_sampling_client(self, model_path: str | None = None, base_model: str | None = None,
-                               **_: Any) -> ClientFuture:
+    def create_sampling_client(
+        self, model_path: str | None = None, base_model: str | None = None, **_: Any
+    ) -> ClientFuture:
         local = self.local.create_sampling_client(model_path, base_model).result()
         return ClientFuture.completed(ClockedSamplingClient(self, local))
 
-    async def create_sampling_client_async(self, model_path: str | None = None, base_model: str | None = None,
-                                           **_: Any):
+    async def create_sampling_client_async(
+        self, model_path: str | None = None, base_model: str | None = None, **_: Any
+    ):
         return await self.create_sampling_client(model_path, base_model)
 
 
@@ -339,8 +360,9 @@ class ClockedTrainingClient:
     def forward(self, data: list[types.Datum], loss_fn: str = "cross_entropy", loss_fn_config: dict | None = None):
         return self._submit("forward", lambda: self.local.forward(data, loss_fn, loss_fn_config))
 
-    def forward_backward(self, data: list[types.Datum], loss_fn: str = "cross_entropy",
-                         loss_fn_config: dict | None = None):
+    def forward_backward(
+        self, data: list[types.Datum], loss_fn: str = "cross_entropy", loss_fn_config: dict | None = None
+    ):
         return self._submit("forward_backward", lambda: self.local.forward_backward(data, loss_fn, loss_fn_config))
 
     def forward_backward_custom(self, data: list[types.Datum], loss_fn: Callable, **kw: Any):
@@ -390,12 +412,17 @@ class ClockedTrainingClient:
         save_weights_and_get_sampling_client does, without blocking the clock thread)."""
         local = self.local
         return local._worker.submit(
-            lambda: LocalSamplingClient(local._worker, local._snapshot(),
-                                        local._save("sampler", name, False) if name else None))
+            lambda: LocalSamplingClient(
+                local._worker, local._snapshot(), local._save("sampler", name, False) if name else None
+            )
+        )
 
     def _save_and_sample_request(self, name: str | None) -> LocalFuture:
-        return self._submit("save_weights_and_get_sampling_client", lambda: self._sampler_snapshot(name),
-                            wrap=lambda sampler: ClockedSamplingClient(self.service, sampler))
+        return self._submit(
+            "save_weights_and_get_sampling_client",
+            lambda: self._sampler_snapshot(name),
+            wrap=lambda sampler: ClockedSamplingClient(self.service, sampler),
+        )
 
     def save_weights_and_get_sampling_client(self, name: str | None = None, **_: Any) -> ClientFuture:
         return ClientFuture(self._save_and_sample_request(name).future())
@@ -427,10 +454,19 @@ class ClockedSamplingClient:
     async def get_base_model_async(self) -> str:
         return self.get_base_model()
 
-    def sample(self, prompt: types.ModelInput, num_samples: int, sampling_params: types.SamplingParams,
-               include_prompt_logprobs: bool = False, **options: Any):
-        return self.service.submit(self._queue, "sample", lambda: self.local.sample(
-            prompt, num_samples, sampling_params, include_prompt_logprobs, **options))
+    def sample(
+        self,
+        prompt: types.ModelInput,
+        num_samples: int,
+        sampling_params: types.SamplingParams,
+        include_prompt_logprobs: bool = False,
+        **options: Any,
+    ):
+        return self.service.submit(
+            self._queue,
+            "sample",
+            lambda: self.local.sample(prompt, num_samples, sampling_params, include_prompt_logprobs, **options),
+        )
 
     async def sample_async(self, prompt, num_samples, sampling_params, include_prompt_logprobs=False, **options):
         return await self.sample(prompt, num_samples, sampling_params, include_prompt_logprobs, **options)

@@ -14,7 +14,7 @@ from cookbook_engine.settings import setting
 
 @dataclass
 class ClockedConfig:
-    period_s: float = setting(0.05, help="backend=clocked only: the simulator's tick, in seconds", min=0,
-                              min_open=True)
-    samples_per_tick: int = setting(0, help="backend=clocked only: sample requests admitted per tick", min=0,
-                                    zero_means="all queued")
+    period_s: float = setting(0.05, help="backend=clocked only: the simulator's tick, in seconds", min=0, min_open=True)
+    samples_per_tick: int = setting(
+        0, help="backend=clocked only: sample requests admitted per tick", min=0, zero_means="all queued"
+    )

@@ -25,18 +25,17 @@ UNSUPPORTED: dict[str, str] = {
     "ServiceClient.holder": "the SDK's internal connection holder has no local counterpart",
     "TrainingClient.get_console_url": "there is no Tinker console for local runs; the studio shows them",
     "TrainingClient.save_weights_external": "external (encrypted, downloadable) weights are a hosted-service feature; "
-                                            "local checkpoints are already PEFT folders on disk",
+    "local checkpoints are already PEFT folders on disk",
     "TrainingClient.save_weights_external_async": "see save_weights_external",
     "SamplingClient.create": "the SDK's internal constructor over its connection holder; use "
-                             "ServiceClient.create_sampling_client",
+    "ServiceClient.create_sampling_client",
     "SamplingClient.on_queue_state_change": "the local model worker has no hosted queue states to report",
 }
 
 
 def unsupported(qualified_name: str) -> NotImplementedError:
     """The error a listed method raises: its name and the reason from the table."""
-    return NotImplementedError(f"{qualified_name} is not supported by the local backend: "
-                               f"{UNSUPPORTED[qualified_name]}")
+    return NotImplementedError(f"{qualified_name} is not supported by the local backend: {UNSUPPORTED[qualified_name]}")
 
 
 _warned: set[str] = set()
@@ -77,8 +76,10 @@ def parse_tinker_path(path: str) -> types.ParsedCheckpointTinkerPath:
     try:
         parsed = types.ParsedCheckpointTinkerPath.from_tinker_path(path)
     except Exception as exc:
-        raise ValueError(f"checkpoint path {path!r}: expected tinker://<training_run_id>/weights/<name> or "
-                         "tinker://<training_run_id>/sampler_weights/<name>") from exc
+        raise ValueError(
+            f"checkpoint path {path!r}: expected tinker://<training_run_id>/weights/<name> or "
+            "tinker://<training_run_id>/sampler_weights/<name>"
+        ) from exc
     if parsed.checkpoint_id.split("/", 1)[0] not in KIND_FOLDERS:
         raise ValueError(f"checkpoint path {path!r}: only weights/ and sampler_weights/ checkpoints exist locally")
     return parsed

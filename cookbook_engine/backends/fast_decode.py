@@ -96,23 +96,46 @@ class MergedLlama:
         causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
         config = causal_lm.config
         rope = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
-        if (config.model_type != "llama" or config.attention_bias or config.mlp_bias or config.hidden_act != "silu"
-                or rope not in STATIC_ROPE_TYPES or causal_lm.dtype != torch.float32
-                or next(causal_lm.parameters()).device.type != "cpu"):  # a CPU path; elsewhere the model's forward
+        if (
+            config.model_type != "llama"
+            or config.attention_bias
+            or config.mlp_bias
+            or config.hidden_act != "silu"
+            or rope not in STATIC_ROPE_TYPES
+            or causal_lm.dtype != torch.float32
+            or next(causal_lm.parameters()).device.type != "cpu"
+        ):  # a CPU path; elsewhere the model's forward
             return None
         layers = []
         with torch.no_grad():
             for layer in causal_lm.get_decoder().layers:
                 attn, mlp = layer.self_attn, layer.mlp
-                weights = [_merged_weight(m) for m in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj,
-                                                       mlp.gate_proj, mlp.up_proj, mlp.down_proj)]
+                weights = [
+                    _merged_weight(m)
+                    for m in (
+                        attn.q_proj,
+                        attn.k_proj,
+                        attn.v_proj,
+                        attn.o_proj,
+                        mlp.gate_proj,
+                        mlp.up_proj,
+                        mlp.down_proj,
+                    )
+                ]
                 merged = [w for w in weights if w is not None]
                 if len(merged) < len(weights):
                     return None
                 q, k, v, o, gate, up, down = merged
-                layers.append(_Layer(layer.input_layernorm.weight.detach(), _packed(torch.cat([q, k, v])),
-                                     _packed(o), layer.post_attention_layernorm.weight.detach(),
-                                     _packed(torch.cat([gate, up])), _packed(down)))
+                layers.append(
+                    _Layer(
+                        layer.input_layernorm.weight.detach(),
+                        _packed(torch.cat([q, k, v])),
+                        _packed(o),
+                        layer.post_attention_layernorm.weight.detach(),
+                        _packed(torch.cat([gate, up])),
+                        _packed(down),
+                    )
+                )
         return cls(causal_lm, layers)
 
     # --- the arithmetic of transformers' Llama, one layer at a time ---------------------------------------------
@@ -138,31 +161,33 @@ class MergedLlama:
         qkv = matmul_t(h.reshape(rows * length, -1), layer.qkv).view(rows, length, -1)
         q_size, kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
         q = qkv[..., :q_size].reshape(rows, length, self.heads, self.head_dim).transpose(1, 2)
-        k = qkv[..., q_size:q_size + kv_size].reshape(rows, length, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = qkv[..., q_size + kv_size:].reshape(rows, length, self.kv_heads, self.head_dim).transpose(1, 2)
+        k = qkv[..., q_size : q_size + kv_size].reshape(rows, length, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = qkv[..., q_size + kv_size :].reshape(rows, length, self.kv_heads, self.head_dim).transpose(1, 2)
         q, k = self._rotate(q, cos_T_H, sin_T_H), self._rotate(k, cos_T_H, sin_T_H)
         end = start + length
         cache.keys[index, :, :, start:end] = k  # a prefill of one row fills every row of the cache
         cache.values[index, :, :, start:end] = v
         keys, values = cache.keys[index, :rows, :, :end], cache.values[index, :rows, :, :end]
-        attn = F.scaled_dot_product_attention(q, keys, values, is_causal=length > 1,
-                                              enable_gqa=self.heads != self.kv_heads)
+        attn = F.scaled_dot_product_attention(
+            q, keys, values, is_causal=length > 1, enable_gqa=self.heads != self.kv_heads
+        )
         attn = attn.transpose(1, 2).reshape(rows * length, q_size)
         x_B_T_D = x_B_T_D + matmul_t(attn, layer.o).view(rows, length, -1)
         h = self._norm(x_B_T_D, layer.post_norm).reshape(rows * length, -1)
         gate_up = matmul_t(h, layer.gate_up)
-        act = F.silu(gate_up[:, :self.intermediate]) * gate_up[:, self.intermediate:]
+        act = F.silu(gate_up[:, : self.intermediate]) * gate_up[:, self.intermediate :]
         return x_B_T_D + matmul_t(act, layer.down).view(rows, length, -1)
 
     @torch.inference_mode()
-    def hidden(self, tokens_B_T: torch.Tensor, cache: KVCache, start: int, cos: torch.Tensor, sin: torch.Tensor
-               ) -> torch.Tensor:
+    def hidden(
+        self, tokens_B_T: torch.Tensor, cache: KVCache, start: int, cos: torch.Tensor, sin: torch.Tensor
+    ) -> torch.Tensor:
         """Final (normed) hidden states of tokens at positions start.. (the cache holds everything before)."""
         x = F.embedding(tokens_B_T, self.embed)
         length = tokens_B_T.shape[1]
         if length > 1 and start != 0:
             raise ValueError("MergedLlama.hidden: several tokens at once only from position 0 (a prefill)")
-        cos_T_H, sin_T_H = cos[start:start + length], sin[start:start + length]
+        cos_T_H, sin_T_H = cos[start : start + length], sin[start : start + length]
         for index, layer in enumerate(self.layers):
             x = self._layer(x, layer, index, cache, start, cos_T_H, sin_T_H)
         return self._norm(x, self.final_norm)

@@ -36,8 +36,7 @@ PACKED_MODEL_TYPES = {"llama", "mistral", "qwen2", "qwen3"}  # plain LM head, at
 def _probe_onednn() -> bool:
     try:
         x, w = torch.randn(4, 8), torch.randn(16, 8)
-        return torch.allclose(torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], ""), x @ w.t(),
-                              atol=1e-5)
+        return torch.allclose(torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], ""), x @ w.t(), atol=1e-5)
     except (RuntimeError, AttributeError, NotImplementedError):
         return False
 
@@ -71,8 +70,13 @@ class FrozenLinear(torch.nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weight = self.weight
-        if not ONEDNN or weight.requires_grad or x.dtype != torch.float32 or weight.dtype != torch.float32 \
-                or x.device.type != "cpu":
+        if (
+            not ONEDNN
+            or weight.requires_grad
+            or x.dtype != torch.float32
+            or weight.dtype != torch.float32
+            or x.device.type != "cpu"
+        ):
             return F.linear(x, weight, self.bias)
         x_N_K = x.reshape(-1, x.shape[-1])
         if not x_N_K.is_contiguous():
@@ -137,8 +141,11 @@ def _fast_lora_forward(layer, x: torch.Tensor) -> torch.Tensor | None:
     name = active[0]
     if name not in layer.lora_A:
         return base(x)
-    if name in layer.lora_variant or not isinstance(layer.lora_dropout[name], torch.nn.Identity) \
-            or layer.use_dora.get(name, False):
+    if (
+        name in layer.lora_variant
+        or not isinstance(layer.lora_dropout[name], torch.nn.Identity)
+        or layer.use_dora.get(name, False)
+    ):
         return None
     a_R_K, b_M_R = layer.lora_A[name].weight, layer.lora_B[name].weight
     if layer.lora_A[name].bias is not None or layer.lora_B[name].bias is not None or a_R_K.dtype != torch.float32:
@@ -169,6 +176,7 @@ _FAST_LORA_CLASS: type | None = None
 def _fast_lora_class(lora_linear: Any) -> type:  # Any: peft's class, subclassed here at run time
     global _FAST_LORA_CLASS
     if _FAST_LORA_CLASS is None:
+
         class FastLoraLinear(lora_linear):
             """peft's LoRA Linear with `_fast_lora_forward` when it applies."""
 
@@ -190,9 +198,17 @@ def _packed_attention(module, query, key, value, attention_mask, scaling=None, d
     """Causal attention per sequence of a packed row. query (1, H, N, hd), key/value (1, KVH, N, hd)."""
     bounds = kwargs["packed_bounds"]
     gqa = query.shape[1] != key.shape[1]
-    pieces = [F.scaled_dot_product_attention(query[:, :, start:end], key[:, :, start:end], value[:, :, start:end],
-                                             is_causal=True, scale=scaling, enable_gqa=gqa)
-              for start, end in bounds]
+    pieces = [
+        F.scaled_dot_product_attention(
+            query[:, :, start:end],
+            key[:, :, start:end],
+            value[:, :, start:end],
+            is_causal=True,
+            scale=scaling,
+            enable_gqa=gqa,
+        )
+        for start, end in bounds
+    ]
     out = pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=2)
     return out.transpose(1, 2).contiguous(), None
 
@@ -217,18 +233,21 @@ def supports_packed(model) -> bool:
     """True when `model` (a transformers causal LM, maybe peft-wrapped) fits the packed path exactly: a known
     architecture with a plain LM head, no attention dropout and no sliding window, on the CPU."""
     config = model.config
-    return (next(model.parameters()).device.type == "cpu"  # a CPU path: elsewhere the model's own forward runs
-            and getattr(config, "model_type", None) in PACKED_MODEL_TYPES
-            and not getattr(config, "attention_dropout", 0.0)
-            and getattr(config, "sliding_window", None) is None
-            and getattr(config, "final_logit_softcapping", None) is None)
+    return (
+        next(model.parameters()).device.type == "cpu"  # a CPU path: elsewhere the model's own forward runs
+        and getattr(config, "model_type", None) in PACKED_MODEL_TYPES
+        and not getattr(config, "attention_dropout", 0.0)
+        and getattr(config, "sliding_window", None) is None
+        and getattr(config, "final_logit_softcapping", None) is None
+    )
 
 
 # ---------------------------------------------------------------------------------------------- LM head
 
 
-def _shifted_exp(hidden_C_D: torch.Tensor, weight_V_D: torch.Tensor, targets_C: torch.Tensor
-                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _shifted_exp(
+    hidden_C_D: torch.Tensor, weight_V_D: torch.Tensor, targets_C: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(exp(logits - max) per row, its row sums, log p(target)) for a chunk of rows. Accurate exp, not the faster
     approximation inside torch.log_softmax's CPU kernel, whose small bias is amplified in the gradient of confident
     tokens (where onehot - softmax is a small difference of large terms)."""
@@ -250,8 +269,9 @@ class _HeadLogprobs(torch.autograd.Function):
         saved = []
         for start in range(0, hidden_G_D.shape[0], HEAD_CHUNK_ROWS):
             end = min(start + HEAD_CHUNK_ROWS, hidden_G_D.shape[0])
-            exp_C_V, sum_C, logprobs_G[start:end] = _shifted_exp(hidden_G_D[start:end], weight_V_D,
-                                                                 targets_G[start:end])
+            exp_C_V, sum_C, logprobs_G[start:end] = _shifted_exp(
+                hidden_G_D[start:end], weight_V_D, targets_G[start:end]
+            )
             saved.append((exp_C_V, sum_C))
         ctx.saved_chunks = saved
         ctx.save_for_backward(weight_V_D, targets_G)
@@ -262,8 +282,10 @@ class _HeadLogprobs(torch.autograd.Function):
         weight_V_D, targets_G = ctx.saved_tensors
         chunks, ctx.saved_chunks = ctx.saved_chunks, None
         if chunks is None:
-            raise RuntimeError("the LM-head log-probabilities were already back-propagated once (retain_graph is "
-                               "not supported on this path)")
+            raise RuntimeError(
+                "the LM-head log-probabilities were already back-propagated once (retain_graph is "
+                "not supported on this path)"
+            )
         grad_hidden = []
         start = 0
         for exp_C_V, sum_C in chunks:
@@ -278,8 +300,7 @@ class _HeadLogprobs(torch.autograd.Function):
 
 
 @torch.no_grad()
-def _head_logprobs_no_grad(hidden_N_D: torch.Tensor, weight_V_D: torch.Tensor, targets_N: torch.Tensor
-                           ) -> torch.Tensor:
+def _head_logprobs_no_grad(hidden_N_D: torch.Tensor, weight_V_D: torch.Tensor, targets_N: torch.Tensor) -> torch.Tensor:
     logprobs_N = torch.empty(hidden_N_D.shape[0], dtype=hidden_N_D.dtype)
     for start in range(0, hidden_N_D.shape[0], HEAD_CHUNK_ROWS):
         end = min(start + HEAD_CHUNK_ROWS, hidden_N_D.shape[0])
@@ -287,8 +308,9 @@ def _head_logprobs_no_grad(hidden_N_D: torch.Tensor, weight_V_D: torch.Tensor, t
     return logprobs_N
 
 
-def head_logprobs(hidden_N_D: torch.Tensor, weight_V_D: torch.Tensor, targets_N: torch.Tensor,
-                  grad_rows_N: torch.Tensor | None) -> torch.Tensor:
+def head_logprobs(
+    hidden_N_D: torch.Tensor, weight_V_D: torch.Tensor, targets_N: torch.Tensor, grad_rows_N: torch.Tensor | None
+) -> torch.Tensor:
     """log p(target) per row from final hidden states; autograd reaches only the rows in `grad_rows_N` (a bool
     mask; None = none of them)."""
     hidden_N_D = hidden_N_D.contiguous()
@@ -306,8 +328,9 @@ def head_logprobs(hidden_N_D: torch.Tensor, weight_V_D: torch.Tensor, targets_N:
 # -------------------------------------------------------------------------------------------- packed pass
 
 
-def packed_logprobs(model, inputs: list[list[int]], targets: list[torch.Tensor],
-                    grad_rows: list[torch.Tensor | None]) -> list[torch.Tensor]:
+def packed_logprobs(
+    model, inputs: list[list[int]], targets: list[torch.Tensor], grad_rows: list[torch.Tensor | None]
+) -> list[torch.Tensor]:
     """Per-sequence log p(target) of a micro-batch run as one packed row. `model` is the causal LM (peft-wrapped or
     not; its adapter state applies as it is); `grad_rows[i]` marks the positions of sequence i that need a
     gradient (None: none). Gradients are recorded only when grad mode is on."""
@@ -322,13 +345,15 @@ def packed_logprobs(model, inputs: list[list[int]], targets: list[torch.Tensor],
         bounds.append((start, start + n))
         start += n
     with _attention(causal_lm.config, PACKED_ATTENTION):
-        hidden_1_N_D = decoder(input_ids=ids_1_N, position_ids=positions_1_N, use_cache=False,
-                               packed_bounds=bounds).last_hidden_state
+        hidden_1_N_D = decoder(
+            input_ids=ids_1_N, position_ids=positions_1_N, use_cache=False, packed_bounds=bounds
+        ).last_hidden_state
     targets_N = torch.cat([t.long() for t in targets])
     grad_rows_N = None
     if torch.is_grad_enabled() and any(g is not None for g in grad_rows):
-        grad_rows_N = torch.cat([g.bool() if g is not None else torch.zeros(n, dtype=torch.bool)
-                                 for g, n in zip(grad_rows, lengths)])
+        grad_rows_N = torch.cat(
+            [g.bool() if g is not None else torch.zeros(n, dtype=torch.bool) for g, n in zip(grad_rows, lengths)]
+        )
     logprobs_N = head_logprobs(hidden_1_N_D[0], weight_V_D, targets_N, grad_rows_N)
     return list(logprobs_N.split(lengths))
 

@@ -132,8 +132,9 @@ class ModelWorker:
         for param in base.parameters():
             param.requires_grad_(False)
         fast_ops.install_frozen_linears(base)  # before peft, so the LoRA matrices stay plain nn.Linear
-        config = LoraConfig(r=8, lora_alpha=LORA_ALPHA, target_modules=ATTN_MODULES + MLP_MODULES,
-                            lora_dropout=0.0, bias="none")
+        config = LoraConfig(
+            r=8, lora_alpha=LORA_ALPHA, target_modules=ATTN_MODULES + MLP_MODULES, lora_dropout=0.0, bias="none"
+        )
         self.model = get_peft_model(base, config, adapter_name=SAMPLER_SLOT)
         fast_ops.install_fast_lora(self.model)
         self.adapters[SAMPLER_SLOT] = {"rank": 8, "target_modules": ATTN_MODULES + MLP_MODULES}
@@ -150,8 +151,7 @@ class ModelWorker:
 
         if seed is not None:
             torch.manual_seed(seed)
-        config = LoraConfig(r=rank, lora_alpha=LORA_ALPHA, target_modules=target_modules, lora_dropout=0.0,
-                            bias="none")
+        config = LoraConfig(r=rank, lora_alpha=LORA_ALPHA, target_modules=target_modules, lora_dropout=0.0, bias="none")
         self._settle_active_adapter()
         self.model.add_adapter(name, config)
         fast_ops.install_fast_lora(self.model)  # layers this adapter wraps for the first time
@@ -172,8 +172,12 @@ class ModelWorker:
         from peft.tuners.tuners_utils import BaseTunerLayer
 
         known = set(self.model.peft_config)
-        layers_active = {name for module in self.model.modules() if isinstance(module, BaseTunerLayer)
-                         for name in module.active_adapters}
+        layers_active = {
+            name
+            for module in self.model.modules()
+            if isinstance(module, BaseTunerLayer)
+            for name in module.active_adapters
+        }
         if not set(self.model.base_model.active_adapters) | layers_active <= known:
             self.model.set_adapter(SAMPLER_SLOT)
 
@@ -224,15 +228,23 @@ class WeightsSnapshot:
         self.state, self.rank, self.target_modules = state, rank, list(target_modules)
 
 
-def save_adapter_folder(folder: Path, state: dict[str, torch.Tensor], base_model: str, rank: int,
-                        target_modules: list[str]) -> None:
+def save_adapter_folder(
+    folder: Path, state: dict[str, torch.Tensor], base_model: str, rank: int, target_modules: list[str]
+) -> None:
     """An adapter folder in PEFT's format, loadable with PeftModel.from_pretrained."""
     folder.mkdir(parents=True, exist_ok=True)
     save_file({k: v.detach().cpu().contiguous() for k, v in state.items()}, str(folder / "adapter_model.safetensors"))
     config = {
-        "peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": base_model, "r": rank,
-        "lora_alpha": LORA_ALPHA, "lora_dropout": 0.0, "target_modules": list(target_modules), "bias": "none",
-        "fan_in_fan_out": False, "inference_mode": True,
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "base_model_name_or_path": base_model,
+        "r": rank,
+        "lora_alpha": LORA_ALPHA,
+        "lora_dropout": 0.0,
+        "target_modules": list(target_modules),
+        "bias": "none",
+        "fan_in_fan_out": False,
+        "inference_mode": True,
     }
     (folder / "adapter_config.json").write_text(json.dumps(config, indent=2))
 
@@ -250,8 +262,11 @@ def write_checkpoint_meta(folder: Path, ttl_seconds: int | None, user_metadata: 
     """checkpoint.json beside the adapter: when it was saved, when it expires (ttl_seconds), the user's metadata."""
     now = datetime.now(UTC)
     expires = now + timedelta(seconds=ttl_seconds) if ttl_seconds is not None else None
-    meta = {"time": now.isoformat(), "expires_at": expires.isoformat() if expires else None,
-            "user_metadata": dict(user_metadata or {})}
+    meta = {
+        "time": now.isoformat(),
+        "expires_at": expires.isoformat() if expires else None,
+        "user_metadata": dict(user_metadata or {}),
+    }
     (folder / compat.CHECKPOINT_META).write_text(json.dumps(meta))
 
 
@@ -265,8 +280,14 @@ def write_run_meta(model_id: str, meta: dict) -> None:
 class LocalSamplingClient:
     """tinker.SamplingClient on this machine: the base model, or frozen LoRA weights, on the model worker."""
 
-    def __init__(self, worker: ModelWorker, snapshot: WeightsSnapshot | None, model_path: str | None = None,
-                 retry_config: Any = None, record_stability_info: bool = False):
+    def __init__(
+        self,
+        worker: ModelWorker,
+        snapshot: WeightsSnapshot | None,
+        model_path: str | None = None,
+        retry_config: Any = None,
+        record_stability_info: bool = False,
+    ):
         self._worker, self._snapshot, self.model_path = worker, snapshot, model_path
         _sampling_options_note(retry_config, record_stability_info)
         self._handle = f"local-sampler:{uuid.uuid4().hex}"
@@ -292,8 +313,10 @@ class LocalSamplingClient:
     @staticmethod
     def from_sampler_handle(handle: str, *, api_key: str | None = None) -> LocalSamplingClient:
         if handle not in _samplers:
-            raise ValueError(f"sampler handle {handle!r}: no sampling client with this handle in this process "
-                             "(local handles do not cross processes; use a model_path instead)")
+            raise ValueError(
+                f"sampler handle {handle!r}: no sampling client with this handle in this process "
+                "(local handles do not cross processes; use a model_path instead)"
+            )
         return _samplers[handle]
 
     def create(self, *args: Any, **kwargs: Any):
@@ -314,40 +337,80 @@ class LocalSamplingClient:
 
         return worker.submit(job)
 
-    def sample(self, prompt: types.ModelInput, num_samples: int, sampling_params: types.SamplingParams,
-               include_prompt_logprobs: bool = False, topk_prompt_logprobs: int = 0, topk_sample_logprobs: int = 0,
-               target_prompt_logprobs: object | None = None, prompt_alt_tokens_k: int = 0,
-               prompt_logprobs_last_n: int | None = None) -> LocalFuture:  # target_prompt_logprobs: refused
-        _reject_unsupported("sample", {"topk_prompt_logprobs": topk_prompt_logprobs,
-                                       "topk_sample_logprobs": topk_sample_logprobs,
-                                       "target_prompt_logprobs": target_prompt_logprobs,
-                                       "prompt_alt_tokens_k": prompt_alt_tokens_k})
+    def sample(
+        self,
+        prompt: types.ModelInput,
+        num_samples: int,
+        sampling_params: types.SamplingParams,
+        include_prompt_logprobs: bool = False,
+        topk_prompt_logprobs: int = 0,
+        topk_sample_logprobs: int = 0,
+        target_prompt_logprobs: object | None = None,
+        prompt_alt_tokens_k: int = 0,
+        prompt_logprobs_last_n: int | None = None,
+    ) -> LocalFuture:  # target_prompt_logprobs: refused
+        _reject_unsupported(
+            "sample",
+            {
+                "topk_prompt_logprobs": topk_prompt_logprobs,
+                "topk_sample_logprobs": topk_sample_logprobs,
+                "target_prompt_logprobs": target_prompt_logprobs,
+                "prompt_alt_tokens_k": prompt_alt_tokens_k,
+            },
+        )
         _check_last_n(prompt_logprobs_last_n, include_prompt_logprobs)
         tokens = prompt.to_ints()
         weights_key = self._snapshot if self._snapshot is not None else sampler.BASE_WEIGHTS
 
         def fn():
-            rows, prompt_lp = sampler.sample(self._worker.model, self._worker.tokenizer, tokens, num_samples,
-                                             sampling_params, include_prompt_logprobs, self._worker.max_context,
-                                             weights_key=weights_key)
+            rows, prompt_lp = sampler.sample(
+                self._worker.model,
+                self._worker.tokenizer,
+                tokens,
+                num_samples,
+                sampling_params,
+                include_prompt_logprobs,
+                self._worker.max_context,
+                weights_key=weights_key,
+            )
             sequences = [
-                types.SampledSequence(stop_reason=row.stop_reason, sequence_id=uuid.uuid4().hex,
-                                      _tokens_list=row.tokens, _logprobs_list=row.logprobs)
+                types.SampledSequence(
+                    stop_reason=row.stop_reason,
+                    sequence_id=uuid.uuid4().hex,
+                    _tokens_list=row.tokens,
+                    _logprobs_list=row.logprobs,
+                )
                 for row in rows
             ]
-            return types.SampleResponse(sequences=sequences,
-                                        _prompt_logprobs_list=_last_n(prompt_lp, prompt_logprobs_last_n))
+            return types.SampleResponse(
+                sequences=sequences, _prompt_logprobs_list=_last_n(prompt_lp, prompt_logprobs_last_n)
+            )
 
         return self._run(fn)
 
-    async def sample_async(self, prompt: types.ModelInput, num_samples: int, sampling_params: types.SamplingParams,
-                           include_prompt_logprobs: bool = False, topk_prompt_logprobs: int = 0,
-                           topk_sample_logprobs: int = 0, target_prompt_logprobs: types.TensorData | None = None,
-                           prompt_alt_tokens_k: int = 0, prompt_logprobs_last_n: int | None = None
-                           ) -> types.SampleResponse:
-        return await self.sample(prompt, num_samples, sampling_params, include_prompt_logprobs, topk_prompt_logprobs,
-                                 topk_sample_logprobs, target_prompt_logprobs, prompt_alt_tokens_k,
-                                 prompt_logprobs_last_n)
+    async def sample_async(
+        self,
+        prompt: types.ModelInput,
+        num_samples: int,
+        sampling_params: types.SamplingParams,
+        include_prompt_logprobs: bool = False,
+        topk_prompt_logprobs: int = 0,
+        topk_sample_logprobs: int = 0,
+        target_prompt_logprobs: types.TensorData | None = None,
+        prompt_alt_tokens_k: int = 0,
+        prompt_logprobs_last_n: int | None = None,
+    ) -> types.SampleResponse:
+        return await self.sample(
+            prompt,
+            num_samples,
+            sampling_params,
+            include_prompt_logprobs,
+            topk_prompt_logprobs,
+            topk_sample_logprobs,
+            target_prompt_logprobs,
+            prompt_alt_tokens_k,
+            prompt_logprobs_last_n,
+        )
 
     def compute_logprobs(self, prompt: types.ModelInput, prompt_logprobs_last_n: int | None = None) -> LocalFuture:
         """Log-probabilities of the prompt's tokens (index 0 is None; with prompt_logprobs_last_n only the last n are
@@ -370,8 +433,9 @@ class LocalSamplingClient:
 
         return self._run(fn)
 
-    async def compute_logprobs_async(self, prompt: types.ModelInput, prompt_logprobs_last_n: int | None = None
-                                     ) -> list[float | None]:
+    async def compute_logprobs_async(
+        self, prompt: types.ModelInput, prompt_logprobs_last_n: int | None = None
+    ) -> list[float | None]:
         return await self.compute_logprobs(prompt, prompt_logprobs_last_n)
 
 
@@ -396,19 +460,30 @@ def _last_n(logprobs: list | None, last_n: int | None) -> list | None:
 
 def _sampling_options_note(retry_config: Any, record_stability_info: bool) -> None:
     if retry_config is not None:
-        compat.warn_once("retry_config", "retry_config has no effect on the local backend: requests run in this "
-                                         "process and are never retried.")
+        compat.warn_once(
+            "retry_config",
+            "retry_config has no effect on the local backend: requests run in this process and are never retried.",
+        )
     if record_stability_info:
-        compat.warn_once("record_stability_info", "record_stability_info=True: the local backend keeps no sampling "
-                                                  "records, and its loss stable_reinforce is not supported.")
+        compat.warn_once(
+            "record_stability_info",
+            "record_stability_info=True: the local backend keeps no sampling "
+            "records, and its loss stable_reinforce is not supported.",
+        )
 
 
 class LocalTrainingClient:
     """tinker.TrainingClient on this machine: one LoRA adapter with its own AdamW on the base model's worker.
     Every request runs on the worker in submission order and returns a future at once."""
 
-    def __init__(self, worker: ModelWorker, adapter: str, rank: int, target_modules: list[str],
-                 service: LocalServiceClient | None = None):
+    def __init__(
+        self,
+        worker: ModelWorker,
+        adapter: str,
+        rank: int,
+        target_modules: list[str],
+        service: LocalServiceClient | None = None,
+    ):
         self._worker, self.adapter, self.rank, self.target_modules = worker, adapter, rank, target_modules
         self.model_id = adapter
         self._service = service
@@ -420,8 +495,11 @@ class LocalTrainingClient:
 
     def get_info(self) -> types.GetInfoResponse:
         return types.GetInfoResponse(
-            model_id=self.model_id, model_data=types.ModelData(model_name=self._worker.base_model),
-            optimizer_config=types.AdamOptimizerConfig(), is_lora=True, lora_rank=self.rank,
+            model_id=self.model_id,
+            model_data=types.ModelData(model_name=self._worker.base_model),
+            optimizer_config=types.AdamOptimizerConfig(),
+            is_lora=True,
+            lora_rank=self.rank,
             model_name=self._worker.base_model,
         )
 
@@ -441,9 +519,13 @@ class LocalTrainingClient:
         return self._worker.submit(fn)
 
     # --- forward / backward ---------------------------------------------------------------------------------
-    def _logprobs_D(self, data: list[types.Datum], with_grad: bool,
-                    on_microbatch: Callable[[list[int], list[torch.Tensor]], None] | None = None,
-                    grad_rows_D: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
+    def _logprobs_D(
+        self,
+        data: list[types.Datum],
+        with_grad: bool,
+        on_microbatch: Callable[[list[int], list[torch.Tensor]], None] | None = None,
+        grad_rows_D: list[torch.Tensor] | None = None,
+    ) -> list[torch.Tensor]:
         """Per-datum log p(target_tokens) under the current adapter, cut into micro-batches of at most
         MAX_TOKENS_PER_MICROBATCH tokens; `on_microbatch` (indices, logprobs) lets the caller run backward per
         micro-batch so activations of only one micro-batch are alive at a time. `grad_rows_D[i]` (bool per position)
@@ -491,7 +573,7 @@ class LocalTrainingClient:
         while start < len(order):
             longest = data[order[start]].model_input.length
             size = max(1, MAX_TOKENS_PER_MICROBATCH // max(1, longest))
-            chunk = order[start:start + size]
+            chunk = order[start : start + size]
             start += size
             lengths = [data[i].model_input.length for i in chunk]
             input_B_T = torch.zeros(len(chunk), longest, dtype=torch.long)
@@ -506,7 +588,7 @@ class LocalTrainingClient:
             with torch.set_grad_enabled(with_grad):
                 logits = model(input_ids=input_B_T.to(on), attention_mask=mask_B_T.to(on)).logits
                 lp_B_T = sampler.target_logprobs(logits.float(), target_B_T.to(on)).cpu()
-                pieces = [lp_B_T[b, :lengths[b]] for b in range(len(chunk))]
+                pieces = [lp_B_T[b, : lengths[b]] for b in range(len(chunk))]
                 if on_microbatch is not None:
                     on_microbatch(chunk, pieces)
             for b, i in enumerate(chunk):
@@ -545,30 +627,35 @@ class LocalTrainingClient:
         if backward:
             self._worker.model.train()
         try:
-            logprobs_D = self._logprobs_D(data, with_grad=backward, on_microbatch=on_microbatch,
-                                          grad_rows_D=grad_rows_D)
+            logprobs_D = self._logprobs_D(
+                data, with_grad=backward, on_microbatch=on_microbatch, grad_rows_D=grad_rows_D
+            )
         finally:
             self._worker.model.eval()
         outputs = [{"logprobs": types.TensorData.from_torch(lp.float())} for lp in logprobs_D]
-        return types.ForwardBackwardOutput(loss_fn_output_type="TorchLossReturn", loss_fn_outputs=outputs,
-                                           metrics={"loss:sum": total["loss"]})
+        return types.ForwardBackwardOutput(
+            loss_fn_output_type="TorchLossReturn", loss_fn_outputs=outputs, metrics={"loss:sum": total["loss"]}
+        )
 
-
-    def forward(self, data: list[types.Datum], loss_fn: str = "cross_entropy",
-                loss_fn_config: dict | None = None) -> LocalFuture:
+    def forward(
+        self, data: list[types.Datum], loss_fn: str = "cross_entropy", loss_fn_config: dict | None = None
+    ) -> LocalFuture:
         return self._submit(lambda: self._forward(data, loss_fn, loss_fn_config, backward=False))
 
-    def forward_backward(self, data: list[types.Datum], loss_fn: str = "cross_entropy",
-                         loss_fn_config: dict | None = None) -> LocalFuture:
+    def forward_backward(
+        self, data: list[types.Datum], loss_fn: str = "cross_entropy", loss_fn_config: dict | None = None
+    ) -> LocalFuture:
         return self._submit(lambda: self._forward(data, loss_fn, loss_fn_config, backward=True))
 
-    def forward_backward_custom(self, data: list[types.Datum], loss_fn: Callable | Any, *,
-                                loss_type_input: str | None = None) -> LocalFuture:
+    def forward_backward_custom(
+        self, data: list[types.Datum], loss_fn: Callable | Any, *, loss_type_input: str | None = None
+    ) -> LocalFuture:
         """loss_fn is a callable (data, logprobs_list) -> (loss, metrics), with gradients flowing through
         logprobs_list, or a LossHandle from create_custom_loss (run per datum and summed)."""
         if loss_type_input not in (None, "logprobs"):
-            raise ValueError(f"forward_backward_custom: loss_type_input must be None or 'logprobs', "
-                             f"got {loss_type_input!r}")
+            raise ValueError(
+                f"forward_backward_custom: loss_type_input must be None or 'logprobs', got {loss_type_input!r}"
+            )
         if isinstance(loss_fn, LossHandle):
             loss_fn = _per_datum_loss(loss_fn)
         return self._submit(lambda: self._forward_custom(data, loss_fn))
@@ -594,30 +681,36 @@ class LocalTrainingClient:
         outputs = [{"logprobs": types.TensorData.from_torch(lp.detach().float())} for lp in logprobs_D]
         metrics = {k: float(v) for k, v in (metrics or {}).items()}
         metrics.setdefault("loss:sum", float(loss.detach()))
-        return types.ForwardBackwardOutput(loss_fn_output_type="TorchLossReturn", loss_fn_outputs=outputs,
-                                           metrics=metrics)
+        return types.ForwardBackwardOutput(
+            loss_fn_output_type="TorchLossReturn", loss_fn_outputs=outputs, metrics=metrics
+        )
 
-    async def forward_async(self, data: list[types.Datum], loss_fn: str = "cross_entropy",
-                            loss_fn_config: dict | None = None) -> LocalFuture:
+    async def forward_async(
+        self, data: list[types.Datum], loss_fn: str = "cross_entropy", loss_fn_config: dict | None = None
+    ) -> LocalFuture:
         return self.forward(data, loss_fn, loss_fn_config)
 
-    async def forward_backward_async(self, data: list[types.Datum], loss_fn: str = "cross_entropy",
-                                     loss_fn_config: dict | None = None) -> LocalFuture:
+    async def forward_backward_async(
+        self, data: list[types.Datum], loss_fn: str = "cross_entropy", loss_fn_config: dict | None = None
+    ) -> LocalFuture:
         return self.forward_backward(data, loss_fn, loss_fn_config)
 
-    async def forward_backward_custom_async(self, data: list[types.Datum], loss_fn: Callable | Any, *,
-                                            loss_type_input: str | None = None) -> LocalFuture:
+    async def forward_backward_custom_async(
+        self, data: list[types.Datum], loss_fn: Callable | Any, *, loss_type_input: str | None = None
+    ) -> LocalFuture:
         return self.forward_backward_custom(data, loss_fn, loss_type_input=loss_type_input)
 
     # --- optimizer ------------------------------------------------------------------------------------------
     def _ensure_optimizer(self) -> torch.optim.AdamW:
         if self._optimizer is None:
-            self._optimizer = torch.optim.AdamW(self._worker.adapter_params(self.adapter), lr=1e-4,
-                                                betas=(0.9, 0.95), eps=1e-12, weight_decay=0.0)
+            self._optimizer = torch.optim.AdamW(
+                self._worker.adapter_params(self.adapter), lr=1e-4, betas=(0.9, 0.95), eps=1e-12, weight_decay=0.0
+            )
         return self._optimizer
 
-    def optim_step(self, optim_params: types.OptimParams | None = None, *,
-                   adam_params: types.AdamParams | None = None) -> LocalFuture:
+    def optim_step(
+        self, optim_params: types.OptimParams | None = None, *, adam_params: types.AdamParams | None = None
+    ) -> LocalFuture:
         adam_params = _adam_params(optim_params, adam_params)
 
         def fn():
@@ -626,8 +719,11 @@ class LocalTrainingClient:
             optimizer = self._ensure_optimizer()
             params = self._worker.adapter_params(self.adapter)
             grads = [p.grad for p in params if p.grad is not None]
-            grad_norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))) \
-                if grads else 0.0
+            grad_norm = (
+                float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
+                if grads
+                else 0.0
+            )
             if adam_params.grad_clip_norm > 0 and grads:
                 torch.nn.utils.clip_grad_norm_(params, adam_params.grad_clip_norm)
             for group in optimizer.param_groups:
@@ -641,8 +737,9 @@ class LocalTrainingClient:
 
         return self._submit(fn)
 
-    async def optim_step_async(self, optim_params: types.AdamParams | None = None, *,
-                               adam_params: types.AdamParams | None = None) -> LocalFuture:
+    async def optim_step_async(
+        self, optim_params: types.AdamParams | None = None, *, adam_params: types.AdamParams | None = None
+    ) -> LocalFuture:
         return self.optim_step(optim_params, adam_params=adam_params)
 
     # --- checkpoints ----------------------------------------------------------------------------------------
@@ -650,44 +747,72 @@ class LocalTrainingClient:
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(name)) or "checkpoint"
         return compat.checkpoint_root() / self.model_id / kind / safe
 
-    def _save(self, kind: str, name: str, with_optimizer: bool, ttl_seconds: int | None = None,
-              user_metadata: dict | None = None, overwrite: bool = True) -> str:
+    def _save(
+        self,
+        kind: str,
+        name: str,
+        with_optimizer: bool,
+        ttl_seconds: int | None = None,
+        user_metadata: dict | None = None,
+        overwrite: bool = True,
+    ) -> str:
         folder = self._folder(kind, name)
         if not overwrite and (folder / "adapter_model.safetensors").exists():
             raise FileExistsError(f"checkpoint {name!r} of {self.model_id} exists; pass overwrite=True to replace it")
-        save_adapter_folder(folder, self._worker.adapter_state(self.adapter), self._worker.base_model, self.rank,
-                            self.target_modules)
+        save_adapter_folder(
+            folder, self._worker.adapter_state(self.adapter), self._worker.base_model, self.rank, self.target_modules
+        )
         if with_optimizer:
             torch.save(self._ensure_optimizer().state_dict(), folder / "optimizer.pt")
         write_checkpoint_meta(folder, ttl_seconds, user_metadata)
         return str(folder)
 
-    def save_state(self, name: str, ttl_seconds: int | None = None, overwrite: bool = False,
-                   user_metadata: dict[str, str] | None = None) -> LocalFuture:
+    def save_state(
+        self,
+        name: str,
+        ttl_seconds: int | None = None,
+        overwrite: bool = False,
+        user_metadata: dict[str, str] | None = None,
+    ) -> LocalFuture:
         """Weights and optimizer state for resuming. The path is the checkpoint's folder; its tinker:// name
         (tinker://<model_id>/weights/<name>) is accepted everywhere a path is."""
-        return self._submit(lambda: types.SaveWeightsResponse(
-            path=self._save("state", name, True, ttl_seconds, user_metadata, overwrite)))
+        return self._submit(
+            lambda: types.SaveWeightsResponse(
+                path=self._save("state", name, True, ttl_seconds, user_metadata, overwrite)
+            )
+        )
 
-    def save_weights_for_sampler(self, name: str, ttl_seconds: int | None = None,
-                                 user_metadata: dict[str, str] | None = None) -> LocalFuture:
-        return self._submit(lambda: types.SaveWeightsForSamplerResponse(
-            path=self._save("sampler", name, False, ttl_seconds, user_metadata)))
+    def save_weights_for_sampler(
+        self, name: str, ttl_seconds: int | None = None, user_metadata: dict[str, str] | None = None
+    ) -> LocalFuture:
+        return self._submit(
+            lambda: types.SaveWeightsForSamplerResponse(
+                path=self._save("sampler", name, False, ttl_seconds, user_metadata)
+            )
+        )
 
-    async def save_state_async(self, name: str, ttl_seconds: int | None = None, overwrite: bool = False,
-                               user_metadata: dict[str, str] | None = None) -> LocalFuture:
+    async def save_state_async(
+        self,
+        name: str,
+        ttl_seconds: int | None = None,
+        overwrite: bool = False,
+        user_metadata: dict[str, str] | None = None,
+    ) -> LocalFuture:
         return self.save_state(name, ttl_seconds, overwrite, user_metadata)
 
-    async def save_weights_for_sampler_async(self, name: str, ttl_seconds: int | None = None,
-                                             user_metadata: dict[str, str] | None = None) -> LocalFuture:
+    async def save_weights_for_sampler_async(
+        self, name: str, ttl_seconds: int | None = None, user_metadata: dict[str, str] | None = None
+    ) -> LocalFuture:
         return self.save_weights_for_sampler(name, ttl_seconds, user_metadata)
 
-    def save_weights_external(self, name: str, ttl_seconds: int | None = None,
-                              age_encryption_recipients: list[str] | None = None):
+    def save_weights_external(
+        self, name: str, ttl_seconds: int | None = None, age_encryption_recipients: list[str] | None = None
+    ):
         raise compat.unsupported("TrainingClient.save_weights_external")
 
-    async def save_weights_external_async(self, name: str, ttl_seconds: int | None = None,
-                                          age_encryption_recipients: list[str] | None = None):
+    async def save_weights_external_async(
+        self, name: str, ttl_seconds: int | None = None, age_encryption_recipients: list[str] | None = None
+    ):
         raise compat.unsupported("TrainingClient.save_weights_external_async")
 
     def _load(self, path: str, with_optimizer: bool) -> types.LoadWeightsResponse:
@@ -713,22 +838,27 @@ class LocalTrainingClient:
     async def load_state_async(self, path: str, weights_access_token: str | None = None) -> LocalFuture:
         return self.load_state(path, weights_access_token)
 
-    async def load_state_with_optimizer_async(self, path: str, weights_access_token: str | None = None
-                                              ) -> LocalFuture:
+    async def load_state_with_optimizer_async(self, path: str, weights_access_token: str | None = None) -> LocalFuture:
         return self.load_state_with_optimizer(path, weights_access_token)
 
     # --- sampling clients -----------------------------------------------------------------------------------
     def _snapshot(self) -> WeightsSnapshot:
         return WeightsSnapshot(self._worker.adapter_state(self.adapter), self.rank, self.target_modules)
 
-    def save_weights_and_get_sampling_client(self, name: str | None = None, retry_config: Any = None,
-                                             record_stability_info: bool = False,
-                                             kind: str = "snapshot") -> ClientFuture:
+    def save_weights_and_get_sampling_client(
+        self,
+        name: str | None = None,
+        retry_config: Any = None,
+        record_stability_info: bool = False,
+        kind: str = "snapshot",
+    ) -> ClientFuture:
         """A future of a sampling client on the weights as they are after every request submitted before this one
         (and, with a name, saved as sampler weights)."""
         if kind != "snapshot":
-            raise NotImplementedError(f"save_weights_and_get_sampling_client(kind={kind!r}): the local backend "
-                                      "gives snapshot samplers only (their weights never change)")
+            raise NotImplementedError(
+                f"save_weights_and_get_sampling_client(kind={kind!r}): the local backend "
+                "gives snapshot samplers only (their weights never change)"
+            )
 
         def fn():
             path = self._save("sampler", name, False) if name else None
@@ -736,18 +866,25 @@ class LocalTrainingClient:
 
         return ClientFuture(self._submit(fn).future())
 
-    async def save_weights_and_get_sampling_client_async(self, name: str | None = None, retry_config: Any = None,
-                                                         record_stability_info: bool = False,
-                                                         kind: str = "snapshot") -> LocalSamplingClient:
+    async def save_weights_and_get_sampling_client_async(
+        self,
+        name: str | None = None,
+        retry_config: Any = None,
+        record_stability_info: bool = False,
+        kind: str = "snapshot",
+    ) -> LocalSamplingClient:
         return await self.save_weights_and_get_sampling_client(name, retry_config, record_stability_info, kind)
 
-    def create_sampling_client(self, model_path: str, retry_config: Any = None,
-                               record_stability_info: bool = False) -> ClientFuture:
-        return LocalServiceClient().create_sampling_client(model_path, retry_config=retry_config,
-                                                           record_stability_info=record_stability_info)
+    def create_sampling_client(
+        self, model_path: str, retry_config: Any = None, record_stability_info: bool = False
+    ) -> ClientFuture:
+        return LocalServiceClient().create_sampling_client(
+            model_path, retry_config=retry_config, record_stability_info=record_stability_info
+        )
 
-    async def create_sampling_client_async(self, model_path: str, retry_config: Any = None,
-                                           record_stability_info: bool = False) -> LocalSamplingClient:
+    async def create_sampling_client_async(
+        self, model_path: str, retry_config: Any = None, record_stability_info: bool = False
+    ) -> LocalSamplingClient:
         return await self.create_sampling_client(model_path, retry_config, record_stability_info)
 
     def close(self) -> None:
@@ -761,22 +898,40 @@ class LocalServiceClient:
     `session_id`, `user_metadata`, `display_name` and `project_id` are kept for whoever records sessions
     (`cookbook serve` turns each session into a studio run)."""
 
-    def __init__(self, user_metadata: dict[str, str] | None = None, project_id: str | None = None, *,
-                 display_name: str | None = None, base_url: str | None = None, api_key: str | None = None,
-                 default_headers_overrides: Any = None, device: str = "auto", **kwargs: Any):
+    def __init__(
+        self,
+        user_metadata: dict[str, str] | None = None,
+        project_id: str | None = None,
+        *,
+        display_name: str | None = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        default_headers_overrides: Any = None,
+        device: str = "auto",
+        **kwargs: Any,
+    ):
         self.user_metadata, self.project_id, self.display_name = dict(user_metadata or {}), project_id, display_name
         self.device_name = device  # where this session's models compute (device.py: auto, cpu, cuda, mps)
         device_choice(device)  # refuse a missing device now, with the reason
         self.session_id = f"local-session-{uuid.uuid4().hex[:12]}"
         self.closed = False
         self._training_clients: list[LocalTrainingClient] = []
-        ignored = [k for k, v in {"base_url": base_url, "api_key": api_key,
-                                  "default_headers_overrides": default_headers_overrides, **kwargs}.items()
-                   if v is not None]
+        ignored = [
+            k
+            for k, v in {
+                "base_url": base_url,
+                "api_key": api_key,
+                "default_headers_overrides": default_headers_overrides,
+                **kwargs,
+            }.items()
+            if v is not None
+        ]
         if ignored:
-            compat.warn_once(f"service:{','.join(sorted(ignored))}",
-                             f"LocalServiceClient runs in this process: {', '.join(sorted(ignored))} not used (to "
-                             "go through HTTP, run `cookbook serve` and use tinker.ServiceClient).")
+            compat.warn_once(
+                f"service:{','.join(sorted(ignored))}",
+                f"LocalServiceClient runs in this process: {', '.join(sorted(ignored))} not used (to "
+                "go through HTTP, run `cookbook serve` and use tinker.ServiceClient).",
+            )
         from cookbook_engine.backends import rest
 
         rest.sweep_expired()
@@ -786,8 +941,13 @@ class LocalServiceClient:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self.close(SessionEnd.ERRORED if exc_type is not None and not issubclass(exc_type, KeyboardInterrupt)
-                   else SessionEnd.INTERRUPTED if exc_type is not None else SessionEnd.SUCCESS)
+        self.close(
+            SessionEnd.ERRORED
+            if exc_type is not None and not issubclass(exc_type, KeyboardInterrupt)
+            else SessionEnd.INTERRUPTED
+            if exc_type is not None
+            else SessionEnd.SUCCESS
+        )
 
     def close(self, status: str = SessionEnd.SUCCESS, detail: str | None = None) -> LocalFuture:
         """End the session: free its training clients' adapters (their checkpoints stay on disk); later requests
@@ -828,7 +988,8 @@ class LocalServiceClient:
 
     def get_server_capabilities(self) -> types.GetServerCapabilitiesResponse:
         return types.GetServerCapabilitiesResponse(
-            supported_models=[types.SupportedModel(model_name=models.DEFAULT_MODEL)])
+            supported_models=[types.SupportedModel(model_name=models.DEFAULT_MODEL)]
+        )
 
     async def get_server_capabilities_async(self) -> types.GetServerCapabilitiesResponse:
         return self.get_server_capabilities()
@@ -838,8 +999,15 @@ class LocalServiceClient:
             raise RuntimeError(f"service client {self.session_id} is closed")
 
     # --- training clients -------------------------------------------------------------------------------------
-    def _new_training_client(self, base_model: str, rank: int, seed: int | None, train_mlp: bool, train_attn: bool,
-                             user_metadata: dict | None) -> LocalTrainingClient:
+    def _new_training_client(
+        self,
+        base_model: str,
+        rank: int,
+        seed: int | None,
+        train_mlp: bool,
+        train_attn: bool,
+        user_metadata: dict | None,
+    ) -> LocalTrainingClient:
         self._check_open()
         if rank < 1:
             raise ValueError(f"LoRA rank must be at least 1, got {rank}")
@@ -849,80 +1017,130 @@ class LocalServiceClient:
         worker = get_worker(base_model, self.device_name)
         adapter = f"run{next(_ids)}_{uuid.uuid4().hex[:8]}"
         worker.call(lambda: worker.add_adapter(adapter, rank, targets, seed))
-        write_run_meta(adapter, {"base_model": worker.base_model, "lora_rank": rank, "train_mlp": train_mlp,
-                                 "train_attn": train_attn, "train_unembed": False, "session_id": self.session_id,
-                                 "user_metadata": {**self.user_metadata, **(user_metadata or {})},
-                                 "created": datetime.now(UTC).isoformat()})
+        write_run_meta(
+            adapter,
+            {
+                "base_model": worker.base_model,
+                "lora_rank": rank,
+                "train_mlp": train_mlp,
+                "train_attn": train_attn,
+                "train_unembed": False,
+                "session_id": self.session_id,
+                "user_metadata": {**self.user_metadata, **(user_metadata or {})},
+                "created": datetime.now(UTC).isoformat(),
+            },
+        )
         client = LocalTrainingClient(worker, adapter, rank, targets, self)
         self._training_clients.append(client)
         return client
 
-    def create_lora_training_client(self, base_model: str, rank: int = 32, seed: int | None = None,
-                                    train_mlp: bool = True, train_attn: bool = True, train_unembed: bool = True,
-                                    user_metadata: dict[str, str] | None = None,
-                                    optimizer: Any = None) -> ClientFuture:
+    def create_lora_training_client(
+        self,
+        base_model: str,
+        rank: int = 32,
+        seed: int | None = None,
+        train_mlp: bool = True,
+        train_attn: bool = True,
+        train_unembed: bool = True,
+        user_metadata: dict[str, str] | None = None,
+        optimizer: Any = None,
+    ) -> ClientFuture:
         """A future of a training client. The local backend adapts the attention and MLP projections; the
         unembedding is not adapted (train_unembed=True, the SDK's default, warns once)."""
         _check_optimizer(optimizer)
         if train_unembed:
-            compat.warn_once("train_unembed", "train_unembed=True: the local backend does not put LoRA on the "
-                                              "unembedding (tied to the embeddings in the default model); only the "
-                                              "attention and MLP projections are trained.")
-        return _client_future(lambda: self._new_training_client(base_model, rank, seed, train_mlp, train_attn,
-                                                                user_metadata))
+            compat.warn_once(
+                "train_unembed",
+                "train_unembed=True: the local backend does not put LoRA on the "
+                "unembedding (tied to the embeddings in the default model); only the "
+                "attention and MLP projections are trained.",
+            )
+        return _client_future(
+            lambda: self._new_training_client(base_model, rank, seed, train_mlp, train_attn, user_metadata)
+        )
 
-    async def create_lora_training_client_async(self, base_model: str, rank: int = 32, seed: int | None = None,
-                                                train_mlp: bool = True, train_attn: bool = True,
-                                                train_unembed: bool = True,
-                                                user_metadata: dict[str, str] | None = None,
-                                                optimizer: Any = None) -> LocalTrainingClient:
-        return await self.create_lora_training_client(base_model, rank, seed, train_mlp, train_attn, train_unembed,
-                                                      user_metadata, optimizer)
+    async def create_lora_training_client_async(
+        self,
+        base_model: str,
+        rank: int = 32,
+        seed: int | None = None,
+        train_mlp: bool = True,
+        train_attn: bool = True,
+        train_unembed: bool = True,
+        user_metadata: dict[str, str] | None = None,
+        optimizer: Any = None,
+    ) -> LocalTrainingClient:
+        return await self.create_lora_training_client(
+            base_model, rank, seed, train_mlp, train_attn, train_unembed, user_metadata, optimizer
+        )
 
-    def _from_state(self, path: str, with_optimizer: bool, base_model: str | None,
-                    user_metadata: dict | None) -> LocalTrainingClient:
+    def _from_state(
+        self, path: str, with_optimizer: bool, base_model: str | None, user_metadata: dict | None
+    ) -> LocalTrainingClient:
         _, config = read_adapter_folder(path)
-        if base_model and models.canonical_name(base_model) != models.canonical_name(
-                config["base_model_name_or_path"]):
-            raise ValueError(f"checkpoint {path} was trained on {config['base_model_name_or_path']}, "
-                             f"not {base_model}")
+        if base_model and models.canonical_name(base_model) != models.canonical_name(config["base_model_name_or_path"]):
+            raise ValueError(f"checkpoint {path} was trained on {config['base_model_name_or_path']}, not {base_model}")
         targets = config["target_modules"]
         client = self._new_training_client(
-            config["base_model_name_or_path"], int(config["r"]), None, any(t in MLP_MODULES for t in targets),
-            any(t in ATTN_MODULES for t in targets), user_metadata)
+            config["base_model_name_or_path"],
+            int(config["r"]),
+            None,
+            any(t in MLP_MODULES for t in targets),
+            any(t in ATTN_MODULES for t in targets),
+            user_metadata,
+        )
         (client.load_state_with_optimizer(path) if with_optimizer else client.load_state(path)).result()
         return client
 
-    def create_training_client_from_state(self, path: str, base_model: str | None = None,
-                                          user_metadata: dict[str, str] | None = None,
-                                          weights_access_token: str | None = None,
-                                          optimizer: Any = None) -> ClientFuture:
+    def create_training_client_from_state(
+        self,
+        path: str,
+        base_model: str | None = None,
+        user_metadata: dict[str, str] | None = None,
+        weights_access_token: str | None = None,
+        optimizer: Any = None,
+    ) -> ClientFuture:
         _no_access_token(weights_access_token)
         _check_optimizer(optimizer)
         return _client_future(lambda: self._from_state(path, False, base_model, user_metadata))
 
-    def create_training_client_from_state_with_optimizer(self, path: str, base_model: str | None = None,
-                                                         user_metadata: dict[str, str] | None = None,
-                                                         weights_access_token: str | None = None) -> ClientFuture:
+    def create_training_client_from_state_with_optimizer(
+        self,
+        path: str,
+        base_model: str | None = None,
+        user_metadata: dict[str, str] | None = None,
+        weights_access_token: str | None = None,
+    ) -> ClientFuture:
         _no_access_token(weights_access_token)
         return _client_future(lambda: self._from_state(path, True, base_model, user_metadata))
 
-    async def create_training_client_from_state_async(self, path: str, base_model: str | None = None,
-                                                      user_metadata: dict[str, str] | None = None,
-                                                      weights_access_token: str | None = None,
-                                                      optimizer: Any = None) -> LocalTrainingClient:
-        return await self.create_training_client_from_state(path, base_model, user_metadata, weights_access_token,
-                                                            optimizer)
+    async def create_training_client_from_state_async(
+        self,
+        path: str,
+        base_model: str | None = None,
+        user_metadata: dict[str, str] | None = None,
+        weights_access_token: str | None = None,
+        optimizer: Any = None,
+    ) -> LocalTrainingClient:
+        return await self.create_training_client_from_state(
+            path, base_model, user_metadata, weights_access_token, optimizer
+        )
 
     async def create_training_client_from_state_with_optimizer_async(
-            self, path: str, base_model: str | None = None, user_metadata: dict[str, str] | None = None,
-            weights_access_token: str | None = None) -> LocalTrainingClient:
-        return await self.create_training_client_from_state_with_optimizer(path, base_model, user_metadata,
-                                                                           weights_access_token)
+        self,
+        path: str,
+        base_model: str | None = None,
+        user_metadata: dict[str, str] | None = None,
+        weights_access_token: str | None = None,
+    ) -> LocalTrainingClient:
+        return await self.create_training_client_from_state_with_optimizer(
+            path, base_model, user_metadata, weights_access_token
+        )
 
     # --- sampling clients -------------------------------------------------------------------------------------
-    def _new_sampling_client(self, model_path: str | None, base_model: str | None, retry_config: Any,
-                             record_stability_info: bool) -> LocalSamplingClient:
+    def _new_sampling_client(
+        self, model_path: str | None, base_model: str | None, retry_config: Any, record_stability_info: bool
+    ) -> LocalSamplingClient:
         self._check_open()
         if model_path:
             state, config = read_adapter_folder(model_path)
@@ -931,17 +1149,28 @@ class LocalServiceClient:
             return LocalSamplingClient(worker, snapshot, model_path, retry_config, record_stability_info)
         if not base_model:
             raise ValueError("create_sampling_client needs model_path or base_model")
-        return LocalSamplingClient(get_worker(base_model, self.device_name), None, None, retry_config,
-                                   record_stability_info)
+        return LocalSamplingClient(
+            get_worker(base_model, self.device_name), None, None, retry_config, record_stability_info
+        )
 
-    def create_sampling_client(self, model_path: str | None = None, base_model: str | None = None,
-                               retry_config: Any = None, record_stability_info: bool = False) -> ClientFuture:
-        return _client_future(lambda: self._new_sampling_client(model_path, base_model, retry_config,
-                                                                record_stability_info))
+    def create_sampling_client(
+        self,
+        model_path: str | None = None,
+        base_model: str | None = None,
+        retry_config: Any = None,
+        record_stability_info: bool = False,
+    ) -> ClientFuture:
+        return _client_future(
+            lambda: self._new_sampling_client(model_path, base_model, retry_config, record_stability_info)
+        )
 
-    async def create_sampling_client_async(self, model_path: str | None = None, base_model: str | None = None,
-                                           retry_config: Any = None,
-                                           record_stability_info: bool = False) -> LocalSamplingClient:
+    async def create_sampling_client_async(
+        self,
+        model_path: str | None = None,
+        base_model: str | None = None,
+        retry_config: Any = None,
+        record_stability_info: bool = False,
+    ) -> LocalSamplingClient:
         return await self.create_sampling_client(model_path, base_model, retry_config, record_stability_info)
 
 
@@ -956,8 +1185,9 @@ def _client_future(make: Callable[[], Any]) -> ClientFuture:
 
 def _check_optimizer(optimizer: Any) -> None:
     if optimizer is not None and not isinstance(optimizer, types.AdamOptimizerConfig):
-        raise NotImplementedError(f"optimizer={type(optimizer).__name__}: the local backend trains with AdamW only "
-                                  "(AdamOptimizerConfig)")
+        raise NotImplementedError(
+            f"optimizer={type(optimizer).__name__}: the local backend trains with AdamW only (AdamOptimizerConfig)"
+        )
 
 
 def _adam_params(optim_params: Any, adam_params: Any) -> types.AdamParams:
@@ -967,20 +1197,24 @@ def _adam_params(optim_params: Any, adam_params: Any) -> types.AdamParams:
     if params is None:
         raise TypeError("optim_step: needs optim_params (an AdamParams)")
     if not isinstance(params, types.AdamParams):
-        raise NotImplementedError(f"optim_step({type(params).__name__}): the local backend runs AdamW only; "
-                                  "pass tinker.AdamParams")
+        raise NotImplementedError(
+            f"optim_step({type(params).__name__}): the local backend runs AdamW only; pass tinker.AdamParams"
+        )
     return params
 
 
 def _no_access_token(token: str | None) -> None:
     if token is not None:
-        raise NotImplementedError("weights_access_token: local checkpoints need no access token; other users' "
-                                  "hosted checkpoints cannot be loaded here")
+        raise NotImplementedError(
+            "weights_access_token: local checkpoints need no access token; other users' "
+            "hosted checkpoints cannot be loaded here"
+        )
 
 
 def _per_datum_loss(handle: LossHandle) -> Callable:
     """A LossHandle's traced per-datum loss as a (data, logprobs_list) -> (loss, metrics) callable: the loss is the
     sum over data, each metric summed or averaged as its key (":sum" / ":mean") says."""
+
     def loss_fn(data, logprobs_D):
         total, metrics_D = 0, []
         for datum, lp in zip(data, logprobs_D):

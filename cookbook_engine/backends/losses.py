@@ -35,15 +35,16 @@ REQUIRED_INPUTS = {
 }
 UNSUPPORTED = {
     "stable_reinforce": "stable_reinforce is Tinker's alpha loss: it needs the sampling records the hosted service "
-                        "keeps (record_stability_info) and its formula is not published, so the local backend cannot "
-                        "compute it. Use importance_sampling, ppo, cispo, gspo or dro (e.g. rl_loop's loss_fn=cispo).",
+    "keeps (record_stability_info) and its formula is not published, so the local backend cannot "
+    "compute it. Use importance_sampling, ppo, cispo, gspo or dro (e.g. rl_loop's loss_fn=cispo).",
     "custom": "loss_fn='custom' runs a loss made by create_custom_loss; pass that handle (or a callable) to "
-              "forward_backward_custom instead.",
+    "forward_backward_custom instead.",
 }
 
 
-def datum_loss(loss_fn: str, logprobs_T: torch.Tensor, inputs: dict[str, torch.Tensor],
-               config: dict | None = None) -> torch.Tensor:
+def datum_loss(
+    loss_fn: str, logprobs_T: torch.Tensor, inputs: dict[str, torch.Tensor], config: dict | None = None
+) -> torch.Tensor:
     config = config or {}
     check_known(loss_fn)
     if loss_fn == "cross_entropy":
@@ -90,5 +91,6 @@ def check_inputs(loss_fn: str, index: int, inputs: dict, length: int) -> None:
     for key, value in inputs.items():
         entries = len(value.to_numpy()) if hasattr(value, "to_numpy") else len(value)
         if entries != length:
-            raise ValueError(f"datum {index}: loss_fn_inputs[{key!r}] has {entries} entries, "
-                             f"model_input has {length} tokens")
+            raise ValueError(
+                f"datum {index}: loss_fn_inputs[{key!r}] has {entries} entries, model_input has {length} tokens"
+            )

@@ -41,20 +41,31 @@ def _read_json(path: Path) -> dict:
 def _checkpoint(model_id: str, folder: Path) -> types.Checkpoint:
     kind = KIND_OF_FOLDER[folder.parent.name]
     meta = _read_json(folder / CHECKPOINT_META)
-    saved = (datetime.fromisoformat(meta["time"]) if meta.get("time")
-             else datetime.fromtimestamp(folder.stat().st_mtime, UTC))
+    saved = (
+        datetime.fromisoformat(meta["time"])
+        if meta.get("time")
+        else datetime.fromtimestamp(folder.stat().st_mtime, UTC)
+    )
     size = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
-    return types.Checkpoint(checkpoint_id=f"{kind}/{folder.name}", tinker_path=compat.tinker_path(model_id, kind,
-                                                                                                    folder.name),
-                            checkpoint_type="training" if kind == "weights" else "sampler", time=saved,
-                            size_bytes=size, user_metadata=meta.get("user_metadata") or None,
-                            expires_at=meta.get("expires_at"))
+    return types.Checkpoint(
+        checkpoint_id=f"{kind}/{folder.name}",
+        tinker_path=compat.tinker_path(model_id, kind, folder.name),
+        checkpoint_type="training" if kind == "weights" else "sampler",
+        time=saved,
+        size_bytes=size,
+        user_metadata=meta.get("user_metadata") or None,
+        expires_at=meta.get("expires_at"),
+    )
 
 
 def _checkpoints(model_id: str) -> list[types.Checkpoint]:
     run = compat.checkpoint_root() / model_id
-    folders = [f for kind in compat.KIND_FOLDERS.values() for f in sorted((run / kind).glob("*"))
-               if (f / "adapter_model.safetensors").exists()]
+    folders = [
+        f
+        for kind in compat.KIND_FOLDERS.values()
+        for f in sorted((run / kind).glob("*"))
+        if (f / "adapter_model.safetensors").exists()
+    ]
     return sorted((_checkpoint(model_id, f) for f in folders), key=lambda c: c.time)
 
 
@@ -66,13 +77,22 @@ def _training_run(model_id: str) -> types.TrainingRun:
     checkpoints = _checkpoints(model_id)
     training = [c for c in checkpoints if c.checkpoint_type == "training"]
     sampler = [c for c in checkpoints if c.checkpoint_type == "sampler"]
-    last = max([c.time for c in checkpoints], default=None) or meta.get("created") or \
-        datetime.fromtimestamp(folder.stat().st_mtime, UTC)
-    return types.TrainingRun(training_run_id=model_id, base_model=meta.get("base_model", models.DEFAULT_MODEL),
-                             model_owner="local", is_lora=True, lora_rank=meta.get("lora_rank"),
-                             last_request_time=last, last_checkpoint=training[-1] if training else None,
-                             last_sampler_checkpoint=sampler[-1] if sampler else None,
-                             user_metadata=meta.get("user_metadata") or None)
+    last = (
+        max([c.time for c in checkpoints], default=None)
+        or meta.get("created")
+        or datetime.fromtimestamp(folder.stat().st_mtime, UTC)
+    )
+    return types.TrainingRun(
+        training_run_id=model_id,
+        base_model=meta.get("base_model", models.DEFAULT_MODEL),
+        model_owner="local",
+        is_lora=True,
+        lora_rank=meta.get("lora_rank"),
+        last_request_time=last,
+        last_checkpoint=training[-1] if training else None,
+        last_sampler_checkpoint=sampler[-1] if sampler else None,
+        user_metadata=meta.get("user_metadata") or None,
+    )
 
 
 def _checkpoint_folder(training_run_id: str, checkpoint_id: str) -> Path:
@@ -101,7 +121,7 @@ class LocalRestClient:
         def listing():
             runs = sorted(p.name for p in compat.checkpoint_root().iterdir() if p.is_dir())
             everything = sorted((c for run in runs for c in _checkpoints(run)), key=lambda c: c.time, reverse=True)
-            return types.CheckpointsListResponse(checkpoints=everything[offset:offset + limit])
+            return types.CheckpointsListResponse(checkpoints=everything[offset : offset + limit])
 
         return _future(listing)
 
@@ -124,13 +144,16 @@ class LocalRestClient:
     def get_training_run_by_tinker_path(self, tinker_path: str, access_scope: str = "owned") -> LocalFuture:
         return self.get_training_run(compat.parse_tinker_path(tinker_path).training_run_id, access_scope)
 
-    def list_training_runs(self, limit: int = 20, offset: int = 0, access_scope: str = "owned",
-                           project_id: str | None = None) -> LocalFuture:
+    def list_training_runs(
+        self, limit: int = 20, offset: int = 0, access_scope: str = "owned", project_id: str | None = None
+    ) -> LocalFuture:
         def listing():
             runs = [_training_run(p.name) for p in compat.checkpoint_root().iterdir() if p.is_dir()]
             runs.sort(key=lambda r: r.last_request_time, reverse=True)
-            return types.TrainingRunsResponse(training_runs=runs[offset:offset + limit],
-                                              cursor=types.Cursor(offset=offset, limit=limit, total_count=len(runs)))
+            return types.TrainingRunsResponse(
+                training_runs=runs[offset : offset + limit],
+                cursor=types.Cursor(offset=offset, limit=limit, total_count=len(runs)),
+            )
 
         return _future(listing)
 
@@ -141,9 +164,14 @@ class LocalRestClient:
             if not config:
                 raise ValueError(f"checkpoint {tinker_path}: not found")
             run = _read_json(folder.parent.parent / RUN_META)
-            return types.WeightsInfoResponse(base_model=config["base_model_name_or_path"], is_lora=True,
-                                             lora_rank=config.get("r"), train_unembed=False,
-                                             train_mlp=run.get("train_mlp"), train_attn=run.get("train_attn"))
+            return types.WeightsInfoResponse(
+                base_model=config["base_model_name_or_path"],
+                is_lora=True,
+                lora_rank=config.get("r"),
+                train_unembed=False,
+                train_mlp=run.get("train_mlp"),
+                train_attn=run.get("train_attn"),
+            )
 
         return _future(info)
 
@@ -160,8 +188,11 @@ class LocalRestClient:
         return _future(set_ttl)
 
     def get_server_capabilities(self) -> LocalFuture:
-        return LocalFuture.completed(types.GetServerCapabilitiesResponse(
-            supported_models=[types.SupportedModel(model_name=models.DEFAULT_MODEL)]))
+        return LocalFuture.completed(
+            types.GetServerCapabilitiesResponse(
+                supported_models=[types.SupportedModel(model_name=models.DEFAULT_MODEL)]
+            )
+        )
 
     def get_telemetry(self) -> None:
         return None
@@ -185,8 +216,9 @@ class LocalRestClient:
     async def get_training_run_by_tinker_path_async(self, tinker_path: str, access_scope: str = "owned"):
         return await self.get_training_run_by_tinker_path(tinker_path, access_scope)
 
-    async def list_training_runs_async(self, limit: int = 20, offset: int = 0, access_scope: str = "owned",
-                                       project_id: str | None = None):
+    async def list_training_runs_async(
+        self, limit: int = 20, offset: int = 0, access_scope: str = "owned", project_id: str | None = None
+    ):
         return await self.list_training_runs(limit, offset, access_scope, project_id)
 
     async def set_checkpoint_ttl_from_tinker_path_async(self, tinker_path: str, ttl_seconds: int | None):
@@ -194,9 +226,11 @@ class LocalRestClient:
 
     def __getattr__(self, name: str) -> Any:
         if not name.startswith("_") and hasattr(tinker.RestClient, name):
-            raise NotImplementedError(f"RestClient.{name} is not supported by the local backend: sessions, billing, "
-                                      "publishing, audit logs and copies between projects are hosted-service "
-                                      "features")
+            raise NotImplementedError(
+                f"RestClient.{name} is not supported by the local backend: sessions, billing, "
+                "publishing, audit logs and copies between projects are hosted-service "
+                "features"
+            )
         raise AttributeError(name)
 
 

@@ -79,8 +79,9 @@ def nucleus_sorted(scores_B_V: torch.Tensor, top_k: int, top_p: float) -> tuple[
     return probs_B_V, ids_B_V
 
 
-def nucleus(scores_B_V: torch.Tensor, top_k: int, top_p: float, shortlist: int = TOP_P_SHORTLIST
-            ) -> tuple[torch.Tensor, torch.Tensor]:
+def nucleus(
+    scores_B_V: torch.Tensor, top_k: int, top_p: float, shortlist: int = TOP_P_SHORTLIST
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Same result as nucleus_sorted, from the `shortlist` highest scores when they suffice. Exact: probabilities
     are normalised over the whole (top-k) vocabulary, and when the shortlist holds at least top_p of it every token
     outside has at least top_p before it, so the full sort would drop it too. Rows whose shortlist holds less are
@@ -126,8 +127,9 @@ def pick(probs_B_K: torch.Tensor, ids_B_K: torch.Tensor, uniform_B: torch.Tensor
     return ids_B_K.gather(1, torch.minimum(index_B_1, last_kept_B_1))[:, 0]
 
 
-def choose_next(logits_B_V: torch.Tensor, params: types.SamplingParams, generator: torch.Generator,
-                shortlist: int = TOP_P_SHORTLIST) -> torch.Tensor:
+def choose_next(
+    logits_B_V: torch.Tensor, params: types.SamplingParams, generator: torch.Generator, shortlist: int = TOP_P_SHORTLIST
+) -> torch.Tensor:
     """Pick one token per row from raw logits under temperature, top_k and top_p."""
     if params.temperature <= 0:
         return logits_B_V.argmax(dim=-1)
@@ -165,9 +167,16 @@ def merged_weights(model, weights_key) -> fast_decode.MergedLlama | None:
 
 
 @torch.inference_mode()
-def sample(model, tokenizer, prompt_tokens: list[int], num_samples: int, params: types.SamplingParams,
-           include_prompt_logprobs: bool = False, max_context: int = 8192, weights_key=None
-           ) -> tuple[list[SampledRow], list[float | None] | None]:
+def sample(
+    model,
+    tokenizer,
+    prompt_tokens: list[int],
+    num_samples: int,
+    params: types.SamplingParams,
+    include_prompt_logprobs: bool = False,
+    max_context: int = 8192,
+    weights_key=None,
+) -> tuple[list[SampledRow], list[float | None] | None]:
     """`weights_key` names the weights the model holds now (same object = same weights), so the fast decoder's
     merged copy is built once per sampler snapshot; None builds it afresh."""
     if not prompt_tokens:
@@ -188,8 +197,9 @@ def sample(model, tokenizer, prompt_tokens: list[int], num_samples: int, params:
     merged = merged_weights(model, weights_key)
     decoder = _MergedDecoder(merged) if merged is not None else _ModelDecoder(model)
     prompt = torch.tensor([prompt_tokens], dtype=torch.long)
-    logits_1_V, prompt_logprobs = decoder.prefill(prompt, num_samples, len(prompt_tokens) + max_tokens,
-                                                  include_prompt_logprobs)
+    logits_1_V, prompt_logprobs = decoder.prefill(
+        prompt, num_samples, len(prompt_tokens) + max_tokens, include_prompt_logprobs
+    )
     logits_B_V = logits_1_V.expand(num_samples, -1)
 
     rows = [SampledRow([], [], "length") for _ in range(num_samples)]
@@ -273,5 +283,5 @@ class _ModelDecoder:
 
 def _ends_with_stop(tokenizer, tokens: list[int], stop_strings: list[str]) -> bool:
     longest = max(len(s) for s in stop_strings)
-    tail = tokenizer.decode(tokens[-(longest + 8):], skip_special_tokens=False)
+    tail = tokenizer.decode(tokens[-(longest + 8) :], skip_special_tokens=False)
     return any(s in tail for s in stop_strings)

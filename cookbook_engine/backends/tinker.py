@@ -82,14 +82,24 @@ def probe(timeout_s: float = PROBE_TIMEOUT_S, *, max_age_s: float = PROBE_CACHE_
     url = base_url()
     key = secrets.tinker_key()
     if not key:
-        return ProbeResult(False, "missing_key",
-                           "No Tinker API key: set TINKER_API_KEY in the environment, or enter your key in the "
-                           "studio (it is kept for this session only and never saved).", [], url)
+        return ProbeResult(
+            False,
+            "missing_key",
+            "No Tinker API key: set TINKER_API_KEY in the environment, or enter your key in the "
+            "studio (it is kept for this session only and never saved).",
+            [],
+            url,
+        )
     if not key.startswith(KEY_PREFIXES):
         where = "entered in the studio" if secrets.key_source() == "session" else "in TINKER_API_KEY"
-        return ProbeResult(False, "bad_key",
-                           f"The Tinker API key {where} is not a Tinker key: keys start with 'tml-'. "
-                           "Copy it again from the Tinker console.", [], url)
+        return ProbeResult(
+            False,
+            "bad_key",
+            f"The Tinker API key {where} is not a Tinker key: keys start with 'tml-'. "
+            "Copy it again from the Tinker console.",
+            [],
+            url,
+        )
     cache_key = (hashlib.sha256(key.encode()).hexdigest(), url)
     with _probe_lock:
         cached = _probe_cache.get(cache_key)
@@ -115,8 +125,9 @@ def _probe_http(url: str, key: str, timeout_s: float) -> ProbeResult:
 
     def request() -> None:
         try:
-            answer["response"] = httpx.get(url + CAPABILITIES_PATH, headers={AUTH_HEADER: key},
-                                           timeout=timeout_s, follow_redirects=False)
+            answer["response"] = httpx.get(
+                url + CAPABILITIES_PATH, headers={AUTH_HEADER: key}, timeout=timeout_s, follow_redirects=False
+            )
         except Exception as exc:  # reported below; a probe never raises
             answer["error"] = exc
         finally:
@@ -137,31 +148,54 @@ def _probe_http(url: str, key: str, timeout_s: float) -> ProbeResult:
 
 
 def _unreachable(url: str, detail: str) -> ProbeResult:
-    return ProbeResult(False, "unreachable",
-                       f"Cannot reach the Tinker service at {url}: {detail}. Check the network connection"
-                       + (" and TINKER_BASE_URL." if url != DEFAULT_BASE_URL else "."), [], url)
+    return ProbeResult(
+        False,
+        "unreachable",
+        f"Cannot reach the Tinker service at {url}: {detail}. Check the network connection"
+        + (" and TINKER_BASE_URL." if url != DEFAULT_BASE_URL else "."),
+        [],
+        url,
+    )
 
 
 def _classify(url: str, response: httpx.Response) -> ProbeResult:
     status = response.status_code
     if status in (401, 403):
-        return ProbeResult(False, "bad_key",
-                           f"The Tinker service at {url} rejected the API key (HTTP {status}): check "
-                           "TINKER_API_KEY or the key entered in the studio.", [], url)
+        return ProbeResult(
+            False,
+            "bad_key",
+            f"The Tinker service at {url} rejected the API key (HTTP {status}): check "
+            "TINKER_API_KEY or the key entered in the studio.",
+            [],
+            url,
+        )
     if status == 402:
-        return ProbeResult(False, "bad_key",
-                           f"The Tinker service at {url} knows the API key, but its account cannot run jobs "
-                           "(HTTP 402: billing is not set up).", [], url)
+        return ProbeResult(
+            False,
+            "bad_key",
+            f"The Tinker service at {url} knows the API key, but its account cannot run jobs "
+            "(HTTP 402: billing is not set up).",
+            [],
+            url,
+        )
     if status != 200:
-        return ProbeResult(False, "unreachable",
-                           f"The Tinker service at {url} is not available: it answered HTTP {status} "
-                           f"{response.reason_phrase}.", [], url)
+        return ProbeResult(
+            False,
+            "unreachable",
+            f"The Tinker service at {url} is not available: it answered HTTP {status} {response.reason_phrase}.",
+            [],
+            url,
+        )
     try:
         capabilities = types.GetServerCapabilitiesResponse.model_validate(response.json())
     except Exception:
-        return ProbeResult(False, "unreachable",
-                           f"{url} answered, but not like a Tinker service (no model list at {CAPABILITIES_PATH}).",
-                           [], url)
+        return ProbeResult(
+            False,
+            "unreachable",
+            f"{url} answered, but not like a Tinker service (no model list at {CAPABILITIES_PATH}).",
+            [],
+            url,
+        )
     names = [m.model_name for m in capabilities.supported_models if m.model_name]
     return ProbeResult(True, "ok", f"Connected to the Tinker service at {url}: {len(names)} models.", names, url)
 
@@ -174,12 +208,22 @@ def list_models(timeout_s: float = PROBE_TIMEOUT_S) -> list[str]:
 # --- models: tokenizers and learning rates -------------------------------------------------------------------------
 # Hidden sizes of the service's models, for tinker-cookbook's learning-rate formula (hyperparam_utils.get_lr).
 HIDDEN_SIZES = {
-    "meta-llama/Llama-3.2-1B": 2048, "meta-llama/Llama-3.2-3B": 3072, "meta-llama/Llama-3.1-8B": 4096,
-    "meta-llama/Llama-3.1-8B-Instruct": 4096, "meta-llama/Llama-3.1-70B": 8192,
-    "meta-llama/Llama-3.3-70B-Instruct": 8192, "Qwen/Qwen3-4B-Instruct-2507": 2560, "Qwen/Qwen3-8B": 4096,
-    "Qwen/Qwen3-8B-Base": 4096, "Qwen/Qwen3-30B-A3B": 2048, "Qwen/Qwen3-30B-A3B-Base": 2048,
-    "Qwen/Qwen3-30B-A3B-Instruct-2507": 2048, "Qwen/Qwen3-32B": 5120, "Qwen/Qwen3-235B-A22B-Instruct-2507": 4096,
-    "Qwen/Qwen3-VL-30B-A3B-Instruct": 2048, "Qwen/Qwen3-VL-235B-A22B-Instruct": 4096,
+    "meta-llama/Llama-3.2-1B": 2048,
+    "meta-llama/Llama-3.2-3B": 3072,
+    "meta-llama/Llama-3.1-8B": 4096,
+    "meta-llama/Llama-3.1-8B-Instruct": 4096,
+    "meta-llama/Llama-3.1-70B": 8192,
+    "meta-llama/Llama-3.3-70B-Instruct": 8192,
+    "Qwen/Qwen3-4B-Instruct-2507": 2560,
+    "Qwen/Qwen3-8B": 4096,
+    "Qwen/Qwen3-8B-Base": 4096,
+    "Qwen/Qwen3-30B-A3B": 2048,
+    "Qwen/Qwen3-30B-A3B-Base": 2048,
+    "Qwen/Qwen3-30B-A3B-Instruct-2507": 2048,
+    "Qwen/Qwen3-32B": 5120,
+    "Qwen/Qwen3-235B-A22B-Instruct-2507": 4096,
+    "Qwen/Qwen3-VL-30B-A3B-Instruct": 2048,
+    "Qwen/Qwen3-VL-235B-A22B-Instruct": 4096,
 }
 FALLBACK_LEARNING_RATE = 2e-4  # models the formula does not cover: a safe LoRA start for large models
 
@@ -240,9 +284,10 @@ def _load_tokenizer(name: str):
         return AutoTokenizer.from_pretrained(hub_id, local_files_only=not online)
     except Exception as exc:
         where = "the Hugging Face hub" if online else "the local Hugging Face cache (the hub is unreachable)"
-        raise models.ModelError(f"model {name}: could not load its tokenizer {hub_id} from {where}: "
-                                f"{secrets.redact(str(exc)).splitlines()[0] if str(exc) else type(exc).__name__}"
-                                ) from exc
+        raise models.ModelError(
+            f"model {name}: could not load its tokenizer {hub_id} from {where}: "
+            f"{secrets.redact(str(exc)).splitlines()[0] if str(exc) else type(exc).__name__}"
+        ) from exc
 
 
 # --- the adapter ---------------------------------------------------------------------------------------------------
@@ -285,35 +330,65 @@ class HostedServiceClient:
 
     def get_server_capabilities(self) -> types.GetServerCapabilitiesResponse:
         return types.GetServerCapabilitiesResponse(
-            supported_models=[types.SupportedModel(model_name=m) for m in self.models])
+            supported_models=[types.SupportedModel(model_name=m) for m in self.models]
+        )
 
     async def get_server_capabilities_async(self) -> types.GetServerCapabilitiesResponse:
         return self.get_server_capabilities()
 
     def _check_model(self, base_model: str) -> None:
         if self.models and base_model not in self.models:
-            raise models.ModelError(f"model {base_model}: the Tinker service does not offer it "
-                                    f"(it offers {', '.join(self.models[:8])})")
+            raise models.ModelError(
+                f"model {base_model}: the Tinker service does not offer it (it offers {', '.join(self.models[:8])})"
+            )
 
-    def _lora_request(self, base_model: str, rank: int, seed: int | None, train_mlp: bool, train_attn: bool,
-                      train_unembed: bool, user_metadata: dict | None):
+    def _lora_request(
+        self,
+        base_model: str,
+        rank: int,
+        seed: int | None,
+        train_mlp: bool,
+        train_attn: bool,
+        train_unembed: bool,
+        user_metadata: dict | None,
+    ):
         base_model = models.canonical_name(base_model)
         self._check_model(base_model)
         return self.sdk.create_lora_training_client(
-            base_model=base_model, rank=rank, seed=seed, train_mlp=train_mlp, train_attn=train_attn,
-            train_unembed=train_unembed, user_metadata=user_metadata)
+            base_model=base_model,
+            rank=rank,
+            seed=seed,
+            train_mlp=train_mlp,
+            train_attn=train_attn,
+            train_unembed=train_unembed,
+            user_metadata=user_metadata,
+        )
 
-    def create_lora_training_client(self, base_model: str, rank: int = 32, seed: int | None = None,
-                                    train_mlp: bool = True, train_attn: bool = True, train_unembed: bool = True,
-                                    user_metadata: dict | None = None,
-                                    **_: Any) -> ClientFuture[HostedTrainingClient]:
+    def create_lora_training_client(
+        self,
+        base_model: str,
+        rank: int = 32,
+        seed: int | None = None,
+        train_mlp: bool = True,
+        train_attn: bool = True,
+        train_unembed: bool = True,
+        user_metadata: dict | None = None,
+        **_: Any,
+    ) -> ClientFuture[HostedTrainingClient]:
         future = self._lora_request(base_model, rank, seed, train_mlp, train_attn, train_unembed, user_metadata)
         return _wrapped(future, lambda sdk: HostedTrainingClient(self, sdk))
 
-    async def create_lora_training_client_async(self, base_model: str, rank: int = 32, seed: int | None = None,
-                                                train_mlp: bool = True, train_attn: bool = True,
-                                                train_unembed: bool = True, user_metadata: dict | None = None,
-                                                **_: Any) -> HostedTrainingClient:
+    async def create_lora_training_client_async(
+        self,
+        base_model: str,
+        rank: int = 32,
+        seed: int | None = None,
+        train_mlp: bool = True,
+        train_attn: bool = True,
+        train_unembed: bool = True,
+        user_metadata: dict | None = None,
+        **_: Any,
+    ) -> HostedTrainingClient:
         future = self._lora_request(base_model, rank, seed, train_mlp, train_attn, train_unembed, user_metadata)
         return HostedTrainingClient(self, await future)
 
@@ -328,8 +403,7 @@ class HostedServiceClient:
     async def create_training_client_from_state_async(self, path: str, **_: Any) -> HostedTrainingClient:
         return HostedTrainingClient(self, await self.sdk.create_training_client_from_state(path=path))
 
-    async def create_training_client_from_state_with_optimizer_async(self, path: str, **_: Any
-                                                                     ) -> HostedTrainingClient:
+    async def create_training_client_from_state_with_optimizer_async(self, path: str, **_: Any) -> HostedTrainingClient:
         future = self.sdk.create_training_client_from_state_with_optimizer(path=path)
         return HostedTrainingClient(self, await future)
 
@@ -341,13 +415,16 @@ class HostedServiceClient:
             self._check_model(base_model)
         return self.sdk.create_sampling_client(model_path=model_path or None, base_model=base_model or None)
 
-    def create_sampling_client(self, model_path: str | None = None, base_model: str | None = None,
-                               **_: Any) -> ClientFuture:
-        return _wrapped(self._sampling_request(model_path, base_model),
-                        lambda sdk: HostedSamplingClient(sdk, model_path))
+    def create_sampling_client(
+        self, model_path: str | None = None, base_model: str | None = None, **_: Any
+    ) -> ClientFuture:
+        return _wrapped(
+            self._sampling_request(model_path, base_model), lambda sdk: HostedSamplingClient(sdk, model_path)
+        )
 
-    async def create_sampling_client_async(self, model_path: str | None = None, base_model: str | None = None,
-                                           **_: Any) -> HostedSamplingClient:
+    async def create_sampling_client_async(
+        self, model_path: str | None = None, base_model: str | None = None, **_: Any
+    ) -> HostedSamplingClient:
         return HostedSamplingClient(await self._sampling_request(model_path, base_model), model_path)
 
 
@@ -381,8 +458,9 @@ class HostedTrainingClient:
     def forward(self, data: list[types.Datum], loss_fn: str = "cross_entropy", loss_fn_config: dict | None = None):
         return self.sdk.forward(data=data, loss_fn=loss_fn, loss_fn_config=loss_fn_config)
 
-    def forward_backward(self, data: list[types.Datum], loss_fn: str = "cross_entropy",
-                         loss_fn_config: dict | None = None):
+    def forward_backward(
+        self, data: list[types.Datum], loss_fn: str = "cross_entropy", loss_fn_config: dict | None = None
+    ):
         return self.sdk.forward_backward(data=data, loss_fn=loss_fn, loss_fn_config=loss_fn_config)
 
     def forward_backward_custom(self, data: list[types.Datum], loss_fn: Callable, **_: Any):
@@ -440,8 +518,9 @@ class HostedTrainingClient:
             return self.service.create_sampling_client(model_path=path)
         return _wrapped(self.sdk.save_weights_and_get_sampling_client(), lambda sdk: HostedSamplingClient(sdk, None))
 
-    async def save_weights_and_get_sampling_client_async(self, name: str | None = None, **_: Any
-                                                         ) -> HostedSamplingClient:
+    async def save_weights_and_get_sampling_client_async(
+        self, name: str | None = None, **_: Any
+    ) -> HostedSamplingClient:
         if name:
             saved = await self.save_weights_for_sampler(name)
             return await self.service.create_sampling_client_async(model_path=saved.path)
@@ -470,10 +549,21 @@ class HostedSamplingClient:
     def get_tokenizer(self):
         return hosted_tokenizer(self.get_base_model())
 
-    def sample(self, prompt: types.ModelInput, num_samples: int, sampling_params: types.SamplingParams,
-               include_prompt_logprobs: bool = False, **options: Any):
-        return self.sdk.sample(prompt=prompt, num_samples=num_samples, sampling_params=sampling_params,
-                               include_prompt_logprobs=include_prompt_logprobs, **options)
+    def sample(
+        self,
+        prompt: types.ModelInput,
+        num_samples: int,
+        sampling_params: types.SamplingParams,
+        include_prompt_logprobs: bool = False,
+        **options: Any,
+    ):
+        return self.sdk.sample(
+            prompt=prompt,
+            num_samples=num_samples,
+            sampling_params=sampling_params,
+            include_prompt_logprobs=include_prompt_logprobs,
+            **options,
+        )
 
     async def sample_async(self, prompt, num_samples, sampling_params, include_prompt_logprobs=False, **options):
         return await self.sample(prompt, num_samples, sampling_params, include_prompt_logprobs, **options)

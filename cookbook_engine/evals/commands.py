@@ -31,13 +31,18 @@ def eval_command(args: list[str]) -> int:
     manager = jobs.get_eval_manager()
     notes: list[str] = []
     eval_id = manager.start(prepared, echo=notes.append)
-    print(f"evaluation {eval_id}: {len(prepared.targets)} models x {len(prepared.sets)} eval sets, "
-          f"{prepared.total_examples} examples", file=sys.stderr)
+    print(
+        f"evaluation {eval_id}: {len(prepared.targets)} models x {len(prepared.sets)} eval sets, "
+        f"{prepared.total_examples} examples",
+        file=sys.stderr,
+    )
     job = follow(manager, eval_id, notes)
     print_results([eval_id], as_json)
     if job["status"] != RunStatus.COMPLETED:
-        print(f"evaluation {eval_id}: {job['status']}" + (f" ({job['error']})" if job.get("error") else ""),
-              file=sys.stderr)
+        print(
+            f"evaluation {eval_id}: {job['status']}" + (f" ({job['error']})" if job.get("error") else ""),
+            file=sys.stderr,
+        )
     return 0 if job["status"] in statuses.ENDED_AS_ASKED else 1
 
 
@@ -94,8 +99,10 @@ def list_evals() -> int:
     print(f"{'evaluation':30} {'status':11} {'done':>11}  models / eval sets")
     for job in jobs:
         done = f"{job['done']}/{job['total'] or '?'}"
-        print(f"{job['eval_id']:30} {job['status']:11} {done:>11}  {','.join(job['models'])} / "
-              f"{','.join(job['eval_sets'])}")
+        print(
+            f"{job['eval_id']:30} {job['status']:11} {done:>11}  {','.join(job['models'])} / "
+            f"{','.join(job['eval_sets'])}"
+        )
     return 0
 
 
@@ -120,8 +127,10 @@ def sweep_command(args: list[str]) -> int:
         return _bad_input(str(exc).splitlines()[0])
     if dry_run:
         keys = sweeps.varying_keys([{"settings": m.settings} for m in plan.members])
-        print(f"{len(plan.members)} members, evaluated on {', '.join(plan.evals) or 'nothing'}; varying: "
-              f"{', '.join(keys) or 'nothing'}")
+        print(
+            f"{len(plan.members)} members, evaluated on {', '.join(plan.evals) or 'nothing'}; varying: "
+            f"{', '.join(keys) or 'nothing'}"
+        )
         for index, member in enumerate(plan.members):
             from cookbook_engine.config import to_command
 
@@ -145,6 +154,7 @@ def _follow_sweep(runner, sweep_id: str) -> int:
     sweep = runner.wait(sweep_id)
     _drain(runner.notes, None)
     print(sweeps.table(runner.store, sweep_id).to_string(index=False))
-    print(f"sweep {sweep_id}: {sweep['status']}" + (f" ({sweep['error']})" if sweep.get("error") else ""),
-          file=sys.stderr)
+    print(
+        f"sweep {sweep_id}: {sweep['status']}" + (f" ({sweep['error']})" if sweep.get("error") else ""), file=sys.stderr
+    )
     return 0 if sweep["status"] in statuses.ENDED_AS_ASKED else 1

@@ -76,8 +76,13 @@ class EvalSettings:
         temperature = self.temperature
         if temperature is None:
             temperature = 0.0 if self.samples == 1 else SAMPLING_TEMPERATURE
-        return types.SamplingParams(max_tokens=self.max_tokens or eval_set.max_tokens, temperature=temperature,
-                                    top_p=SAMPLING_TOP_P if temperature > 0 else 1.0, stop=stop, seed=self.seed)
+        return types.SamplingParams(
+            max_tokens=self.max_tokens or eval_set.max_tokens,
+            temperature=temperature,
+            top_p=SAMPLING_TOP_P if temperature > 0 else 1.0,
+            stop=stop,
+            seed=self.seed,
+        )
 
 
 @dataclass
@@ -120,8 +125,14 @@ def resolved_client(client):
     return client.result() if hasattr(client, "result") else client
 
 
-async def evaluate(client, renderer, eval_set: EvalSet, settings: EvalSettings | None = None,
-                   progress: Progress | None = None, reference_client=None) -> EvalResult:
+async def evaluate(
+    client,
+    renderer,
+    eval_set: EvalSet,
+    settings: EvalSettings | None = None,
+    progress: Progress | None = None,
+    reference_client=None,
+) -> EvalResult:
     """Run the evaluator of the set's kind; EvalCancelled when progress.cancelled() turns true."""
     settings = settings or EvalSettings()
     settings.check()
@@ -178,8 +189,16 @@ async def _generation(client, renderer, eval_set, settings, progress):
         details = {"grader": example.grader, **_json_safe(grades[0].details)}
         if settings.samples > 1:
             details |= {"samples": len(grades), "passed": sum(g.correct for g in grades), "outputs": replies}
-        return ExampleRow(index, example.prompt, example.answer, replies[0],
-                          stats.mean([g.reward for g in grades]), grades[0].correct, None, details)
+        return ExampleRow(
+            index,
+            example.prompt,
+            example.answer,
+            replies[0],
+            stats.mean([g.reward for g in grades]),
+            grades[0].correct,
+            None,
+            details,
+        )
 
     rows = await _each(eval_set.examples, work, settings, progress)
     if settings.samples == 1:
@@ -224,8 +243,16 @@ async def _classification(client, renderer, eval_set, settings, progress):
     async def work(index, example):
         reply = (await _replies(client, renderer, classification_prompt(example.prompt, labels), params, 1))[0]
         parsed = parse_label(reply, labels)
-        return ExampleRow(index, example.prompt, example.label, reply, float(parsed == example.label),
-                          parsed == example.label, parsed, {"unparseable": parsed is None})
+        return ExampleRow(
+            index,
+            example.prompt,
+            example.label,
+            reply,
+            float(parsed == example.label),
+            parsed == example.label,
+            parsed,
+            {"unparseable": parsed is None},
+        )
 
     rows = await _each(eval_set.examples, work, settings, progress)
     metrics = stats.classification_metrics(labels, [r.reference for r in rows], [r.parsed for r in rows])
@@ -258,9 +285,16 @@ async def _preference(client, renderer, eval_set, settings, progress, reference_
             details["reward_difference"] = (chosen - ref_c) - (rejected - ref_r)
         difference = chosen - rejected
         pick = "tie" if abs(difference) <= TIE_TOLERANCE else "chosen" if difference > 0 else "rejected"
-        return ExampleRow(index, _text_of(pair.prompt), _text_of(pair.chosen), f"prefers {pick} "
-                          f"(log-likelihood {chosen:.2f} vs {rejected:.2f})", difference, pick == "chosen", pick,
-                          details)
+        return ExampleRow(
+            index,
+            _text_of(pair.prompt),
+            _text_of(pair.chosen),
+            f"prefers {pick} (log-likelihood {chosen:.2f} vs {rejected:.2f})",
+            difference,
+            pick == "chosen",
+            pick,
+            details,
+        )
 
     rows = await _each(eval_set.examples, work, settings, progress)
     metrics = preference_metrics("", [r.score for r in rows], TIE_TOLERANCE)
@@ -271,9 +305,11 @@ async def _preference(client, renderer, eval_set, settings, progress, reference_
 
 def preference_metrics(prefix: str, differences: list[float], tolerance: float) -> list[stats.Metric]:
     """accuracy (strictly more than `tolerance` in favour of chosen), ties (within it) and the mean margin."""
-    return [stats.proportion(f"{prefix}accuracy", [d > tolerance for d in differences]),
-            stats.proportion(f"{prefix}ties", [abs(d) <= tolerance for d in differences]),
-            stats.mean_metric(f"{prefix}margin", differences)]
+    return [
+        stats.proportion(f"{prefix}accuracy", [d > tolerance for d in differences]),
+        stats.proportion(f"{prefix}ties", [abs(d) <= tolerance for d in differences]),
+        stats.mean_metric(f"{prefix}margin", differences),
+    ]
 
 
 async def _nll(client, renderer, eval_set, settings, progress):
@@ -282,8 +318,16 @@ async def _nll(client, renderer, eval_set, settings, progress):
         tokens, weights = renderer.build_supervised_example(messages, TrainOnWhat.LAST_ASSISTANT_MESSAGE)
         logprob, count = await _weighted_logprob(client, tokens, weights)
         nll = -logprob / count if count else math.nan
-        return ExampleRow(index, _text_of(messages[:-1]), _text_of(messages[-1:]), f"{nll:.3f} nats/token", nll,
-                          None, None, {"tokens": count, "sum_nll": -logprob})
+        return ExampleRow(
+            index,
+            _text_of(messages[:-1]),
+            _text_of(messages[-1:]),
+            f"{nll:.3f} nats/token",
+            nll,
+            None,
+            None,
+            {"tokens": count, "sum_nll": -logprob},
+        )
 
     rows = await _each(eval_set.examples, work, settings, progress)
     pairs = [(r.details["sum_nll"], r.details["tokens"]) for r in rows]
@@ -294,5 +338,7 @@ async def _nll(client, renderer, eval_set, settings, progress):
 
     low, high = stats.bootstrap_interval(pairs, token_mean)
     nll = token_mean(pairs)
-    return [stats.Metric("nll", nll, len(rows), low, high),
-            stats.Metric("ppl", math.exp(nll), len(rows), math.exp(low), math.exp(high))], rows
+    return [
+        stats.Metric("nll", nll, len(rows), low, high),
+        stats.Metric("ppl", math.exp(nll), len(rows), math.exp(low), math.exp(high)),
+    ], rows

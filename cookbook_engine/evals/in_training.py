@@ -40,7 +40,7 @@ def problems(evals: str) -> list[str]:
 
 
 def short_name(spec: str) -> str:
-    return spec[len(sets.BUILTIN_PREFIX):] if spec.startswith(sets.BUILTIN_PREFIX) else Path(spec).stem
+    return spec[len(sets.BUILTIN_PREFIX) :] if spec.startswith(sets.BUILTIN_PREFIX) else Path(spec).stem
 
 
 class NamedEvals:

@@ -71,14 +71,17 @@ def parse_request(args: list[str]) -> EvalRequest:
         if not sep:
             raise EvalRequestError(f"{arg!r}: settings are written key=value (e.g. models=base)")
         if key not in ("models", "evals", "name") + SETTING_KEYS:
-            raise EvalRequestError(f"{key}: unknown setting for `cookbook eval`; known: models, evals, name, "
-                                   f"{', '.join(SETTING_KEYS)}")
+            raise EvalRequestError(
+                f"{key}: unknown setting for `cookbook eval`; known: models, evals, name, {', '.join(SETTING_KEYS)}"
+            )
         values[key] = raw
     if not _split_list(values.get("models", "")):
         raise EvalRequestError("models: required, e.g. models=base,RUN_ID or models=base,RUN_ID@20")
     if not _split_list(values.get("evals", "")):
-        raise EvalRequestError(f"evals: required, e.g. evals=builtin:facts-probes; built-ins: "
-                               f"{', '.join(sets.BUILTIN_PREFIX + n for n in sets.BUILTIN_SETS)}")
+        raise EvalRequestError(
+            f"evals: required, e.g. evals=builtin:facts-probes; built-ins: "
+            f"{', '.join(sets.BUILTIN_PREFIX + n for n in sets.BUILTIN_SETS)}"
+        )
     settings = EvalSettings()
     for key in SETTING_KEYS:
         if key in values:
@@ -183,20 +186,33 @@ async def _evaluate_target(target, pending, settings, progress, job: _Job) -> No
     for eval_set, key in pending:
         if eval_set.kind == "preference" and reference is None and target.sampler_path is not None:
             reference = evaluators.resolved_client(
-                open_weights(targets.parse_target(f"base:{target.base_model}").chat_target()).client)
-        result = await evaluators.evaluate(client, renderer, eval_set, settings, progress,
-                                           reference if eval_set.kind == "preference" else None)
+                open_weights(targets.parse_target(f"base:{target.base_model}").chat_target()).client
+            )
+        result = await evaluators.evaluate(
+            client, renderer, eval_set, settings, progress, reference if eval_set.kind == "preference" else None
+        )
         save(job.store, job.eval_id, target, key, result)
         summary = ", ".join(m.as_text() for m in result.metrics[:2])
-        job.note(f"{target.label} on {eval_set.name}: {summary} ({len(result.examples) / result.seconds:.2f} "
-                 f"examples/s)")
+        job.note(
+            f"{target.label} on {eval_set.name}: {summary} ({len(result.examples) / result.seconds:.2f} examples/s)"
+        )
 
 
 def save(store: EvalStore, eval_id: str, target: targets.ModelTarget, key: str, result: EvalResult) -> None:
-    store.save_result(eval_id, target.label, result.eval_set, kind=result.kind, result_key=key,
-                      model_spec=target.spec, model_path=target.sampler_path, run_id=target.run_id,
-                      step=target.step, seconds=result.seconds, metrics=[asdict(m) for m in result.metrics],
-                      examples=[asdict(e) for e in result.examples])
+    store.save_result(
+        eval_id,
+        target.label,
+        result.eval_set,
+        kind=result.kind,
+        result_key=key,
+        model_spec=target.spec,
+        model_path=target.sampler_path,
+        run_id=target.run_id,
+        step=target.step,
+        seconds=result.seconds,
+        metrics=[asdict(m) for m in result.metrics],
+        examples=[asdict(e) for e in result.examples],
+    )
 
 
 class EvalManager:
@@ -207,13 +223,20 @@ class EvalManager:
         self._threads: dict[str, threading.Thread] = {}
         self._jobs: dict[str, _Job] = {}
 
-    def start(self, prepared: PreparedEval, *, echo: Callable[[str], None] | None = None,
-              sweep_id: str | None = None) -> str:
+    def start(
+        self, prepared: PreparedEval, *, echo: Callable[[str], None] | None = None, sweep_id: str | None = None
+    ) -> str:
         eval_id = new_eval_id()
         request = prepared.request
-        self.store.create_job(eval_id, name=request.name or eval_id, models=[t.spec for t in prepared.targets],
-                              eval_sets=[s.name for s in prepared.sets], settings=asdict(request.settings),
-                              total=prepared.total_examples, sweep_id=sweep_id)
+        self.store.create_job(
+            eval_id,
+            name=request.name or eval_id,
+            models=[t.spec for t in prepared.targets],
+            eval_sets=[s.name for s in prepared.sets],
+            settings=asdict(request.settings),
+            total=prepared.total_examples,
+            sweep_id=sweep_id,
+        )
         job = _Job(self.store, eval_id, echo)
         thread = threading.Thread(target=self._execute, args=(prepared, job), name=f"eval:{eval_id}", daemon=True)
         self._threads[eval_id], self._jobs[eval_id] = thread, job
@@ -223,15 +246,13 @@ class EvalManager:
     def _execute(self, prepared: PreparedEval, job: _Job) -> None:
         store = self.store
         try:
-            store.update_job(job.eval_id, status=RunStatus.RUNNING,
-                             started_at=datetime.now(UTC).replace(tzinfo=None))
+            store.update_job(job.eval_id, status=RunStatus.RUNNING, started_at=datetime.now(UTC).replace(tzinfo=None))
             asyncio.run(evaluate_all(prepared, job))
             store.update_job(job.eval_id, status=RunStatus.COMPLETED, done=job.done)
         except EvalCancelled:
             store.update_job(job.eval_id, status=RunStatus.CANCELLED, done=job.done)
         except BaseException as exc:  # a failing evaluation must never take the process down with it
-            store.update_job(job.eval_id, status=RunStatus.FAILED, done=job.done,
-                             error=f"{type(exc).__name__}: {exc}")
+            store.update_job(job.eval_id, status=RunStatus.FAILED, done=job.done, error=f"{type(exc).__name__}: {exc}")
             job.note(f"evaluation failed: {type(exc).__name__}: {exc}")
 
     def cancel(self, eval_id: str) -> None:

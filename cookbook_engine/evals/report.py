@@ -60,8 +60,10 @@ def leaderboard(metrics: pd.DataFrame, kinds: dict[str, str]) -> pd.DataFrame:
     if long.empty:
         return pd.DataFrame()
     long["column"] = long["eval_set"].str.removeprefix("builtin:") + " · " + long["metric"]
-    long["text"] = [("★ " if best else "") + interval_text(v, lo, hi)
-                    for v, lo, hi, best in zip(long["value"], long["low"], long["high"], long["best"])]
+    long["text"] = [
+        ("★ " if best else "") + interval_text(v, lo, hi)
+        for v, lo, hi, best in zip(long["value"], long["low"], long["high"], long["best"])
+    ]
     models = list(dict.fromkeys(long["model"]))
     columns = list(dict.fromkeys(long["column"]))
     wide = long.pivot(index="model", columns="column", values="text").reindex(index=models, columns=columns)
@@ -90,11 +92,17 @@ def disagreements(examples: pd.DataFrame, model_a: str, model_b: str) -> pd.Data
         differ = a["correct"].astype(bool) != b["correct"].astype(bool)
     else:
         differ = a["output"] != b["output"]
-    return pd.DataFrame({
-        "idx": shared[differ.values], "prompt": a["prompt"][differ], "reference": a["reference"][differ],
-        f"{model_a}": a["output"][differ], f"{model_a} correct": a["correct"][differ],
-        f"{model_b}": b["output"][differ], f"{model_b} correct": b["correct"][differ],
-    }).reset_index(drop=True)
+    return pd.DataFrame(
+        {
+            "idx": shared[differ.values],
+            "prompt": a["prompt"][differ],
+            "reference": a["reference"][differ],
+            f"{model_a}": a["output"][differ],
+            f"{model_a} correct": a["correct"][differ],
+            f"{model_b}": b["output"][differ],
+            f"{model_b} correct": b["correct"][differ],
+        }
+    ).reset_index(drop=True)
 
 
 def print_leaderboard(metrics: pd.DataFrame, kinds: dict[str, str]) -> str:

@@ -67,8 +67,9 @@ class EvalSet:
 
     def fingerprint(self) -> str:
         """A hash of everything that decides the set's results (kind, examples, labels, max_tokens)."""
-        payload = json.dumps([self.kind, self.labels, self.max_tokens, [_plain(e) for e in self.examples]],
-                             sort_keys=True, default=str)
+        payload = json.dumps(
+            [self.kind, self.labels, self.max_tokens, [_plain(e) for e in self.examples]], sort_keys=True, default=str
+        )
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
@@ -81,27 +82,42 @@ def _plain(example):
 
 def _facts_probes() -> EvalSet:
     examples = [GenerationExample(probe, key, "contains") for probe, key in builtin_data.FACT_PROBES]
-    return EvalSet("builtin:facts-probes", "generation",
-                   f"{len(examples)} paraphrased questions about Quorvania never used in builtin:facts training; "
-                   "correct when the reply contains the fact's key word (grader: contains).", examples,
-                   max_tokens=40)
+    return EvalSet(
+        "builtin:facts-probes",
+        "generation",
+        f"{len(examples)} paraphrased questions about Quorvania never used in builtin:facts training; "
+        "correct when the reply contains the fact's key word (grader: contains).",
+        examples,
+        max_tokens=40,
+    )
 
 
 def _facts_nll() -> EvalSet:
-    examples = [ChatExample(({"role": "user", "content": probe}, {"role": "assistant", "content": fact.answer}))
-                for fact in builtin_data.FACTS for probe in fact.probes]
-    return EvalSet("builtin:facts-nll", "nll",
-                   f"NLL of the right answer to {len(examples)} held-out Quorvania questions (lower is better).",
-                   examples)
+    examples = [
+        ChatExample(({"role": "user", "content": probe}, {"role": "assistant", "content": fact.answer}))
+        for fact in builtin_data.FACTS
+        for probe in fact.probes
+    ]
+    return EvalSet(
+        "builtin:facts-nll",
+        "nll",
+        f"NLL of the right answer to {len(examples)} held-out Quorvania questions (lower is better).",
+        examples,
+    )
 
 
 def _arithmetic() -> EvalSet:
     from cookbook_engine.rl.arithmetic import held_out_problems
 
     examples = [GenerationExample(p.question, str(p.answer), "numeric") for p in held_out_problems()]
-    return EvalSet("builtin:arithmetic", "generation",
-                   f"the arithmetic RL env's {len(examples)} held-out problems, never trained on (additions of two "
-                   "two-digit numbers; grader: numeric).", examples, max_tokens=32)
+    return EvalSet(
+        "builtin:arithmetic",
+        "generation",
+        f"the arithmetic RL env's {len(examples)} held-out problems, never trained on (additions of two "
+        "two-digit numbers; grader: numeric).",
+        examples,
+        max_tokens=32,
+    )
 
 
 def _code() -> EvalSet:
@@ -109,41 +125,79 @@ def _code() -> EvalSet:
 
     _, test = train_test_split()
     examples = [GenerationExample(p.prompt, "\n".join(p.tests), "python_tests") for p in test]
-    return EvalSet("builtin:code", "generation",
-                   f"the code RL env's {len(examples)} held-out Python problems, run against their unit tests in "
-                   "the sandbox (grader: python_tests; samples=K gives pass@k).", examples, max_tokens=160)
+    return EvalSet(
+        "builtin:code",
+        "generation",
+        f"the code RL env's {len(examples)} held-out Python problems, run against their unit tests in "
+        "the sandbox (grader: python_tests; samples=K gives pass@k).",
+        examples,
+        max_tokens=160,
+    )
 
 
 def _concise_prefs() -> EvalSet:
     from cookbook_engine.config import DPOConfig
 
     defaults = DPOConfig()
-    _, test = datasets.load_preference_dataset("builtin:concise-prefs", test_fraction=defaults.test_fraction,
-                                               seed=defaults.seed)
-    return EvalSet("builtin:concise-prefs", "preference",
-                   f"the {len(test)} pairs that DPO on builtin:concise-prefs holds out (default split): does the "
-                   "model prefer the correct short answer?", test)
+    _, test = datasets.load_preference_dataset(
+        "builtin:concise-prefs", test_fraction=defaults.test_fraction, seed=defaults.seed
+    )
+    return EvalSet(
+        "builtin:concise-prefs",
+        "preference",
+        f"the {len(test)} pairs that DPO on builtin:concise-prefs holds out (default split): does the "
+        "model prefer the correct short answer?",
+        test,
+    )
 
 
 def _prefs_style_controlled() -> EvalSet:
-    examples = [datasets.PreferencePair([{"role": "user", "content": pair.prompt}],
-                                        [{"role": "assistant", "content": pair.chosen}],
-                                        [{"role": "assistant", "content": pair.rejected}])
-                for pair in builtin_data.style_controlled_pairs()]
-    return EvalSet("builtin:prefs-style-controlled", "preference",
-                   f"{len(examples)} held-out pairs never in builtin:concise-prefs, both answers the same sentence "
-                   "but for the answer (opposites, plurals, past tenses, first letters, bigger numbers, sums, "
-                   "capitals): does the model prefer the correct one when length and style cannot tell?", examples)
+    examples = [
+        datasets.PreferencePair(
+            [{"role": "user", "content": pair.prompt}],
+            [{"role": "assistant", "content": pair.chosen}],
+            [{"role": "assistant", "content": pair.rejected}],
+        )
+        for pair in builtin_data.style_controlled_pairs()
+    ]
+    return EvalSet(
+        "builtin:prefs-style-controlled",
+        "preference",
+        f"{len(examples)} held-out pairs never in builtin:concise-prefs, both answers the same sentence "
+        "but for the answer (opposites, plurals, past tenses, first letters, bigger numbers, sums, "
+        "capitals): does the model prefer the correct one when length and style cannot tell?",
+        examples,
+    )
 
 
 SENTIMENT_LABELS = ["negative", "positive"]
 SENTIMENT_INSTRUCTION = "Is the sentiment of this review positive or negative? Answer with one word."
-_SUBJECTS = ("The soup", "This hotel", "The movie", "Our waiter", "The battery", "This novel", "The concert",
-             "The new phone", "The museum tour", "The delivery")
-_POSITIVE = ("was wonderful and I would gladly come back", "exceeded every expectation I had",
-             "made my whole week better", "was a delight from start to finish", "was excellent value for the money")
-_NEGATIVE = ("was a complete waste of money", "left me angry and disappointed", "was the worst I have ever had",
-             "broke down after a single day", "was boring and far too long")
+_SUBJECTS = (
+    "The soup",
+    "This hotel",
+    "The movie",
+    "Our waiter",
+    "The battery",
+    "This novel",
+    "The concert",
+    "The new phone",
+    "The museum tour",
+    "The delivery",
+)
+_POSITIVE = (
+    "was wonderful and I would gladly come back",
+    "exceeded every expectation I had",
+    "made my whole week better",
+    "was a delight from start to finish",
+    "was excellent value for the money",
+)
+_NEGATIVE = (
+    "was a complete waste of money",
+    "left me angry and disappointed",
+    "was the worst I have ever had",
+    "broke down after a single day",
+    "was boring and far too long",
+)
 _OPENERS = ("", "Honestly, ", "Well, ", "To be fair, ")
 
 
@@ -163,10 +217,15 @@ def sentiment_rows() -> list[dict]:
 
 def _sentiment() -> EvalSet:
     examples = [ClassificationExample(r["prompt"], r["label"]) for r in sentiment_rows()]
-    return EvalSet("builtin:sentiment", "classification",
-                   f"{len(examples)} short product and place reviews, half positive and half negative; the label "
-                   "is parsed from the reply (accuracy, macro-F1, per-label precision/recall).",
-                   examples, labels=list(SENTIMENT_LABELS), max_tokens=8)
+    return EvalSet(
+        "builtin:sentiment",
+        "classification",
+        f"{len(examples)} short product and place reviews, half positive and half negative; the label "
+        "is parsed from the reply (accuracy, macro-F1, per-label precision/recall).",
+        examples,
+        labels=list(SENTIMENT_LABELS),
+        max_tokens=8,
+    )
 
 
 BUILTIN_SETS: dict[str, Callable[[], EvalSet]] = {
@@ -185,8 +244,14 @@ def list_builtin() -> list[dict]:
     out = []
     for name in BUILTIN_SETS:
         eval_set = load_eval_set(BUILTIN_PREFIX + name)
-        out.append({"name": eval_set.name, "kind": eval_set.kind, "examples": len(eval_set.examples),
-                    "description": eval_set.description})
+        out.append(
+            {
+                "name": eval_set.name,
+                "kind": eval_set.kind,
+                "examples": len(eval_set.examples),
+                "description": eval_set.description,
+            }
+        )
     return out
 
 
@@ -199,10 +264,12 @@ def load_eval_set(spec: str, max_examples: int = 0) -> EvalSet:
     if not spec:
         raise EvalSetError("eval set: empty name; use builtin:NAME or a file path")
     if spec.startswith(BUILTIN_PREFIX):
-        name = spec[len(BUILTIN_PREFIX):]
+        name = spec[len(BUILTIN_PREFIX) :]
         if name not in BUILTIN_SETS:
-            raise EvalSetError(f"{spec}: no such built-in eval set; choose one of "
-                               f"{', '.join(BUILTIN_PREFIX + n for n in BUILTIN_SETS)}")
+            raise EvalSetError(
+                f"{spec}: no such built-in eval set; choose one of "
+                f"{', '.join(BUILTIN_PREFIX + n for n in BUILTIN_SETS)}"
+            )
         eval_set = BUILTIN_SETS[name]()
     else:
         eval_set = _from_file(spec)
@@ -223,8 +290,12 @@ def _from_file(spec: str) -> EvalSet:
         kind = datasets.detect_kind(spec)
         if kind == "chat":
             data = datasets.load_chat_dataset(spec, test_fraction=0.0)
-            return EvalSet(spec, "nll", f"NLL of the last assistant message of {len(data.train)} conversations",
-                           [ChatExample(tuple(m)) for m in data.train])
+            return EvalSet(
+                spec,
+                "nll",
+                f"NLL of the last assistant message of {len(data.train)} conversations",
+                [ChatExample(tuple(m)) for m in data.train],
+            )
         if kind == "preference":
             pairs, _ = datasets.load_preference_dataset(spec, test_fraction=0.0)
             return EvalSet(spec, "preference", f"{len(pairs)} preference pairs", pairs)
@@ -250,5 +321,11 @@ def _classification_file(spec: str, rows: list[dict]) -> EvalSet:
         examples.append(ClassificationExample(prompt, str(label).strip()))
     if len(labels) < 2:
         raise EvalSetError(f"{spec}: classification needs at least two labels, found {sorted(labels)}")
-    return EvalSet(spec, "classification", f"{len(examples)} prompts, labels {', '.join(sorted(labels))}",
-                   examples, labels=sorted(labels), max_tokens=16)
+    return EvalSet(
+        spec,
+        "classification",
+        f"{len(examples)} prompts, labels {', '.join(sorted(labels))}",
+        examples,
+        labels=sorted(labels),
+        max_tokens=16,
+    )

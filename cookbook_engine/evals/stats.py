@@ -56,8 +56,12 @@ def proportion(name: str, outcomes: Sequence[bool]) -> Metric:
     return Metric(name, successes / n if n else 0.0, n, low, high)
 
 
-def bootstrap_interval(items: Sequence, statistic: Callable[[Sequence], float],
-                       resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED) -> tuple[float, float]:
+def bootstrap_interval(
+    items: Sequence,
+    statistic: Callable[[Sequence], float],
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+) -> tuple[float, float]:
     """Percentile bootstrap 95% interval of `statistic` over `items` (resampled with replacement, seeded)."""
     if not items:
         return math.nan, math.nan
@@ -91,8 +95,9 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 UNPARSEABLE = "(unparseable)"
 
 
-def confusion_matrix(labels: Sequence[str], truths: Sequence[str], predictions: Sequence[str | None]
-                     ) -> dict[str, dict[str, int]]:
+def confusion_matrix(
+    labels: Sequence[str], truths: Sequence[str], predictions: Sequence[str | None]
+) -> dict[str, dict[str, int]]:
     """counts[true][predicted], predicted None counted under UNPARSEABLE."""
     columns = list(labels) + [UNPARSEABLE]
     counts = {truth: {column: 0 for column in columns} for truth in labels}
@@ -101,8 +106,9 @@ def confusion_matrix(labels: Sequence[str], truths: Sequence[str], predictions: 
     return counts
 
 
-def per_label_scores(labels: Sequence[str], truths: Sequence[str], predictions: Sequence[str | None]
-                     ) -> dict[str, dict[str, float]]:
+def per_label_scores(
+    labels: Sequence[str], truths: Sequence[str], predictions: Sequence[str | None]
+) -> dict[str, dict[str, float]]:
     """precision, recall, f1 and support of each label; an unparseable reply is a miss for its true label."""
     scores = {}
     for label in labels:
@@ -112,8 +118,7 @@ def per_label_scores(labels: Sequence[str], truths: Sequence[str], predictions: 
         precision = true_positive / predicted if predicted else 0.0
         recall = true_positive / support if support else 0.0
         f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-        scores[label] = {"precision": precision, "recall": recall, "f1": f1, "support": support,
-                         "predicted": predicted}
+        scores[label] = {"precision": precision, "recall": recall, "f1": f1, "support": support, "predicted": predicted}
     return scores
 
 
@@ -124,8 +129,9 @@ def macro_f1(labels: Sequence[str], pairs: Sequence[tuple[str, str | None]]) -> 
     return mean([scores[label]["f1"] for label in labels])
 
 
-def classification_metrics(labels: Sequence[str], truths: Sequence[str], predictions: Sequence[str | None]
-                           ) -> list[Metric]:
+def classification_metrics(
+    labels: Sequence[str], truths: Sequence[str], predictions: Sequence[str | None]
+) -> list[Metric]:
     """accuracy (Wilson), macro_f1 (bootstrap), unparseable share (Wilson), per-label precision and recall (Wilson
     over the label's predictions and support), and the confusion matrix in accuracy's details."""
     n = len(truths)
@@ -133,8 +139,11 @@ def classification_metrics(labels: Sequence[str], truths: Sequence[str], predict
     accuracy = proportion("accuracy", [t == p for t, p in pairs])
     accuracy.details = {"confusion": confusion_matrix(labels, truths, predictions), "labels": list(labels)}
     low, high = bootstrap_interval(pairs, lambda sample: macro_f1(labels, sample))
-    metrics = [accuracy, Metric("macro_f1", macro_f1(labels, pairs), n, low, high),
-               proportion("unparseable", [p is None for p in predictions])]
+    metrics = [
+        accuracy,
+        Metric("macro_f1", macro_f1(labels, pairs), n, low, high),
+        proportion("unparseable", [p is None for p in predictions]),
+    ]
     scores = per_label_scores(labels, truths, predictions)
     for label in labels:
         hits = sum(t == label and p == label for t, p in pairs)

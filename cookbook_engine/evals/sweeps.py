@@ -102,8 +102,10 @@ def plan(spec: dict, where: str = "sweep") -> SweepPlan:
     variants = _grid(spec["grid"], where) if "grid" in spec else spec["configs"]
     if not isinstance(variants, list) or not variants or not all(isinstance(v, dict) for v in variants):
         raise SweepError(f"{where}: `configs` must be a non-empty list of mappings")
-    members = [_member(spec.get("kind", "sl"), base, variant, f"{where}, member {index}")
-               for index, variant in enumerate(variants)]
+    members = [
+        _member(spec.get("kind", "sl"), base, variant, f"{where}, member {index}")
+        for index, variant in enumerate(variants)
+    ]
     evals = spec.get("evals") or []
     if isinstance(evals, str):
         evals = [e.strip() for e in evals.split(",") if e.strip()]
@@ -113,8 +115,15 @@ def plan(spec: dict, where: str = "sweep") -> SweepPlan:
     concurrency = int(spec.get("concurrency", 1))
     if concurrency < 1:
         raise SweepError(f"{where}: concurrency={concurrency}: must be at least 1")
-    return SweepPlan(str(spec.get("name") or ""), members, list(evals), settings, concurrency,
-                     bool(spec.get("include_base", True)), spec)
+    return SweepPlan(
+        str(spec.get("name") or ""),
+        members,
+        list(evals),
+        settings,
+        concurrency,
+        bool(spec.get("include_base", True)),
+        spec,
+    )
 
 
 def _grid(grid, where: str) -> list[dict]:
@@ -162,8 +171,13 @@ class SweepRunner:
     def start(self, sweep: SweepPlan) -> str:
         sweep_id = f"sweep-{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
         members = [{"kind": m.kind, "settings": m.settings, "config": cfg.to_dict(m.config)} for m in sweep.members]
-        spec = {**sweep.spec, "evals": sweep.evals, "max_examples": sweep.eval_settings.max_examples,
-                "concurrency": sweep.concurrency, "include_base": sweep.include_base}
+        spec = {
+            **sweep.spec,
+            "evals": sweep.evals,
+            "max_examples": sweep.eval_settings.max_examples,
+            "concurrency": sweep.concurrency,
+            "include_base": sweep.include_base,
+        }
         self.store.create_sweep(sweep_id, name=sweep.name or sweep_id, spec=spec, members=members)
         self._launch(sweep_id)
         return sweep_id
@@ -279,16 +293,30 @@ class SweepRunner:
         except Exception as exc:
             self.store.update_member(sweep_id, index, status=RunStatus.FAILED, error=f"evaluation: {exc}")
             return
-        job = (_stored(self.store.get_job(eval_id), f"evaluation {eval_id}") if eval_id
-               else {"status": RunStatus.COMPLETED})
+        job = (
+            _stored(self.store.get_job(eval_id), f"evaluation {eval_id}")
+            if eval_id
+            else {"status": RunStatus.COMPLETED}
+        )
         status = RunStatus.COMPLETED if job["status"] == RunStatus.COMPLETED else RunStatus.FAILED
-        self.store.update_member(sweep_id, index, status=status, eval_id=eval_id,
-                                 error=None if status == RunStatus.COMPLETED else f"evaluation {job['status']}")
+        self.store.update_member(
+            sweep_id,
+            index,
+            status=status,
+            eval_id=eval_id,
+            error=None if status == RunStatus.COMPLETED else f"evaluation {job['status']}",
+        )
 
     def _evaluate(self, sweep: dict, model: str, index: int | None) -> str:
         settings = EvalSettings(max_examples=int(sweep["spec"].get("max_examples", 0)))
-        prepared = jobs.prepare(jobs.EvalRequest([model], sweep["spec"]["evals"], settings,
-                                                 name=f"{sweep['name']} · {'base' if index is None else index}"))
+        prepared = jobs.prepare(
+            jobs.EvalRequest(
+                [model],
+                sweep["spec"]["evals"],
+                settings,
+                name=f"{sweep['name']} · {'base' if index is None else index}",
+            )
+        )
         eval_id = self.evals.start(prepared, echo=self._note, sweep_id=sweep["sweep_id"])
         self.evals.wait(eval_id)
         return eval_id
@@ -342,17 +370,34 @@ def table(store: EvalStore, sweep_id: str) -> pd.DataFrame:
     members = sweep["members"]
     varying = varying_keys(members)
     member_evals = {m["eval_id"] for m in members if m.get("eval_id")}
-    base_evals = [job["eval_id"] for job in store.list_jobs() if job.get("sweep_id") == sweep_id
-                  and job["status"] == RunStatus.COMPLETED and job["eval_id"] not in member_evals]
+    base_evals = [
+        job["eval_id"]
+        for job in store.list_jobs()
+        if job.get("sweep_id") == sweep_id
+        and job["status"] == RunStatus.COMPLETED
+        and job["eval_id"] not in member_evals
+    ]
     rows = []
     if base_evals:
-        rows.append({"member": "base", "status": "", **{k: "" for k in varying}, "training metric": "",
-                     **_eval_columns(store, base_evals[0])})
+        rows.append(
+            {
+                "member": "base",
+                "status": "",
+                **{k: "" for k in varying},
+                "training metric": "",
+                **_eval_columns(store, base_evals[0]),
+            }
+        )
     runs = Store(store.store.path)
     for member in members:
         run = runs.get_run(member["run_id"]) if member.get("run_id") else None
-        row = {"member": member["idx"], "status": member["status"], **{k: member["settings"].get(k) for k in varying},
-               "training metric": _training_metric(runs, run), "run": member.get("run_id") or ""}
+        row = {
+            "member": member["idx"],
+            "status": member["status"],
+            **{k: member["settings"].get(k) for k in varying},
+            "training metric": _training_metric(runs, run),
+            "run": member.get("run_id") or "",
+        }
         if member.get("eval_id"):
             row.update(_eval_columns(store, member["eval_id"]))
         if member.get("error"):

@@ -56,12 +56,28 @@ class ModelTarget:
         from cookbook_engine import chat
 
         if self.live:
-            return chat.ChatTarget(f"latest:{self.run_id}", self.label, "latest", self.base_model, self.backend,
-                                   None, self.run_id, self.renderer)
+            return chat.ChatTarget(
+                f"latest:{self.run_id}",
+                self.label,
+                "latest",
+                self.base_model,
+                self.backend,
+                None,
+                self.run_id,
+                self.renderer,
+            )
         if self.sampler_path is None:
             return chat.base_target(self.base_model, self.backend)
-        return chat.ChatTarget(f"checkpoint:{self.sampler_path}", self.label, "checkpoint", self.base_model,
-                               self.backend, self.sampler_path, self.run_id, self.renderer)
+        return chat.ChatTarget(
+            f"checkpoint:{self.sampler_path}",
+            self.label,
+            "checkpoint",
+            self.base_model,
+            self.backend,
+            self.sampler_path,
+            self.run_id,
+            self.renderer,
+        )
 
 
 def parse_target(spec: str, store=None) -> ModelTarget:
@@ -109,8 +125,9 @@ def _run_target(spec: str, store) -> ModelTarget:
         chosen = max(finals or saved, key=lambda c: (c["step"], c["created_at"]))
     else:
         chosen = _at_step(spec, at, saved)
-    return ModelTarget(spec, f"{run['name']}@{chosen['step']}", sampler_path=chosen["sampler_path"],
-                       step=int(chosen["step"]), **common)
+    return ModelTarget(
+        spec, f"{run['name']}@{chosen['step']}", sampler_path=chosen["sampler_path"], step=int(chosen["step"]), **common
+    )
 
 
 def _at_step(spec: str, at: str, saved: list[dict]) -> dict:

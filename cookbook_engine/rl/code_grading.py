@@ -90,7 +90,9 @@ def _send(channel, message):
     channel.flush()
 '''
 
-SOLUTION_SERVER = _CODEC + r'''
+SOLUTION_SERVER = (
+    _CODEC
+    + r"""
 _channel = _protocol()
 _requests = sys.stdin
 sys.stdin = open(os.devnull)
@@ -114,9 +116,12 @@ for _line in _requests:
     except BaseException as error:
         _reply = {"id": _request["id"], "error": str(error)[:1000], "type": type(error).__name__}
     _send(_channel, _reply)
-'''
+"""
+)
 
-TEST_RUNNER = _CODEC + r'''
+TEST_RUNNER = (
+    _CODEC
+    + r'''
 import builtins, itertools, signal
 
 class SolutionError(Exception):
@@ -176,6 +181,7 @@ _results = [_run(test, "test_%d" % index, _namespace, _config["budget_s"])
             for index, test in enumerate(_config["tests"])]
 _send(_channel, {"results": _results})
 '''
+)
 
 
 class ProtocolError(Exception):
@@ -185,6 +191,7 @@ class ProtocolError(Exception):
 @dataclass
 class CodeVerdict:
     """What the trusted side concluded: per-test failure messages (None = passed), or why grading failed."""
+
     results: list[str | None] | None = None
     sandbox_error: str | None = None
     solution_error: str | None = None
@@ -199,8 +206,9 @@ class CodeVerdict:
 def parse_message(line: bytes | None) -> dict:
     """One JSON object line from a child, or ProtocolError. Never raises anything else."""
     if line is None:
-        raise ProtocolError("no complete reply (the process ended, went silent, or wrote a line over "
-                            f"{MAX_LINE_BYTES} bytes)")
+        raise ProtocolError(
+            f"no complete reply (the process ended, went silent, or wrote a line over {MAX_LINE_BYTES} bytes)"
+        )
     try:
         message = json.loads(line.decode("utf-8"))
     except (ValueError, RecursionError, UnicodeDecodeError) as error:
@@ -220,7 +228,7 @@ def check_value(value, depth: int = 0, budget: list[int] | None = None) -> None:
         return
     if type(value) is not dict or len(value) != 1:
         raise ProtocolError("a value that is not a tagged plain value")
-    (tag, inner), = value.items()
+    ((tag, inner),) = value.items()
     if tag == "bytes" or tag == "float":
         if type(inner) is not str or (tag == "float" and inner not in ("nan", "inf", "-inf")):
             raise ProtocolError(f"a malformed {tag} value")
@@ -257,8 +265,11 @@ def check_reply(message: dict, call_id: int) -> dict:
         raise ProtocolError("a reply to a call that was not asked")
     if "error" in message:
         kind = _short_text(message.get("type"), "the exception type")
-        return {"id": call_id, "error": _short_text(message["error"], "the exception text"),
-                "type": kind if kind.isidentifier() else "Exception"}
+        return {
+            "id": call_id,
+            "error": _short_text(message["error"], "the exception text"),
+            "type": kind if kind.isidentifier() else "Exception",
+        }
     if "value" not in message:
         raise ProtocolError("a reply with neither a value nor an error")
     check_value(message["value"])
@@ -281,8 +292,9 @@ def check_call(message: dict, functions: list[str]) -> dict:
 def check_results(message: dict, total: int) -> list[str | None]:
     results = message.get("results")
     if type(results) is not list or len(results) != total:
-        raise ProtocolError(f"the tests reported {len(results) if type(results) is list else 'no'} results for "
-                            f"{total} tests")
+        raise ProtocolError(
+            f"the tests reported {len(results) if type(results) is list else 'no'} results for {total} tests"
+        )
     return [None if result is None else _short_text(result, "a test's failure") for result in results]
 
 
@@ -364,9 +376,13 @@ def run_code_tests(code: str, tests: list[str], limits: SandboxLimits) -> CodeVe
             functions, verdict.solution_error = solution.start()
         except ProtocolError:
             reason = solution.ended[-1] if solution.ended else "it did not start"
-            verdict.sandbox_error = ("timeout" if reason.startswith("timed out") else
-                                     reason if reason in LIMIT_REASONS else
-                                     f"the solution ended before the tests could call it ({reason})")
+            verdict.sandbox_error = (
+                "timeout"
+                if reason.startswith("timed out")
+                else reason
+                if reason in LIMIT_REASONS
+                else f"the solution ended before the tests could call it ({reason})"
+            )
             return verdict
         config = {"tests": tests, "functions": functions, "budget_s": 2 * budget_s + 0.5}
         runner.send((json.dumps(config) + "\n").encode())

@@ -22,8 +22,9 @@ def datum_from_rollout(rollout: Rollout, advantage: float) -> types.Datum:
     if not completion:
         raise ValueError("datum_from_rollout: the completion is empty")
     if len(rollout.logprobs) != len(completion):
-        raise ValueError(f"datum_from_rollout: {len(rollout.logprobs)} sampler log-probs for "
-                         f"{len(completion)} completion tokens")
+        raise ValueError(
+            f"datum_from_rollout: {len(rollout.logprobs)} sampler log-probs for {len(completion)} completion tokens"
+        )
     tokens_T = prompt + completion
     prompt_positions = len(prompt) - 1
     zeros = [0.0] * prompt_positions

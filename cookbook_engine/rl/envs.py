@@ -151,8 +151,9 @@ class ProblemDataset(RLDataset):
     """Problems in a deterministic shuffle per epoch, `groups_per_batch` of them per step (cycling when there are
     fewer problems than that)."""
 
-    def __init__(self, problems: list, make_builder: Callable[[Any], EnvGroupBuilder], groups_per_batch: int,
-                 seed: int):
+    def __init__(
+        self, problems: list, make_builder: Callable[[Any], EnvGroupBuilder], groups_per_batch: int, seed: int
+    ):
         if not problems:
             raise ValueError("ProblemDataset: no problems")
         self.problems, self.make_builder = problems, make_builder
@@ -174,8 +175,9 @@ class CurriculumDataset(RLDataset):
     """Problems drawn afresh for each step by `draw(step)` (a pure function of the step, so a resumed run gets the
     same batches), each made into a group by `make_builder`."""
 
-    def __init__(self, draw: Callable[[int], list], make_builder: Callable[[Any], EnvGroupBuilder],
-                 batches_per_epoch: int):
+    def __init__(
+        self, draw: Callable[[int], list], make_builder: Callable[[Any], EnvGroupBuilder], batches_per_epoch: int
+    ):
         self.draw, self.make_builder, self.batches_per_epoch = draw, make_builder, batches_per_epoch
 
     def __len__(self) -> int:
@@ -201,9 +203,11 @@ def arithmetic_setup(config: RLConfig, renderer) -> EnvSetup:
 
     held_out = arithmetic.held_out_problems()
     if config.num_eval_problems > len(held_out):
-        raise ConfigError(f"num_eval_problems={config.num_eval_problems}: the arithmetic env holds out "
-                          f"{len(held_out)} problems; evaluate on at most {len(held_out)}")
-    test = held_out[:config.num_eval_problems]
+        raise ConfigError(
+            f"num_eval_problems={config.num_eval_problems}: the arithmetic env holds out "
+            f"{len(held_out)} problems; evaluate on at most {len(held_out)}"
+        )
+    test = held_out[: config.num_eval_problems]
 
     def make(problem: ArithmeticProblem, size: int) -> ProblemGroupBuilder:
         return ProblemGroupBuilder(lambda: ArithmeticEnv(renderer, problem), size, (problem.tag,))
@@ -211,14 +215,17 @@ def arithmetic_setup(config: RLConfig, renderer) -> EnvSetup:
     total = arithmetic.curriculum_length(config.max_steps, config.num_epochs)
     dataset = CurriculumDataset(
         lambda step: arithmetic.training_problems(config.seed, step, total, config.groups_per_batch),
-        lambda problem: make(problem, config.group_size), max(1, total // config.num_epochs))
+        lambda problem: make(problem, config.group_size),
+        max(1, total // config.num_epochs),
+    )
     start = arithmetic.operand_bound(0, total)
-    description = (f"arithmetic: fresh problems each step, operands growing from 1..{start}"
-                   f" to 1..99 over the first {arithmetic.CURRICULUM_RAMP:.0%} of {total} steps; {len(test)} "
-                   "held-out two-digit problems never trained on")
+    description = (
+        f"arithmetic: fresh problems each step, operands growing from 1..{start}"
+        f" to 1..99 over the first {arithmetic.CURRICULUM_RAMP:.0%} of {total} steps; {len(test)} "
+        "held-out two-digit problems never trained on"
+    )
     largest = [ArithmeticProblem(99, op, 99) for op in arithmetic.TRAIN_OPS]  # for the prompt-length check
-    return EnvSetup(dataset, [make(problem, 1) for problem in test], description,
-                    [p.question for p in largest + test])
+    return EnvSetup(dataset, [make(problem, 1) for problem in test], description, [p.question for p in largest + test])
 
 
 def build_env(config: RLConfig, renderer) -> EnvSetup:
@@ -231,30 +238,35 @@ def build_env(config: RLConfig, renderer) -> EnvSetup:
     test: list[Any]
     if config.env == "code":
         train, test = code_problems.train_test_split()
-        test = test[:config.num_eval_problems]
+        test = test[: config.num_eval_problems]
 
         def make(problem, size):
             return ProblemGroupBuilder(lambda: CodeEnv(renderer, problem), size, ())
 
         description = f"code: {len(train)} training and {len(test)} held-out Python problems graded by unit tests"
     elif config.env == "custom":
-        train, test = datasets.load_rl_problems(config.dataset, grader=config.grader,
-                                                test_fraction=config.test_fraction, seed=config.seed)
+        train, test = datasets.load_rl_problems(
+            config.dataset, grader=config.grader, test_fraction=config.test_fraction, seed=config.seed
+        )
         if not train:
-            raise datasets.DatasetError(f"{config.dataset}: no problems left to train on after holding out "
-                                        f"test_fraction={config.test_fraction}")
-        test = test[:config.num_eval_problems]
+            raise datasets.DatasetError(
+                f"{config.dataset}: no problems left to train on after holding out test_fraction={config.test_fraction}"
+            )
+        test = test[: config.num_eval_problems]
 
         def make(problem, size):
             return ProblemGroupBuilder(lambda: CustomEnv(renderer, problem), size, (problem.grader,))
 
         graders_used = sorted({p.grader for p in train + test})
-        description = (f"custom {config.dataset}: {len(train)} training and {len(test)} held-out problems, "
-                       f"grader {', '.join(graders_used)}")
+        description = (
+            f"custom {config.dataset}: {len(train)} training and {len(test)} held-out problems, "
+            f"grader {', '.join(graders_used)}"
+        )
     else:
         raise ConfigError(f"env={config.env}: choose one of arithmetic, code, custom")
-    dataset = ProblemDataset(train, lambda problem: make(problem, config.group_size), config.groups_per_batch,
-                             config.seed)
+    dataset = ProblemDataset(
+        train, lambda problem: make(problem, config.group_size), config.groups_per_batch, config.seed
+    )
     prompts = [p.prompt for p in train + test]
     return EnvSetup(dataset, [make(problem, 1) for problem in test], description, prompts)
 

@@ -119,8 +119,9 @@ def split_tests(test_code: str) -> list[str]:
     try:
         module = ast.parse(test_code)
     except SyntaxError as error:
-        raise ValueError(f"python_tests grader: the test code does not parse (line {error.lineno}: {error.msg})") \
-            from None
+        raise ValueError(
+            f"python_tests grader: the test code does not parse (line {error.lineno}: {error.msg})"
+        ) from None
     lines = test_code.splitlines()
     groups: list[list[ast.stmt]] = [[]]
     for statement in module.body:
@@ -134,7 +135,7 @@ def split_tests(test_code: str) -> list[str]:
     tests = []
     for group in groups:
         first, last = group[0], group[-1]
-        tests.append("\n".join(lines[first.lineno - 1:last.end_lineno]))
+        tests.append("\n".join(lines[first.lineno - 1 : last.end_lineno]))
     return tests
 
 
@@ -146,8 +147,16 @@ def grade_code_response(response: str, tests: list[str]) -> Grade:
     """Extract the response's code block and run it with `tests`; no code block -> reward 0, format_ok False."""
     code = extract_code_block(response)
     if code is None:
-        return Grade(0.0, False, {"tests_passed": 0, "tests_total": len(tests), "format_ok": False,
-                                  "error": "no ```python code block in the response"})
+        return Grade(
+            0.0,
+            False,
+            {
+                "tests_passed": 0,
+                "tests_total": len(tests),
+                "format_ok": False,
+                "error": "no ```python code block in the response",
+            },
+        )
     grade = run_unit_tests(code, tests)
     grade.details["format_ok"] = True
     return grade
@@ -163,8 +172,11 @@ def run_unit_tests(code: str, tests: list[str], *, limits: SandboxLimits | None 
     limits = limits if limits is not None else SandboxLimits(timeout_s=10.0, cpu_s=10)
     verdict = run_code_tests(code, tests, limits)
     total = len(tests)
-    details: dict = {"tests_total": total, "network_isolated": verdict.network_isolated,
-                     "suspicious": hack_flags.suspicious_patterns(code)}
+    details: dict = {
+        "tests_total": total,
+        "network_isolated": verdict.network_isolated,
+        "suspicious": hack_flags.suspicious_patterns(code),
+    }
     if verdict.printed:
         details["printed"] = verdict.printed
     if verdict.solution_error:

@@ -19,8 +19,10 @@ SUSPICIOUS_PATTERNS: dict[str, re.Pattern] = {
     "__main__": re.compile(r"['\"]__main__['\"]|\b__main__\b(?!['\"]\s*:)"),
     "gc": re.compile(r"\bimport\s+gc\b|\bgc\s*\.\s*get_(objects|referrers|referents)\b"),
     "frames": re.compile(r"\b_getframe\b|\bf_back\b|\bf_globals\b|\bf_locals\b|\bcurrentframe\b|\btb_frame\b"),
-    "process exit": re.compile(r"\bos\s*\.\s*_exit\b|\batexit\b|\bos\s*\.\s*kill\b|\bsignal\s*\.\s*(signal|alarm|"
-                               r"setitimer|pthread_kill)\b|\bSystemExit\b|\bsys\s*\.\s*exit\b"),
+    "process exit": re.compile(
+        r"\bos\s*\.\s*_exit\b|\batexit\b|\bos\s*\.\s*kill\b|\bsignal\s*\.\s*(signal|alarm|"
+        r"setitimer|pthread_kill)\b|\bSystemExit\b|\bsys\s*\.\s*exit\b"
+    ),
     "builtins": re.compile(r"\b__builtins__\b|\bimport\s+builtins\b|\bbuiltins\s*\."),
     "patches json": re.compile(r"\bjson\s*\.\s*\w+\s*=(?!=)|\bsetattr\s*\(\s*json\b"),
     "always-equal object": re.compile(r"def\s+__(eq|ne|hash|bool)__\s*\("),

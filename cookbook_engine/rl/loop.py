@@ -85,18 +85,29 @@ def prepare(config: RLConfig) -> PreparedRL:
         raise datasets.DatasetError(
             f"{config.dataset or config.env}: prompt {longest_index + 1} has {longest} tokens; with "
             f"max_tokens={config.max_tokens} it exceeds max_length={config.max_length} (raise max_length or "
-            "shorten the prompt)")
+            "shorten the prompt)"
+        )
     return PreparedRL(setup, renderer.name, tokenizer, longest)
 
 
 def sampling_params(config: RLConfig, stop, seed: int | None, *, evaluation: bool = False) -> types.SamplingParams:
     temperature = config.eval_temperature if evaluation else config.temperature
-    return types.SamplingParams(max_tokens=config.max_tokens, temperature=temperature,
-                                top_p=config.top_p if temperature > 0 else 1.0, stop=stop, seed=seed)
+    return types.SamplingParams(
+        max_tokens=config.max_tokens,
+        temperature=temperature,
+        top_p=config.top_p if temperature > 0 else 1.0,
+        stop=stop,
+        seed=seed,
+    )
 
 
-async def group_rollout(builder: EnvGroupBuilder, sampling_client: SamplingClient, config: RLConfig, seed: int | None,
-                        evaluation: bool = False) -> RolloutGroup:
+async def group_rollout(
+    builder: EnvGroupBuilder,
+    sampling_client: SamplingClient,
+    config: RLConfig,
+    seed: int | None,
+    evaluation: bool = False,
+) -> RolloutGroup:
     """Sample the group's completions in one call (the envs share the prompt) and grade each in its env."""
     envs_G = await builder.make_envs()
     prompt, stop = await envs_G[0].initial_observation()
@@ -106,45 +117,76 @@ async def group_rollout(builder: EnvGroupBuilder, sampling_client: SamplingClien
     results_G = await asyncio.gather(*[env.step(list(seq.tokens)) for env, seq in zip(envs_G, sequences_G)])
     prompt_tokens = prompt.to_ints()
     rollouts_G = [
-        Rollout(prompt_tokens, list(seq.tokens), list(seq.logprobs or []), str(seq.stop_reason), float(result.reward),
-                dict(result.metrics), dict(result.logs))
+        Rollout(
+            prompt_tokens,
+            list(seq.tokens),
+            list(seq.logprobs or []),
+            str(seq.stop_reason),
+            float(result.reward),
+            dict(result.metrics),
+            dict(result.logs),
+        )
         for seq, result in zip(sequences_G, results_G)
     ]
     return RolloutGroup(rollouts_G, builder.logging_tags())
 
 
-async def evaluate(sampling_client: SamplingClient, builders: list[EnvGroupBuilder], config: RLConfig
-                   ) -> dict[str, float]:
+async def evaluate(
+    sampling_client: SamplingClient, builders: list[EnvGroupBuilder], config: RLConfig
+) -> dict[str, float]:
     """test/env/all/correct etc.: one sample per held-out problem."""
     if not builders:
         return {}
     started = time.perf_counter()
-    groups = await asyncio.gather(*[group_rollout(builder, sampling_client, config, seed=config.seed * 7919 + index,
-                                                  evaluation=True)
-                                    for index, builder in enumerate(builders)])
-    metrics = {f"test/{key}": value for key, value in rollout_metrics(list(groups)).items()
-               if key.startswith("env/all/") or key.endswith("/correct")}
+    groups = await asyncio.gather(
+        *[
+            group_rollout(builder, sampling_client, config, seed=config.seed * 7919 + index, evaluation=True)
+            for index, builder in enumerate(builders)
+        ]
+    )
+    metrics = {
+        f"test/{key}": value
+        for key, value in rollout_metrics(list(groups)).items()
+        if key.startswith("env/all/") or key.endswith("/correct")
+    }
     metrics = {key: value for key, value in metrics.items() if "by_group" not in key}
     metrics["time/eval"] = time.perf_counter() - started
     return metrics
 
 
-def transcript_rows(step: int, groups_P: list[RolloutGroup], advantages_P: list[list[float]],
-                    dropped_P: list[bool], tokenizer, extra_P: list[dict] | None = None) -> list[dict]:
+def transcript_rows(
+    step: int,
+    groups_P: list[RolloutGroup],
+    advantages_P: list[list[float]],
+    dropped_P: list[bool],
+    tokenizer,
+    extra_P: list[dict] | None = None,
+) -> list[dict]:
     """One row per rollout; `extra_P` adds per-group fields to each row's metrics (e.g. the sampling step)."""
     rows = []
     extra_P = extra_P or [{} for _ in groups_P]
-    for group_idx, (group, advantages_G, dropped, extra) in enumerate(zip(groups_P, advantages_P, dropped_P,
-                                                                            extra_P)):
+    for group_idx, (group, advantages_G, dropped, extra) in enumerate(zip(groups_P, advantages_P, dropped_P, extra_P)):
         prompt = tokenizer.decode(group.rollouts_G[0].prompt_tokens, skip_special_tokens=False)
         for sample_idx, (rollout, advantage) in enumerate(zip(group.rollouts_G, advantages_G)):
-            rows.append({
-                "step": step, "group_idx": group_idx, "sample_idx": sample_idx, "prompt": prompt,
-                "completion": tokenizer.decode(_without_stop_token(rollout, tokenizer), skip_special_tokens=False),
-                "reward": rollout.reward, "advantage": advantage, "stop_reason": rollout.stop_reason,
-                "metrics": {**rollout.metrics, **rollout.logs, "group_dropped": dropped,
-                            "tags": group.tags, **extra},
-            })
+            rows.append(
+                {
+                    "step": step,
+                    "group_idx": group_idx,
+                    "sample_idx": sample_idx,
+                    "prompt": prompt,
+                    "completion": tokenizer.decode(_without_stop_token(rollout, tokenizer), skip_special_tokens=False),
+                    "reward": rollout.reward,
+                    "advantage": advantage,
+                    "stop_reason": rollout.stop_reason,
+                    "metrics": {
+                        **rollout.metrics,
+                        **rollout.logs,
+                        "group_dropped": dropped,
+                        "tags": group.tags,
+                        **extra,
+                    },
+                }
+            )
     return rows
 
 
@@ -198,27 +240,40 @@ def rollout_seed(config: RLConfig, batch: int, index: int, attempt: int = 0) -> 
     return (config.seed * 1_000_003 + batch) * 1000 + index + attempt * 1_000_000_007
 
 
-async def sample_group(builder: EnvGroupBuilder, sampling_client: SamplingClient, version: int, config: RLConfig,
-                       batch: int, index: int, attempt: int = 0) -> SampledGroup:
+async def sample_group(
+    builder: EnvGroupBuilder,
+    sampling_client: SamplingClient,
+    version: int,
+    config: RLConfig,
+    batch: int,
+    index: int,
+    attempt: int = 0,
+) -> SampledGroup:
     group = await group_rollout(builder, sampling_client, config, seed=rollout_seed(config, batch, index, attempt))
     return SampledGroup(group, version, batch, index, builder, attempt)
 
 
 def datums_of(groups: list[SampledGroup]) -> list[types.Datum]:
     """The training datums of the groups whose rewards are not all equal."""
-    return [datum_from_rollout(rollout, advantage)
-            for sampled in groups if not is_constant(sampled.group.rewards_G)
-            for rollout, advantage in zip(sampled.group.rollouts_G, centered_advantages(sampled.group.rewards_G))]
+    return [
+        datum_from_rollout(rollout, advantage)
+        for sampled in groups
+        if not is_constant(sampled.group.rewards_G)
+        for rollout, advantage in zip(sampled.group.rollouts_G, centered_advantages(sampled.group.rewards_G))
+    ]
 
 
-async def submit_forward_backward(client: TrainingClient, data_D: list[types.Datum], config: RLConfig
-                                  ) -> ResultFuture[types.ForwardBackwardOutput]:
-    return await client.forward_backward_async([for_training(d) for d in data_D], config.loss_fn,
-                                               loss_fn_config(config))
+async def submit_forward_backward(
+    client: TrainingClient, data_D: list[types.Datum], config: RLConfig
+) -> ResultFuture[types.ForwardBackwardOutput]:
+    return await client.forward_backward_async(
+        [for_training(d) for d in data_D], config.loss_fn, loss_fn_config(config)
+    )
 
 
-async def submit_substeps(client: TrainingClient, data_D: list[types.Datum], config: RLConfig, lr: float
-                          ) -> list[Substep]:
+async def submit_substeps(
+    client: TrainingClient, data_D: list[types.Datum], config: RLConfig, lr: float
+) -> list[Substep]:
     """forward_backward + optim_step per substep, all submitted back to back, nothing awaited."""
     substeps = []
     for chunk in split_substeps(data_D, config.num_substeps):
@@ -259,8 +314,9 @@ async def collect(substeps: list[Substep]) -> dict[str, float]:
     return metrics
 
 
-async def train_on(client: TrainingClient, data_D: list[types.Datum], config: RLConfig, lr: float
-                   ) -> tuple[dict[str, float], SamplingClient]:
+async def train_on(
+    client: TrainingClient, data_D: list[types.Datum], config: RLConfig, lr: float
+) -> tuple[dict[str, float], SamplingClient]:
     """Train on the datums (substeps submitted back to back) and return (metrics, the new sampling client)."""
     substeps = await submit_substeps(client, data_D, config, lr)
     sampling_client = queue_sampling_client(client)
@@ -268,13 +324,24 @@ async def train_on(client: TrainingClient, data_D: list[types.Datum], config: RL
     return metrics, await sampling_client
 
 
-async def synchronous_step(step: int, builders: list[EnvGroupBuilder], sampling_client: SamplingClient,
-                           client: TrainingClient, config: RLConfig, lr: float
-                           ) -> tuple[list[SampledGroup], dict[str, float], SamplingClient]:
+async def synchronous_step(
+    step: int,
+    builders: list[EnvGroupBuilder],
+    sampling_client: SamplingClient,
+    client: TrainingClient,
+    config: RLConfig,
+    lr: float,
+) -> tuple[list[SampledGroup], dict[str, float], SamplingClient]:
     """Sample every group of the step, then train on them: (groups, metrics, the next sampling client)."""
     started = time.perf_counter()
-    groups = list(await asyncio.gather(*[sample_group(builder, sampling_client, step, config, step, index)
-                                         for index, builder in enumerate(builders)]))
+    groups = list(
+        await asyncio.gather(
+            *[
+                sample_group(builder, sampling_client, step, config, step, index)
+                for index, builder in enumerate(builders)
+            ]
+        )
+    )
     metrics = {"time/sample": time.perf_counter() - started}
     started = time.perf_counter()
     data_D = datums_of(groups)
@@ -285,9 +352,14 @@ async def synchronous_step(step: int, builders: list[EnvGroupBuilder], sampling_
     return groups, metrics, sampling_client
 
 
-async def streaming_step(step: int, builders: list[EnvGroupBuilder], sampling_client: SamplingClient,
-                         client: TrainingClient, config: RLConfig, lr: float
-                         ) -> tuple[list[SampledGroup], dict[str, float], SamplingClient]:
+async def streaming_step(
+    step: int,
+    builders: list[EnvGroupBuilder],
+    sampling_client: SamplingClient,
+    client: TrainingClient,
+    config: RLConfig,
+    lr: float,
+) -> tuple[list[SampledGroup], dict[str, float], SamplingClient]:
     """Sample the step's groups concurrently and submit each minibatch's forward_backward as soon as its groups
     are in; one optim_step closes each substep. Still on-policy: every group is sampled by the step's client."""
     started = time.perf_counter()
@@ -343,8 +415,15 @@ class BackgroundSampler:
     and sample each with the newest sampling client (`client`, of policy version `version`), queueing finished
     groups in `finished`. `resample()` samples a dropped problem again. `stop()` cancels everything."""
 
-    def __init__(self, setup: envs.EnvSetup, config: RLConfig, sampling_client: SamplingClient, version: int,
-                 first_batch: int, last_batch: int):
+    def __init__(
+        self,
+        setup: envs.EnvSetup,
+        config: RLConfig,
+        sampling_client: SamplingClient,
+        version: int,
+        first_batch: int,
+        last_batch: int,
+    ):
         self.setup, self.config = setup, config
         self.client, self.version = sampling_client, version
         self.finished: asyncio.Queue = asyncio.Queue()
@@ -368,8 +447,9 @@ class BackgroundSampler:
 
     async def _sample(self, builder: EnvGroupBuilder, batch: int, index: int, attempt: int) -> None:
         try:
-            self.finished.put_nowait(await sample_group(builder, self.client, self.version, self.config, batch,
-                                                        index, attempt))
+            self.finished.put_nowait(
+                await sample_group(builder, self.client, self.version, self.config, batch, index, attempt)
+            )
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # the trainer raises it
@@ -377,8 +457,9 @@ class BackgroundSampler:
 
     def resample(self, stale: SampledGroup) -> None:
         self._tasks = [task for task in self._tasks if not task.done()]
-        self._tasks.append(asyncio.create_task(self._sample(stale.builder, stale.batch, stale.index,
-                                                            stale.attempt + 1)))
+        self._tasks.append(
+            asyncio.create_task(self._sample(stale.builder, stale.batch, stale.index, stale.attempt + 1))
+        )
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -386,8 +467,9 @@ class BackgroundSampler:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
-async def off_policy_step(step: int, wanted: int, sampler: BackgroundSampler, client: TrainingClient,
-                          config: RLConfig, lr: float) -> tuple[list[SampledGroup], dict[str, float], SamplingClient]:
+async def off_policy_step(
+    step: int, wanted: int, sampler: BackgroundSampler, client: TrainingClient, config: RLConfig, lr: float
+) -> tuple[list[SampledGroup], dict[str, float], SamplingClient]:
     """Train on the next `wanted` groups sampled at most `max_steps_off_policy` steps ago, dropping staler ones."""
     started = time.perf_counter()
     groups: list[SampledGroup] = []
@@ -402,9 +484,13 @@ async def off_policy_step(step: int, wanted: int, sampler: BackgroundSampler, cl
         else:
             groups.append(item)
     lags = [step - sampled.sampled_at for sampled in groups]
-    metrics = {"time/sample": time.perf_counter() - started, "async/stale_groups_dropped": float(stale),
-               "async/staleness_mean": sum(lags) / len(lags), "async/staleness_max": float(max(lags)),
-               "async/queued_groups": float(sampler.finished.qsize())}
+    metrics = {
+        "time/sample": time.perf_counter() - started,
+        "async/stale_groups_dropped": float(stale),
+        "async/staleness_mean": sum(lags) / len(lags),
+        "async/staleness_max": float(max(lags)),
+        "async/queued_groups": float(sampler.finished.qsize()),
+    }
     started = time.perf_counter()
     data_D = datums_of(groups)
     sampling_client = sampler.client
@@ -430,28 +516,52 @@ def sandbox_note(config: RLConfig) -> str | None:
         return None
     capabilities = sandbox.sandbox_capabilities()
     if capabilities["network_isolated"]:
-        return (f"sandbox: {capabilities['description']}; network isolated ({capabilities['network_method']}); "
-                f"files: {capabilities['filesystem']}")
-    return (f"sandbox: WARNING: the network is NOT isolated on this machine, model-written code can reach it "
-            f"({capabilities['reason']}); {capabilities['description']}; files: {capabilities['filesystem']}")
+        return (
+            f"sandbox: {capabilities['description']}; network isolated ({capabilities['network_method']}); "
+            f"files: {capabilities['filesystem']}"
+        )
+    return (
+        f"sandbox: WARNING: the network is NOT isolated on this machine, model-written code can reach it "
+        f"({capabilities['reason']}); {capabilities['description']}; files: {capabilities['filesystem']}"
+    )
 
 
-def log_step(ctx: RunContext, step: int, total_steps: int, groups: list[SampledGroup], metrics: dict[str, float],
-             lr: float, tokenizer: Any, started: float) -> None:
+def log_step(
+    ctx: RunContext,
+    step: int,
+    total_steps: int,
+    groups: list[SampledGroup],
+    metrics: dict[str, float],
+    lr: float,
+    tokenizer: Any,
+    started: float,
+) -> None:
     groups_P = [sampled.group for sampled in groups]
     advantages_P = [centered_advantages(group.rewards_G) for group in groups_P]
     dropped_P = [is_constant(group.rewards_G) for group in groups_P]
-    extra_P = [{"sampled_at_step": sampled.sampled_at, "staleness": step - sampled.sampled_at,
-                "problem_batch": sampled.batch, "problem_index": sampled.index} for sampled in groups]
+    extra_P = [
+        {
+            "sampled_at_step": sampled.sampled_at,
+            "staleness": step - sampled.sampled_at,
+            "problem_batch": sampled.batch,
+            "problem_index": sampled.index,
+        }
+        for sampled in groups
+    ]
     ctx.logger.log_transcripts(transcript_rows(step, groups_P, advantages_P, dropped_P, tokenizer, extra_P))
     data_D = datums_of(groups)
     metrics.update(rollout_metrics(groups_P))
-    metrics.update({
-        "num_groups_dropped": float(sum(dropped_P)), "frac_groups_dropped": sum(dropped_P) / len(groups_P),
-        "optim/lr": lr, "optim/num_datums": float(len(data_D)),
-        "optim/num_tokens": float(sum(d.model_input.length for d in data_D)),
-        "progress": (step + 1) / total_steps, "time/total": time.perf_counter() - started,
-    })
+    metrics.update(
+        {
+            "num_groups_dropped": float(sum(dropped_P)),
+            "frac_groups_dropped": sum(dropped_P) / len(groups_P),
+            "optim/lr": lr,
+            "optim/num_datums": float(len(data_D)),
+            "optim/num_tokens": float(sum(d.model_input.length for d in data_D)),
+            "progress": (step + 1) / total_steps,
+            "time/total": time.perf_counter() - started,
+        }
+    )
     ctx.logger.log_metrics(step, metrics)
     ctx.progress(step + 1, total_steps)
 
@@ -468,21 +578,29 @@ def plan(config: RLConfig, prepared: PreparedRL) -> LoopPlan:
     most tokens they sample (every completion at max_tokens)."""
     batches_per_epoch = max(1, len(prepared.env.train))
     total_steps = config.max_steps or batches_per_epoch * config.num_epochs
-    return LoopPlan(total_steps, batches_per_epoch,
-                    total_steps * config.groups_per_batch * config.group_size * config.max_tokens)
+    return LoopPlan(
+        total_steps, batches_per_epoch, total_steps * config.groups_per_batch * config.group_size * config.max_tokens
+    )
 
 
 def held_out_evals(config: RLConfig, prepared: PreparedRL) -> PeriodicEvals:
     """test/env/all/correct etc. on the held-out problems (when there are any) and the named eval sets (evals=...:
     test/<set>/<metric>), at the same points, on a sampling client."""
     test = prepared.env.test
-    return PeriodicEvals((lambda client: evaluate(client, test, config)) if test else None,
-                         NamedEvals.for_config(config))
+    return PeriodicEvals(
+        (lambda client: evaluate(client, test, config)) if test else None, NamedEvals.for_config(config)
+    )
 
 
-async def train_step(step: int, setup: envs.EnvSetup, client: TrainingClient, sampler: BackgroundSampler | None,
-                     sampling_client: SamplingClient, config: RLConfig, lr: float
-                     ) -> tuple[list[SampledGroup], dict[str, float], SamplingClient]:
+async def train_step(
+    step: int,
+    setup: envs.EnvSetup,
+    client: TrainingClient,
+    sampler: BackgroundSampler | None,
+    sampling_client: SamplingClient,
+    config: RLConfig,
+    lr: float,
+) -> tuple[list[SampledGroup], dict[str, float], SamplingClient]:
     """One step in the run's schedule (off-policy, streaming or synchronous): (groups, metrics, next sampling
     client)."""
     builders = setup.train.get_batch(step)
@@ -502,19 +620,25 @@ async def train(config: RLConfig, ctx: RunContext, prepared: PreparedRL | None =
     total_steps = run_plan.total_steps
     loop = LoopSkeleton(config, ctx, client, run_plan, start_step, held_out_evals(config, prepared))
     note = sandbox_note(config)
-    loop.start(f"RL on {config.model}: {prepared.summary()}; {total_steps} steps of {config.groups_per_batch} groups "
-               f"x {config.group_size} samples, loss {config.loss_fn}, lr {base_lr:g}, {schedule_summary(config)}",
-               *([note] if note else []))
+    loop.start(
+        f"RL on {config.model}: {prepared.summary()}; {total_steps} steps of {config.groups_per_batch} groups "
+        f"x {config.group_size} samples, loss {config.loss_fn}, lr {base_lr:g}, {schedule_summary(config)}",
+        *([note] if note else []),
+    )
     sampling_client = await client.save_weights_and_get_sampling_client_async()
-    sampler = (BackgroundSampler(setup, config, sampling_client, start_step, start_step, total_steps)
-               if config.pipelining.max_steps_off_policy else None)
+    sampler = (
+        BackgroundSampler(setup, config, sampling_client, start_step, start_step, total_steps)
+        if config.pipelining.max_steps_off_policy
+        else None
+    )
     try:
         for step in loop.steps():
             step_started = time.perf_counter()
             metrics = await loop.evaluations_due(step, sampling_client)
             lr = base_lr * lr_multiplier(config.lr_schedule, step, total_steps)
-            groups, step_metrics, sampling_client = await train_step(step, setup, client, sampler, sampling_client,
-                                                                     config, lr)
+            groups, step_metrics, sampling_client = await train_step(
+                step, setup, client, sampler, sampling_client, config, lr
+            )
             metrics.update(step_metrics)
             log_step(ctx, step, total_steps, groups, metrics, lr, tokenizer, step_started)
             if loop.save_due(step + 1):

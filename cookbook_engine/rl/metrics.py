@@ -59,6 +59,11 @@ def _metrics(groups_P: list[RolloutGroup]) -> dict[str, float]:
         else:
             bad += 1
     count = len(groups_P)
-    metrics.update({"by_group/frac_mixed": mixed / count, "by_group/frac_all_good": good / count,
-                    "by_group/frac_all_bad": bad / count})
+    metrics.update(
+        {
+            "by_group/frac_mixed": mixed / count,
+            "by_group/frac_all_good": good / count,
+            "by_group/frac_all_bad": bad / count,
+        }
+    )
     return metrics

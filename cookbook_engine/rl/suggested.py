@@ -25,10 +25,16 @@ class Measured:
 
 
 ARITHMETIC = Measured(
-    learning_rate=5e-4, group_size=8, groups_per_batch=8, temperature=1.0, max_steps=12, max_tokens=16,
+    learning_rate=5e-4,
+    group_size=8,
+    groups_per_batch=8,
+    temperature=1.0,
+    max_steps=12,
+    max_tokens=16,
     result="held-out two-digit sums went from 0.17 to 0.66 [0.56, 0.75] (n=100) in 12 steps, 2.5 minutes alone on "
-           "the CPU (about 9 with other training sharing it); at 1e-3 a group's samples soon all gave the same "
-           "answer (3 groups in 4 dropped by step 4)")
+    "the CPU (about 9 with other training sharing it); at 1e-3 a group's samples soon all gave the same "
+    "answer (3 groups in 4 dropped by step 4)",
+)
 # Without a measurement (another model or env): this share of the model's suggested SL rate.
 RL_LR_SCALE = 0.5
 
@@ -52,9 +58,11 @@ def reason(config, sl_rate: float, sl_reason: str) -> str:
     """Why the suggested rate is what it is, for the form."""
     measured = measured_for(config)
     if measured:
-        return (f"chosen by a small sweep of the default model on the arithmetic env on a 2-core CPU, with "
-                f"{measured.groups_per_batch} problems × {measured.group_size} samples a step at temperature "
-                f"{measured.temperature:g}: {measured.result}; see {measured.source}")
+        return (
+            f"chosen by a small sweep of the default model on the arithmetic env on a 2-core CPU, with "
+            f"{measured.groups_per_batch} problems × {measured.group_size} samples a step at temperature "
+            f"{measured.temperature:g}: {measured.result}; see {measured.source}"
+        )
     return f"not measured for this model and env: {RL_LR_SCALE:g} × the model's SL rate ({sl_rate:g}: {sl_reason})"
 
 
@@ -65,16 +73,23 @@ def far_from_suggested(config, learning_rate_used: float | None) -> list[str]:
         return []
     notes = []
     if learning_rate_used and not measured.learning_rate / 3 <= learning_rate_used <= measured.learning_rate * 3:
-        notes.append(f"learning rate {learning_rate_used:g} is more than 3× away from the measured "
-                     f"{measured.learning_rate:g} (lower learns little in a short run; higher can collapse every "
-                     "answer into one pattern)")
+        notes.append(
+            f"learning rate {learning_rate_used:g} is more than 3× away from the measured "
+            f"{measured.learning_rate:g} (lower learns little in a short run; higher can collapse every "
+            "answer into one pattern)"
+        )
     if config.group_size < measured.group_size / 2:
-        notes.append(f"group size {config.group_size} is under half the measured {measured.group_size}: more groups "
-                     "have equal rewards and teach nothing")
+        notes.append(
+            f"group size {config.group_size} is under half the measured {measured.group_size}: more groups "
+            "have equal rewards and teach nothing"
+        )
     if abs(config.temperature - measured.temperature) > 0.3:
-        notes.append(f"temperature {config.temperature:g} is far from the measured {measured.temperature:g} (lower: "
-                     "a group's samples agree and it is dropped; higher: more gibberish)")
+        notes.append(
+            f"temperature {config.temperature:g} is far from the measured {measured.temperature:g} (lower: "
+            "a group's samples agree and it is dropped; higher: more gibberish)"
+        )
     if config.max_steps and config.max_steps < measured.max_steps / 2:
-        notes.append(f"{config.max_steps} steps is under half the measured {measured.max_steps}: expect a weaker "
-                     "result")
+        notes.append(
+            f"{config.max_steps} steps is under half the measured {measured.max_steps}: expect a weaker result"
+        )
     return notes

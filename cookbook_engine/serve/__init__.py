@@ -72,8 +72,11 @@ def run_server(port: int = DEFAULT_PORT, *, record: bool = True, log_level: str 
     app = create_app(state)
     url = f"http://{HOST}:{port}"
     _status_path().write_text(json.dumps({"url": url, "pid": os.getpid()}))
-    print(f"cookbook serve: the tinker API on {url} (Ctrl-C stops it). In another shell:\n"
-          f"  export TINKER_BASE_URL={url} TINKER_API_KEY={LOCAL_API_KEY}", flush=True)
+    print(
+        f"cookbook serve: the tinker API on {url} (Ctrl-C stops it). In another shell:\n"
+        f"  export TINKER_BASE_URL={url} TINKER_API_KEY={LOCAL_API_KEY}",
+        flush=True,
+    )
     try:
         uvicorn.run(app, host=HOST, port=port, log_level=log_level, log_config=None)
     finally:

@@ -31,10 +31,15 @@ from cookbook_engine.serve.state import ServerState
 from storage.statuses import SessionEnd
 
 LONG_POLL_S = 10.0  # under the SDK's 45 s poll timeout; each try_again answer logs a warning in the SDK
-CLIENT_CONFIG = types.ClientConfigResponse(pjwt_auth_enabled=False, parallel_fwdbwd_chunks=False,
-                                           proto_compress_fwdbwd=False, use_pyqwest_transport=False,
-                                           sample_use_retrieve_futures=False, custom_loss_server_side=False,
-                                           sample_join_sampling_session=False)
+CLIENT_CONFIG = types.ClientConfigResponse(
+    pjwt_auth_enabled=False,
+    parallel_fwdbwd_chunks=False,
+    proto_compress_fwdbwd=False,
+    use_pyqwest_transport=False,
+    sample_use_retrieve_futures=False,
+    custom_loss_server_side=False,
+    sample_join_sampling_session=False,
+)
 
 
 def _json(model: Any) -> JSONResponse:
@@ -71,8 +76,13 @@ def create_app(state: ServerState | None = None) -> FastAPI:
 
     @app.api_route("/api/v1/{rest:path}", methods=["GET", "POST", "PUT", "DELETE"])
     async def not_implemented(rest: str) -> JSONResponse:
-        return JSONResponse({"detail": f"cookbook serve does not implement /api/v1/{rest} (a hosted-service "
-                                       "feature the local backend does not offer)"}, status_code=404)
+        return JSONResponse(
+            {
+                "detail": f"cookbook serve does not implement /api/v1/{rest} (a hosted-service "
+                "feature the local backend does not offer)"
+            },
+            status_code=404,
+        )
 
     return app
 
@@ -96,8 +106,11 @@ def _service_routes(app: FastAPI, state: ServerState) -> None:
 
     @app.get("/api/v1/get_server_capabilities")
     async def capabilities():
-        return _json(types.GetServerCapabilitiesResponse(
-            supported_models=[types.SupportedModel(model_name=models.DEFAULT_MODEL)]))
+        return _json(
+            types.GetServerCapabilitiesResponse(
+                supported_models=[types.SupportedModel(model_name=models.DEFAULT_MODEL)]
+            )
+        )
 
     @app.post("/api/v1/create_session")
     async def create_session(request: Request):
@@ -124,8 +137,14 @@ def _training_routes(app: FastAPI, state: ServerState) -> None:
         session = state.session(body.session_id)
         lora = body.lora_config or types.LoraConfig(rank=32)
         future = session.service.create_lora_training_client(
-            body.base_model, lora.rank, lora.seed, lora.train_mlp, lora.train_attn, lora.train_unembed,
-            body.user_metadata).future()
+            body.base_model,
+            lora.rank,
+            lora.seed,
+            lora.train_mlp,
+            lora.train_attn,
+            lora.train_unembed,
+            body.user_metadata,
+        ).future()
 
         def created(client):
             return types.CreateModelResponse(model_id=state.add_model(session, body.model_seq_id, client))
@@ -149,16 +168,19 @@ def _training_routes(app: FastAPI, state: ServerState) -> None:
         session, client = state.model(model_id)
         if forward_only:
             return _json(state.futures.add(client.forward(data, loss_fn, config).future(), "forward"))
-        future = _observed(client.forward_backward(data, loss_fn, config).future(),
-                           lambda output: state.on_forward_backward(session, loss_fn, data, output))
+        future = _observed(
+            client.forward_backward(data, loss_fn, config).future(),
+            lambda output: state.on_forward_backward(session, loss_fn, data, output),
+        )
         return _json(state.futures.add(future, "forward_backward"))
 
     @app.post("/api/v1/optim_step")
     async def optim_step(request: Request):
         body = types.OptimStepRequest.model_validate(await request.json())
         session, client = state.model(body.model_id)
-        future = _observed(client.optim_step(body.optim_params).future(),
-                           lambda response: state.on_optim_step(session, response))
+        future = _observed(
+            client.optim_step(body.optim_params).future(), lambda response: state.on_optim_step(session, response)
+        )
         return _json(state.futures.add(future, "optim_step"))
 
     @app.post("/api/v1/save_weights")
@@ -192,8 +214,7 @@ def _training_routes(app: FastAPI, state: ServerState) -> None:
         future = client.save_weights_and_get_sampling_client(kind=body.kind).future()
 
         def snapshot(sampler):  # unnamed: a sampling session on the weights as they are now
-            return types.SaveWeightsForSamplerResponseInternal(sampling_session_id=state.add_sampler(session,
-                                                                                                     sampler))
+            return types.SaveWeightsForSamplerResponseInternal(sampling_session_id=state.add_sampler(session, sampler))
 
         return _json(state.futures.add(map_future(future, snapshot), "save_weights_for_sampler"))
 
@@ -204,8 +225,11 @@ def _training_routes(app: FastAPI, state: ServerState) -> None:
             if body.session_id is None:
                 raise ValueError("load_weights: a new training client needs the session_id it belongs to")
             session = state.session(body.session_id)
-            create = (session.service.create_training_client_from_state_with_optimizer if body.optimizer
-                      else session.service.create_training_client_from_state)
+            create = (
+                session.service.create_training_client_from_state_with_optimizer
+                if body.optimizer
+                else session.service.create_training_client_from_state
+            )
             future = create(body.path, body.base_model, body.user_metadata, body.weights_access_token).future()
 
             def created(client):
@@ -232,9 +256,13 @@ def _sampling_routes(app: FastAPI, state: ServerState) -> None:
     @app.get("/api/v1/samplers/{sampling_session_id}")
     async def get_sampler(sampling_session_id: str):
         _, client = state.sampler(sampling_session_id)
-        return _json(types.GetSamplerResponse(sampler_id=sampling_session_id, base_model=client.get_base_model(),
-                                              model_path=_tinker_path(client.model_path) if client.model_path
-                                              else None))
+        return _json(
+            types.GetSamplerResponse(
+                sampler_id=sampling_session_id,
+                base_model=client.get_base_model(),
+                model_path=_tinker_path(client.model_path) if client.model_path else None,
+            )
+        )
 
     @app.post("/api/v1/asample")
     async def asample(request: Request):
@@ -242,11 +270,20 @@ def _sampling_routes(app: FastAPI, state: ServerState) -> None:
         if not body.sampling_session_id:
             raise ValueError("asample: cookbook serve samples through sampling sessions (sampling_session_id)")
         session, client = state.sampler(body.sampling_session_id)
-        future = client.sample(body.prompt, body.num_samples, body.sampling_params, bool(body.prompt_logprobs),
-                               body.topk_prompt_logprobs, body.topk_sample_logprobs, body.target_prompt_logprobs,
-                               body.prompt_alt_tokens_k, body.prompt_logprobs_last_n).future()
-        future = _observed(future, lambda response: state.on_sample(session, client.get_tokenizer(), body.prompt,
-                                                                    response))
+        future = client.sample(
+            body.prompt,
+            body.num_samples,
+            body.sampling_params,
+            bool(body.prompt_logprobs),
+            body.topk_prompt_logprobs,
+            body.topk_sample_logprobs,
+            body.target_prompt_logprobs,
+            body.prompt_alt_tokens_k,
+            body.prompt_logprobs_last_n,
+        ).future()
+        future = _observed(
+            future, lambda response: state.on_sample(session, client.get_tokenizer(), body.prompt, response)
+        )
 
         sequence_ids = [f"{body.sampling_session_id}-{uuid.uuid4().hex[:12]}" for _ in range(body.num_samples)]
         return _json(state.futures.add(future, "asample", sequence_ids))
@@ -258,8 +295,9 @@ def _future_routes(app: FastAPI, state: ServerState) -> None:
         body = types.FutureRetrieveRequest.model_validate(await request.json())
         entry = state.futures.get(body.request_id)
         if entry is None:
-            return JSONResponse({"error": f"future {body.request_id} is unknown to this server (was it restarted?)",
-                                 "category": "user"})
+            return JSONResponse(
+                {"error": f"future {body.request_id} is unknown to this server (was it restarted?)", "category": "user"}
+            )
         future, _ = entry
         try:
             await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), LONG_POLL_S)
@@ -281,8 +319,13 @@ def _future_routes(app: FastAPI, state: ServerState) -> None:
 def _result(future: concurrent.futures.Future, accept: str) -> Response:
     error = future.exception() if not future.cancelled() else concurrent.futures.CancelledError("cancelled")
     if error is not None:
-        category = "user" if isinstance(error, (ValueError, TypeError, KeyError, NotImplementedError,
-                                                FileNotFoundError, FileExistsError)) else "server"
+        category = (
+            "user"
+            if isinstance(
+                error, (ValueError, TypeError, KeyError, NotImplementedError, FileNotFoundError, FileExistsError)
+            )
+            else "server"
+        )
         return JSONResponse({"error": f"{type(error).__name__}: {error}", "category": category})
     value = future.result()
     if wire.PROTO_CONTENT_TYPE in accept and isinstance(value, types.ForwardBackwardOutput):

@@ -55,8 +55,9 @@ class Futures:
         self._futures: dict[str, tuple[concurrent.futures.Future, str]] = {}
         self._lock = threading.Lock()
 
-    def add(self, future: concurrent.futures.Future, kind: str,
-            sample_sequence_ids: list[str] | None = None) -> types.UntypedAPIFuture:
+    def add(
+        self, future: concurrent.futures.Future, kind: str, sample_sequence_ids: list[str] | None = None
+    ) -> types.UntypedAPIFuture:
         request_id = f"req-{uuid.uuid4().hex}"
         with self._lock:
             self._futures[request_id] = (future, kind)
@@ -140,8 +141,7 @@ class ServerState:
         if session is None:
             return
         session.service.close(status)
-        self._write(session, "update_run", session.run_id,
-                    status=run_status_after(status))
+        self._write(session, "update_run", session.run_id, status=run_status_after(status))
 
     def finish_all(self) -> None:
         for session_id in list(self.sessions):
@@ -162,8 +162,9 @@ class ServerState:
         try:
             getattr(self._storage(), method)(*args, **kwargs)
         except Exception as exc:  # a storage error never fails the client's request
-            log.warning("recording session %s as run %s: %s failed: %s", session.session_id, session.run_id,
-                        method, exc)
+            log.warning(
+                "recording session %s as run %s: %s failed: %s", session.session_id, session.run_id, method, exc
+            )
 
     def start_run(self, session: Session, base_model: str, lora_rank: int | None = None) -> None:
         if not self.record or session.run_id is not None:
@@ -172,19 +173,32 @@ class ServerState:
 
         session.run_id = new_run_id("sl")
         name = session.display_name or f"tinker session {session.session_id[-6:]}"
-        config = {"source": "cookbook serve", "session_id": session.session_id, "lora_rank": lora_rank,
-                  "user_metadata": session.user_metadata}
+        config = {
+            "source": "cookbook serve",
+            "session_id": session.session_id,
+            "lora_rank": lora_rank,
+            "user_metadata": session.user_metadata,
+        }
         try:
             store = self._storage()
-            store.create_run(session.run_id, name=name, kind="sl", backend="local", base_model=base_model,
-                             config=config, log_dir=paths.run_dir(session.run_id), status=RunStatus.QUEUED)
+            store.create_run(
+                session.run_id,
+                name=name,
+                kind="sl",
+                backend="local",
+                base_model=base_model,
+                config=config,
+                log_dir=paths.run_dir(session.run_id),
+                status=RunStatus.QUEUED,
+            )
             store.claim_run(session.run_id)
         except Exception as exc:
             log.warning("session %s: could not create its studio run: %s", session.session_id, exc)
             session.run_id = None
 
-    def on_forward_backward(self, session: Session, loss_fn: str, data: list[types.Datum],
-                            output: types.ForwardBackwardOutput) -> None:
+    def on_forward_backward(
+        self, session: Session, loss_fn: str, data: list[types.Datum], output: types.ForwardBackwardOutput
+    ) -> None:
         if loss_fn in RL_LOSSES and not session.loss_by_step.get("_rl"):
             session.loss_by_step["_rl"] = 1.0
             self._write(session, "update_run", session.run_id, kind="rl")
@@ -207,18 +221,31 @@ class ServerState:
 
     def on_checkpoint(self, session: Session, name: str, kind: str, path: str) -> None:
         paths_by_kind = {"state_path": path} if kind == "state" else {"sampler_path": path}
-        self._write(session, "add_checkpoint", session.run_id, step=session.step, name=f"{kind}:{name}", kind=kind,
-                    **paths_by_kind)
+        self._write(
+            session,
+            "add_checkpoint",
+            session.run_id,
+            step=session.step,
+            name=f"{kind}:{name}",
+            kind=kind,
+            **paths_by_kind,
+        )
 
-    def on_sample(self, session: Session, tokenizer, prompt: types.ModelInput,
-                  response: types.SampleResponse) -> None:
+    def on_sample(self, session: Session, tokenizer, prompt: types.ModelInput, response: types.SampleResponse) -> None:
         if not self.record or session.run_id is None:
             return
         prompt_text = tokenizer.decode(prompt.to_ints())
         group = session.samples_this_step
         session.samples_this_step += 1
-        rows = [{"step": session.step, "group_idx": group, "sample_idx": i, "prompt": prompt_text,
-                 "completion": tokenizer.decode(seq.tokens), "stop_reason": seq.stop_reason}
-                for i, seq in enumerate(response.sequences)]
+        rows = [
+            {
+                "step": session.step,
+                "group_idx": group,
+                "sample_idx": i,
+                "prompt": prompt_text,
+                "completion": tokenizer.decode(seq.tokens),
+                "stop_reason": seq.stop_reason,
+            }
+            for i, seq in enumerate(response.sequences)
+        ]
         self._write(session, "add_transcripts", session.run_id, rows)
-

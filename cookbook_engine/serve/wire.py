@@ -18,8 +18,10 @@ from tinker.proto import tinker_public_pb2 as pb
 
 PROTO_CONTENT_TYPE = "application/x-protobuf"
 _DTYPES: dict[int, tuple[Literal["float32", "int64"], type]] = {
-    pb.DTYPE_FLOAT32: ("float32", np.float32), pb.DTYPE_INT64: ("int64", np.int64),
-    pb.DTYPE_INT32: ("int64", np.int32)}
+    pb.DTYPE_FLOAT32: ("float32", np.float32),
+    pb.DTYPE_INT64: ("int64", np.int64),
+    pb.DTYPE_INT32: ("int64", np.int32),
+}
 _STOP_REASONS = {"stop": pb.STOP_REASON_STOP, "length": pb.STOP_REASON_LENGTH}
 
 
@@ -49,8 +51,12 @@ def parse_forward_backward(body: bytes) -> tuple[str, str, dict | None, list[typ
     config: dict = {k: v for k, v in msg.loss_fn_config.items()}
     for key, value in msg.loss_fn_config_v2.items():
         config[key] = value.text if value.WhichOneof("value") == "text" else value.number
-    data = [types.Datum(model_input=_model_input(d.model_input),
-                        loss_fn_inputs={k: _tensor(v) for k, v in d.loss_fn_inputs.items()}) for d in msg.data]
+    data = [
+        types.Datum(
+            model_input=_model_input(d.model_input), loss_fn_inputs={k: _tensor(v) for k, v in d.loss_fn_inputs.items()}
+        )
+        for d in msg.data
+    ]
     return msg.model_id, msg.loss_fn, config or None, data, bool(msg.forward_only)
 
 
