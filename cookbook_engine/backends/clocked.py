@@ -50,7 +50,7 @@ from tinker import types
 
 from cookbook_engine.backends.clocked_settings import ClockedConfig
 from cookbook_engine.backends.local import LocalSamplingClient, LocalServiceClient, LocalTrainingClient
-from cookbook_engine.backends.protocol import ClientFuture, LocalFuture
+from cookbook_engine.backends.protocol import ClientFuture, LocalFuture, QueuedSamplingCalls, QueuedTrainingCalls
 from cookbook_engine.settings import bound_problems
 
 # A request's kind decides its admission: a cycle admits a training client's requests up to one optim_step, and
@@ -337,7 +337,7 @@ def _run_clock(service_ref: weakref.ref[ClockedServiceClient], period_s: float) 
         del service
 
 
-class ClockedTrainingClient:
+class ClockedTrainingClient(QueuedTrainingCalls):
     """A local training client whose requests wait for the clock."""
 
     def __init__(self, service: ClockedServiceClient, local: LocalTrainingClient):
@@ -368,20 +368,8 @@ class ClockedTrainingClient:
     def forward_backward_custom(self, data: list[types.Datum], loss_fn: Callable, **kw: Any):
         return self._submit("forward_backward_custom", lambda: self.local.forward_backward_custom(data, loss_fn, **kw))
 
-    def optim_step(self, adam_params: types.AdamParams):
-        return self._submit("optim_step", lambda: self.local.optim_step(adam_params))
-
-    async def forward_async(self, data, loss_fn="cross_entropy", loss_fn_config=None):
-        return self.forward(data, loss_fn, loss_fn_config)
-
-    async def forward_backward_async(self, data, loss_fn="cross_entropy", loss_fn_config=None):
-        return self.forward_backward(data, loss_fn, loss_fn_config)
-
-    async def forward_backward_custom_async(self, data, loss_fn, **kw):
-        return self.forward_backward_custom(data, loss_fn, **kw)
-
-    async def optim_step_async(self, adam_params):
-        return self.optim_step(adam_params)
+    def optim_step(self, optim_params: types.AdamParams):
+        return self._submit("optim_step", lambda: self.local.optim_step(optim_params))
 
     def save_state(self, name: str):
         return self._submit("save_state", lambda: self.local.save_state(name))
@@ -389,23 +377,11 @@ class ClockedTrainingClient:
     def save_weights_for_sampler(self, name: str):
         return self._submit("save_weights_for_sampler", lambda: self.local.save_weights_for_sampler(name))
 
-    async def save_state_async(self, name):
-        return self.save_state(name)
-
-    async def save_weights_for_sampler_async(self, name):
-        return self.save_weights_for_sampler(name)
-
     def load_state(self, path: str):
         return self._submit("load_state", lambda: self.local.load_state(path))
 
     def load_state_with_optimizer(self, path: str):
         return self._submit("load_state_with_optimizer", lambda: self.local.load_state_with_optimizer(path))
-
-    async def load_state_async(self, path):
-        return self.load_state(path)
-
-    async def load_state_with_optimizer_async(self, path):
-        return self.load_state_with_optimizer(path)
 
     def _sampler_snapshot(self, name: str | None) -> LocalFuture:
         """Queue, on the local worker, a sampling client on the weights as they are then (what the local client's
@@ -437,7 +413,7 @@ class ClockedTrainingClient:
         self.local.close()
 
 
-class ClockedSamplingClient:
+class ClockedSamplingClient(QueuedSamplingCalls):
     """A local sampling client whose requests wait for the clock (all queued samples are admitted each tick)."""
 
     def __init__(self, service: ClockedServiceClient, local: LocalSamplingClient):
@@ -450,9 +426,6 @@ class ClockedSamplingClient:
 
     def get_base_model(self) -> str:
         return self.local.get_base_model()
-
-    async def get_base_model_async(self) -> str:
-        return self.get_base_model()
 
     def sample(
         self,
@@ -468,11 +441,5 @@ class ClockedSamplingClient:
             lambda: self.local.sample(prompt, num_samples, sampling_params, include_prompt_logprobs, **options),
         )
 
-    async def sample_async(self, prompt, num_samples, sampling_params, include_prompt_logprobs=False, **options):
-        return await self.sample(prompt, num_samples, sampling_params, include_prompt_logprobs, **options)
-
     def compute_logprobs(self, prompt: types.ModelInput):
         return self.service.submit(self._queue, "compute_logprobs", lambda: self.local.compute_logprobs(prompt))
-
-    async def compute_logprobs_async(self, prompt):
-        return await self.compute_logprobs(prompt)

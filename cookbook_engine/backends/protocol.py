@@ -150,9 +150,8 @@ class TrainingClient(Protocol):
     async def forward_backward_custom_async(
         self, data: list[types.Datum], loss_fn: Callable
     ) -> ResultFuture[types.ForwardBackwardOutput]: ...
-    # the settings go by position: the SDK names the parameter optim_params, the clocked simulator adam_params
-    def optim_step(self, optim_params: types.AdamParams, /) -> ResultFuture[types.OptimStepResponse]: ...
-    async def optim_step_async(self, optim_params: types.AdamParams, /) -> ResultFuture[types.OptimStepResponse]: ...
+    def optim_step(self, optim_params: types.AdamParams) -> ResultFuture[types.OptimStepResponse]: ...
+    async def optim_step_async(self, optim_params: types.AdamParams) -> ResultFuture[types.OptimStepResponse]: ...
     def save_state(self, name: str) -> ResultFuture[types.SaveWeightsResponse]: ...
     async def save_state_async(self, name: str) -> ResultFuture[types.SaveWeightsResponse]: ...
     def load_state(self, path: str) -> ResultFuture[Any]: ...
@@ -202,3 +201,47 @@ class ServiceClient(Protocol):
     ) -> SamplingClient: ...
     def get_server_capabilities(self) -> types.GetServerCapabilitiesResponse: ...
     async def get_server_capabilities_async(self) -> types.GetServerCapabilitiesResponse: ...
+
+
+class QueuedTrainingCalls:
+    """The `*_async` training calls of a client whose plain calls queue the request and return its future (the
+    clocked simulator's and the hosted backend's clients): each async call queues the same request and returns the
+    future, the SDK's shape (`await (await client.forward_backward_async(...))`). Not for the local client, whose
+    async calls take more of the SDK's options."""
+
+    async def forward_async(self: Any, data, loss_fn="cross_entropy", loss_fn_config=None):
+        return self.forward(data, loss_fn, loss_fn_config)
+
+    async def forward_backward_async(self: Any, data, loss_fn="cross_entropy", loss_fn_config=None):
+        return self.forward_backward(data, loss_fn, loss_fn_config)
+
+    async def forward_backward_custom_async(self: Any, data, loss_fn, **kw):
+        return self.forward_backward_custom(data, loss_fn, **kw)
+
+    async def optim_step_async(self: Any, optim_params):
+        return self.optim_step(optim_params)
+
+    async def save_state_async(self: Any, name):
+        return self.save_state(name)
+
+    async def save_weights_for_sampler_async(self: Any, name):
+        return self.save_weights_for_sampler(name)
+
+    async def load_state_async(self: Any, path):
+        return self.load_state(path)
+
+    async def load_state_with_optimizer_async(self: Any, path):
+        return self.load_state_with_optimizer(path)
+
+
+class QueuedSamplingCalls:
+    """The `*_async` sampling calls of a client whose plain calls return futures: each awaits its result."""
+
+    async def get_base_model_async(self: Any) -> str:
+        return self.get_base_model()
+
+    async def sample_async(self: Any, prompt, num_samples, sampling_params, include_prompt_logprobs=False, **options):
+        return await self.sample(prompt, num_samples, sampling_params, include_prompt_logprobs, **options)
+
+    async def compute_logprobs_async(self: Any, prompt):
+        return await self.compute_logprobs(prompt)

@@ -32,7 +32,7 @@ from tinker import types
 from tinker.lib.base_url import DEFAULT_BASE_URL, resolve_base_url
 
 from cookbook_engine import models, secrets
-from cookbook_engine.backends.protocol import ClientFuture, map_future
+from cookbook_engine.backends.protocol import ClientFuture, QueuedSamplingCalls, QueuedTrainingCalls, map_future
 from storage.input_error import InputError
 
 CAPABILITIES_PATH = "/api/v1/get_server_capabilities"  # the SDK's RestClient.get_server_capabilities endpoint
@@ -428,7 +428,7 @@ class HostedServiceClient:
         return HostedSamplingClient(await self._sampling_request(model_path, base_model), model_path)
 
 
-class HostedTrainingClient:
+class HostedTrainingClient(QueuedTrainingCalls):
     """tinker.TrainingClient behind our protocol. Every call returns the SDK's APIFuture at once (await it or call
     .result()); requests run on the service in submission order, so optim_step can be queued right behind
     forward_backward, and the next batch behind both."""
@@ -467,20 +467,8 @@ class HostedTrainingClient:
         """loss_fn(data, logprobs_list) -> (loss, metrics); the SDK runs it here, on this machine."""
         return self.sdk.forward_backward_custom(data=data, loss_fn=loss_fn)
 
-    def optim_step(self, adam_params: types.AdamParams):
-        return self.sdk.optim_step(optim_params=adam_params)
-
-    async def forward_async(self, data, loss_fn="cross_entropy", loss_fn_config=None):
-        return self.forward(data, loss_fn, loss_fn_config)
-
-    async def forward_backward_async(self, data, loss_fn="cross_entropy", loss_fn_config=None):
-        return self.forward_backward(data, loss_fn, loss_fn_config)
-
-    async def forward_backward_custom_async(self, data, loss_fn, **kw):
-        return self.forward_backward_custom(data, loss_fn, **kw)
-
-    async def optim_step_async(self, adam_params):
-        return self.optim_step(adam_params)
+    def optim_step(self, optim_params: types.AdamParams):
+        return self.sdk.optim_step(optim_params=optim_params)
 
     # --- checkpoints -------------------------------------------------------------------------------------------
     def save_state(self, name: str):
@@ -490,24 +478,12 @@ class HostedTrainingClient:
     def save_weights_for_sampler(self, name: str):
         return self.sdk.save_weights_for_sampler(name=name)
 
-    async def save_state_async(self, name):
-        return self.save_state(name)
-
-    async def save_weights_for_sampler_async(self, name):
-        return self.save_weights_for_sampler(name)
-
     def load_state(self, path: str):
         """Deprecated by the SDK (resume with the service's create_training_client_from_state*), kept for parity."""
         return _quietly(lambda: self.sdk.load_state(path=path))
 
     def load_state_with_optimizer(self, path: str):
         return _quietly(lambda: self.sdk.load_state_with_optimizer(path=path))
-
-    async def load_state_async(self, path):
-        return self.load_state(path)
-
-    async def load_state_with_optimizer_async(self, path):
-        return self.load_state_with_optimizer(path)
 
     def save_weights_and_get_sampling_client(self, name: str | None = None, **_: Any) -> ClientFuture:
         """A future of a sampling client on the weights as they are after every request submitted before this one.
@@ -533,7 +509,7 @@ class HostedTrainingClient:
         """Nothing to free here: the service keeps the run and its checkpoints."""
 
 
-class HostedSamplingClient:
+class HostedSamplingClient(QueuedSamplingCalls):
     """tinker.SamplingClient behind our protocol; `model_path` is the tinker:// path it samples from, if any."""
 
     def __init__(self, sdk_client: Any, model_path: str | None):
@@ -542,9 +518,6 @@ class HostedSamplingClient:
 
     def get_base_model(self) -> str:
         return self.sdk.get_base_model()
-
-    async def get_base_model_async(self) -> str:
-        return self.get_base_model()
 
     def get_tokenizer(self):
         return hosted_tokenizer(self.get_base_model())
@@ -565,12 +538,6 @@ class HostedSamplingClient:
             **options,
         )
 
-    async def sample_async(self, prompt, num_samples, sampling_params, include_prompt_logprobs=False, **options):
-        return await self.sample(prompt, num_samples, sampling_params, include_prompt_logprobs, **options)
-
     def compute_logprobs(self, prompt: types.ModelInput):
         """Log-probabilities of the prompt's tokens; index 0 is None."""
         return self.sdk.compute_logprobs(prompt=prompt)
-
-    async def compute_logprobs_async(self, prompt):
-        return await self.compute_logprobs(prompt)
