@@ -6,6 +6,7 @@ never as raw HTML. These helpers read what they show from the arguments they get
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -183,6 +184,18 @@ def run_picker(
     labels = {r["run_id"]: run_label(r) for r in runs}
     index = ids.index(default_id) if default_id in ids else 0
     return st.selectbox(label, ids, index=index, format_func=labels.__getitem__, key=key, help=help)
+
+
+def row_picker(label: str, rows: list[dict], id_key: str, query_key: str, describe: Callable[[dict], str]) -> dict:
+    """A selectbox over stored rows (evaluations, sweeps; newest first) that starts on the row the page's address
+    names (`?query_key=ID`, as pages link to each other); returns the chosen row."""
+    by_id = {row[id_key]: row for row in rows}
+    ids = list(by_id)
+    wanted = st.query_params.get(query_key)
+    chosen = st.selectbox(
+        label, ids, index=ids.index(wanted) if wanted in by_id else 0, format_func=lambda i: describe(by_id[i])
+    )
+    return by_id[chosen if chosen in by_id else ids[0]]
 
 
 def notice(message: str, kind: str = "success") -> None:

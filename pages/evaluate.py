@@ -82,20 +82,17 @@ all_jobs = store.list_jobs()
 if not all_jobs:
     st.info("No evaluations yet: pick models and eval sets above and press Evaluate.", icon=":material/info:")
     st.stop()
-by_id = {job["eval_id"]: job for job in all_jobs}
-wanted = st.query_params.get("eval")
-eval_id = st.selectbox(
+picked = widgets.row_picker(
     "Evaluation",
-    list(by_id),
-    index=list(by_id).index(wanted) if wanted in by_id else 0,
-    format_func=lambda i: (
-        f"{by_id[i]['name']} · {by_id[i]['status']} · "
-        f"{', '.join(by_id[i]['models'])} on {', '.join(by_id[i]['eval_sets'])}"
-    ),
+    all_jobs,
+    "eval_id",
+    "eval",
+    lambda job: f"{job['name']} · {job['status']} · {', '.join(job['models'])} on {', '.join(job['eval_sets'])}",
 )
+eval_id = picked["eval_id"]
 
 
-@st.fragment(run_every=2 if by_id[eval_id]["status"] in statuses.ACTIVE else None)
+@st.fragment(run_every=2 if picked["status"] in statuses.ACTIVE else None)
 def progress_line() -> None:
     job = store.get_job(eval_id)
     if job is None:  # deleted meanwhile
@@ -114,8 +111,8 @@ def progress_line() -> None:
             widgets.error_text(job["error"])
     finished_pairs = len(store.results([eval_id]))
     seen_pairs = st.session_state.setdefault(state_keys.eval_pairs_seen(eval_id), finished_pairs)
-    if by_id[eval_id]["status"] != job["status"] or finished_pairs != seen_pairs:
-        by_id[eval_id] = job
+    if picked["status"] != job["status"] or finished_pairs != seen_pairs:
+        picked.update(job)
         st.session_state[state_keys.eval_pairs_seen(eval_id)] = finished_pairs
         st.rerun()  # the whole page: the leaderboard grows as each model finishes an eval set
 

@@ -30,17 +30,11 @@ all_sweeps = runner.store.list_sweeps()
 if not all_sweeps:
     st.info("No sweeps yet: edit the example above and press Start sweep.", icon=":material/info:")
     st.stop()
-by_id = {sweep["sweep_id"]: sweep for sweep in all_sweeps}
-wanted = st.query_params.get("sweep")
-sweep_id = st.selectbox(
-    "Sweep",
-    list(by_id),
-    index=list(by_id).index(wanted) if wanted in by_id else 0,
-    format_func=lambda i: f"{by_id[i]['name']} · {by_id[i]['status']}",
-)
+picked = widgets.row_picker("Sweep", all_sweeps, "sweep_id", "sweep", lambda s: f"{s['name']} · {s['status']}")
+sweep_id = picked["sweep_id"]
 
 
-@st.fragment(run_every=3 if by_id[sweep_id]["status"] in statuses.ACTIVE else None)
+@st.fragment(run_every=3 if picked["status"] in statuses.ACTIVE else None)
 def sweep_table() -> None:
     sweep = runner.store.get_sweep(sweep_id)
     if sweep is None:  # deleted meanwhile
