@@ -25,7 +25,22 @@ PACKAGES = ("cookbook_engine", "storage", "app")  # the loggers COOKBOOK_LOG_LEV
 
 
 class CookbookHandler(logging.StreamHandler[TextIO]):
-    """The handler setup_logging() installs on the root logger (its type tells it apart from others' handlers)."""
+    """The handler setup_logging() installs on the root logger (its type tells it apart from others' handlers).
+    Without a stream of its own it writes to `sys.stderr` as it is when each record comes, like logging's last-resort
+    handler: a library thread that logs after stderr was replaced and closed (pytest's capture, a finished Streamlit
+    script) writes to the live stderr, never to the closed one."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self._own_stream = stream
+        super().__init__(stream)
+
+    @property  # StreamHandler keeps a plain attribute; this one follows sys.stderr
+    def stream(self) -> TextIO:
+        return self._own_stream or sys.stderr
+
+    @stream.setter
+    def stream(self, value: TextIO) -> None:
+        self._own_stream = value if value is not sys.stderr else None
 
 
 def level_from_env() -> tuple[int, str | None]:
@@ -47,7 +62,7 @@ def setup_logging(stream: TextIO | None = None) -> logging.Handler:
     root = logging.getLogger()
     for handler in [h for h in root.handlers if isinstance(h, CookbookHandler)]:
         root.removeHandler(handler)
-    handler = CookbookHandler(stream or sys.stderr)
+    handler = CookbookHandler(stream)
     handler.setFormatter(logging.Formatter(FORMAT, DATE_FORMAT))
     root.addHandler(handler)
     root.setLevel(max(level, DEFAULT_LEVEL))

@@ -127,3 +127,19 @@ def test_setting_up_again_replaces_the_handler_instead_of_doubling_lines() -> No
     logging.getLogger("cookbook_engine.export").warning("once")
     assert first.getvalue() == "" and second.getvalue().count("once") == 1
     installed_handler()
+
+
+def test_a_library_thread_logging_after_stderr_was_replaced_and_closed_writes_to_the_live_stderr(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The tinker SDK's heartbeat thread logged after pytest had closed its captured stderr, and the handler, holding
+    that stream, printed '--- Logging error --- I/O operation on closed file' at the end of the suite."""
+    first = io.StringIO()
+    monkeypatch.setattr("sys.stderr", first)
+    log.setup_logging()
+    logging.getLogger("tinker.lib").warning("while the test ran")
+    first.close()
+    live = io.StringIO()
+    monkeypatch.setattr("sys.stderr", live)
+    logging.getLogger("tinker.lib").warning("after the capture ended")
+    assert LINE.match(live.getvalue().strip()) and "after the capture ended" in live.getvalue()
