@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Literal, NoReturn
 
 import pandas as pd
 import streamlit as st
@@ -175,27 +175,75 @@ def run_label(run: dict) -> str:
 
 
 def run_picker(
-    label: str, runs: list[dict], key: str, default_id: str | None = None, help: str | None = None
-) -> str | None:
-    """A selectbox of runs (newest first); returns the chosen run id."""
-    if not runs:
-        return None
-    ids = [r["run_id"] for r in runs]
+    label: str, runs: list[dict], query_key: str = "run", default_id: str | None = None, help: str | None = None
+) -> str:
+    """A selectbox of runs (newest first) that keeps the run the page's address names (`?run=ID`); see
+    `picked_id`. Returns the chosen run id."""
     labels = {r["run_id"]: run_label(r) for r in runs}
-    index = ids.index(default_id) if default_id in ids else 0
-    return st.selectbox(label, ids, index=index, format_func=labels.__getitem__, key=key, help=help)
+    return picked_id(label, list(labels), labels.__getitem__, query_key, "run", default_id=default_id, help=help)
 
 
 def row_picker(label: str, rows: list[dict], id_key: str, query_key: str, describe: Callable[[dict], str]) -> dict:
-    """A selectbox over stored rows (evaluations, sweeps; newest first) that starts on the row the page's address
-    names (`?query_key=ID`, as pages link to each other); returns the chosen row."""
+    """A selectbox over stored rows (evaluations, sweeps; newest first) that keeps the row the page's address names
+    (`?query_key=ID`, as pages link to each other); see `picked_id`. Returns the chosen row."""
     by_id = {row[id_key]: row for row in rows}
-    ids = list(by_id)
-    wanted = st.query_params.get(query_key)
+    return by_id[picked_id(label, list(by_id), lambda i: describe(by_id[i]), query_key, query_key)]
+
+
+def picked_id(
+    label: str,
+    ids: list[str],
+    describe: Callable[[str], str],
+    query_key: str,
+    what: str,
+    default_id: str | None = None,
+    help: str | None = None,
+) -> str:
+    """A selectbox over `ids` that keeps the page on the one its address names (`?query_key=ID`) and writes the
+    person's pick back into the address. An address naming an id that is not there (mistyped, or deleted from
+    another tab) stops the page with an error naming it: the page never falls back to another row, so no button
+    below it can act on a row the page was not opened for. With no id in the address it starts on `default_id` (when
+    present) or the first (newest) row."""
+    wanted = check_address(query_key, ids, what)
+    start = wanted or (default_id if default_id in ids else ids[0])
     chosen = st.selectbox(
-        label, ids, index=ids.index(wanted) if wanted in by_id else 0, format_func=lambda i: describe(by_id[i])
+        label, ids, index=ids.index(start), format_func=describe, key=f"{query_key}-picker-{start}", help=help
     )
-    return by_id[chosen if chosen in by_id else ids[0]]
+    if chosen not in ids:  # only a stale widget value; never act on another row
+        gone(what, str(chosen))
+    if chosen != wanted:
+        st.query_params[query_key] = chosen
+    return chosen
+
+
+def check_address(query_key: str, ids: list[str], what: str) -> str | None:
+    """The id the page's address names (`?query_key=ID`), or None; an id that is not among `ids` stops the page
+    with an error naming it (`gone`). Pages that draw their picker inside columns call this first, so the error
+    spans the page."""
+    wanted = st.query_params.get(query_key)
+    if wanted is not None and wanted not in ids:
+        gone(what, wanted)
+    return wanted
+
+
+def gone(what: str, wanted: str) -> NoReturn:
+    """Stop the page with an error naming the missing run (evaluation, sweep) and a way back to the list."""
+    from app import nav
+
+    noun = GONE_NOUN.get(what, what)
+    error_text(
+        f"There is no {noun} {wanted}: it was deleted (perhaps in another tab), or the address is mistyped. "
+        f"Nothing on this page acts on another {noun} in its place."
+    )
+    if what == "run":
+        nav.link("runs", "All runs", ":material/monitoring:")
+    elif st.button(f"Show the newest {noun}", icon=":material/undo:"):
+        del st.query_params[what]
+        st.rerun()
+    st.stop()
+
+
+GONE_NOUN = {"eval": "evaluation"}
 
 
 def notice(message: str, kind: str = "success") -> None:

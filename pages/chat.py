@@ -4,7 +4,7 @@ turns (edited if wanted) go into an SL dataset, and "prefer this reply" side by 
 
 import streamlit as st
 
-from app import chat_tools, conversation, state, state_keys, widgets
+from app import chat_targets, chat_tools, conversation, state, state_keys, widgets
 from cookbook_engine import chat, models
 
 st.title("Chat")
@@ -14,30 +14,8 @@ by_key = {t.key: t for t in targets}
 keys = list(by_key)
 
 
-def requested_target() -> str | None:
-    """A run's page sent us here: its latest weights while it trains, else its newest checkpoint."""
-    run_id = st.session_state.pop(state_keys.CHAT_TARGET_REQUEST, None)
-    if run_id is None:
-        return None
-    for target in targets:
-        if target.run_id == run_id and target.kind == "latest":
-            return target.key
-    for target in targets:
-        if target.run_id == run_id:
-            return target.key
-    return None
-
-
-request = requested_target()
-if request:
-    st.session_state[state_keys.CHAT_LEFT] = request
-    st.session_state.setdefault(state_keys.CHAT_SIDE_BY_SIDE, False)
-if st.session_state.get(state_keys.CHAT_LEFT) not in by_key:
-    st.session_state[state_keys.CHAT_LEFT] = keys[0]
-if st.session_state.get(state_keys.CHAT_RIGHT) not in by_key:
-    st.session_state[state_keys.CHAT_RIGHT] = next(
-        (k for k in keys if k != keys[0] and by_key[k].kind != "base"), keys[0]
-    )
+for sentence in chat_targets.settle(targets):  # a deleted checkpoint or run: say so, never pick another run's
+    st.warning(widgets.safe_markdown(sentence), icon=":material/warning:")
 
 c1, c2, c3 = st.columns([3, 3, 1.2], vertical_alignment="bottom")
 side_by_side = c3.toggle(

@@ -18,7 +18,8 @@ widgets.show_notice()
 store = state.store()
 checkpoints = store.list_checkpoints()
 run_ids = {c["run_id"] for c in checkpoints}
-runs = [r for r in store.list_runs() if r["run_id"] in run_ids]
+all_runs = store.list_runs()
+runs = [r for r in all_runs if r["run_id"] in run_ids]
 
 
 def exports_list() -> None:
@@ -58,6 +59,7 @@ def built_export(label: str, key: str, build, spinner: str, done: str) -> str | 
     return built[key] if key in built and Path(built[key]).exists() else None
 
 
+widgets.check_address("run", [r["run_id"] for r in all_runs], "run")  # a deleted or mistyped run: say so, and stop
 if not runs:
     widgets.empty_state(
         "No checkpoints yet: runs save one every save_every steps and at the end.", "new_run", "Start a new run"
@@ -65,7 +67,10 @@ if not runs:
     exports_list()
     st.stop()
 
-run_id = widgets.run_picker("Run", runs, key="checkpoints-run", default_id=st.query_params.get("run"))
+if st.query_params.get("run") not in {None, *run_ids}:
+    st.info(f"Run {st.query_params['run']} has no checkpoints yet.", icon=":material/hourglass_top:")
+    st.stop()
+run_id = widgets.run_picker("Run", runs)
 run = next(r for r in runs if r["run_id"] == run_id)
 mine = [c for c in checkpoints if c["run_id"] == run_id]
 st.dataframe(
@@ -85,13 +90,17 @@ st.dataframe(
     width="stretch",
 )
 
-labels = {
-    i: f"step {c['step']} · {c['name']}" + (" (final)" if (c.get("loop_state") or {}).get("final") else "")
-    for i, c in enumerate(mine)
-}
-index = st.selectbox("Checkpoint to export", list(labels), format_func=lambda i: labels[i], key=f"checkpoint-{run_id}")
-checkpoint = mine[index]
-path = checkpoint.get("sampler_path") or checkpoint["state_path"]  # every checkpoint has one or both
+by_path = {c.get("sampler_path") or c["state_path"]: c for c in mine}  # every checkpoint has one or both
+path = st.selectbox(
+    "Checkpoint to export",
+    list(by_path),
+    format_func=lambda p: (
+        f"step {by_path[p]['step']} · {by_path[p]['name']}"
+        + (" (final)" if (by_path[p].get("loop_state") or {}).get("final") else "")
+    ),
+    key=f"checkpoint-{run_id}",
+)
+checkpoint = by_path[path]
 stem = f"{run['name']}-{checkpoint['name']}"
 
 c1, c2, c3 = st.columns(3, gap="medium")

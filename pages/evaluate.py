@@ -79,6 +79,7 @@ if start:
 
 # ---------------------------------------------------------------------------------------------- one evaluation
 all_jobs = store.list_jobs()
+widgets.check_address("eval", [job["eval_id"] for job in all_jobs], "eval")  # deleted or mistyped: say so, stop
 if not all_jobs:
     st.info("No evaluations yet: pick models and eval sets above and press Evaluate.", icon=":material/info:")
     st.stop()

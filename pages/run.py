@@ -11,20 +11,17 @@ from storage.statuses import RunStatus
 store = state.store()
 runs = store.list_runs()
 widgets.show_notice()
+widgets.check_address("run", [r["run_id"] for r in runs], "run")  # a deleted or mistyped run: say so, and stop
 if not runs:
     st.title("Run")
     widgets.empty_state("No runs yet.", "new_run", "Start a new run")
     st.stop()
-
-requested = st.query_params.get("run") or st.session_state.get(state_keys.LAST_RUN)
 title_column, badge_column, picker_column = st.columns([5, 1.2, 2.5], vertical_alignment="bottom")
 with picker_column:
-    run_id = widgets.run_picker("Run", runs, key=f"run-picker-{requested}", default_id=requested)
-run = store.get_run(run_id) if run_id else None
-if run_id is None or run is None:  # only when the run was deleted from another tab a moment ago
-    st.rerun()
-if run_id != st.query_params.get("run"):
-    st.query_params["run"] = run_id
+    run_id = widgets.run_picker("Run", runs, default_id=st.session_state.get(state_keys.LAST_RUN))
+run = store.get_run(run_id)
+if run is None:  # deleted from another tab a moment ago
+    widgets.gone("run", run_id)
 st.session_state[state_keys.LAST_RUN] = run_id
 title_column.title(widgets.safe_markdown(run["name"]))
 with badge_column:
@@ -34,8 +31,8 @@ with badge_column:
 def live_header(run_id: str) -> None:
     """Kind, model, age, elapsed time, time left and the training process's CPU and memory, refreshed live."""
     run = state.store().get_run(run_id)
-    if run is None:
-        return  # deleted from another tab: the next full run of the page picks another
+    if run is None:  # deleted from another tab: the whole page says so
+        st.rerun()
     details = run_view.header_facts(
         run,
         widgets.KIND_LABEL[run["kind"]],
@@ -102,8 +99,8 @@ def chart_grid(metrics: pd.DataFrame, groups: run_view.ChartGroups, per_row: int
 
 def live_overview(run_id: str, was_active: bool) -> None:
     run = state.store().get_run(run_id)  # state.store(): a run whose process died shows as interrupted
-    if run is None:
-        return  # deleted from another tab: the next full run of the page picks another
+    if run is None:  # deleted from another tab: the whole page says so
+        st.rerun()
     active = run["status"] in statuses.ACTIVE
     if was_active and not active:
         st.rerun()  # finished: redraw the whole page (status, buttons, checkpoints) and stop refreshing

@@ -27,6 +27,7 @@ if start:
         st.query_params["sweep"] = runner.start(plan)
 
 all_sweeps = runner.store.list_sweeps()
+widgets.check_address("sweep", [s["sweep_id"] for s in all_sweeps], "sweep")  # deleted or mistyped: say so, stop
 if not all_sweeps:
     st.info("No sweeps yet: edit the example above and press Start sweep.", icon=":material/info:")
     st.stop()

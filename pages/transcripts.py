@@ -11,14 +11,19 @@ st.caption(
     "the mean of its group)."
 )
 store = state.store()
-rl_runs = view.rl_runs(store.list_runs())
+all_runs = store.list_runs()
+widgets.check_address("run", [r["run_id"] for r in all_runs], "run")  # a deleted or mistyped run: say so, and stop
+rl_runs = view.rl_runs(all_runs)
 if not rl_runs:
     widgets.empty_state("No RL runs yet: transcripts are recorded by RL runs.", "new_run", "Start an RL run")
     st.stop()
 
-run_id = widgets.run_picker("Run", rl_runs, key="transcripts-run", default_id=st.query_params.get("run"))
-steps = store.transcript_steps(run_id) if run_id else []
-if run_id is None or not steps:
+if st.query_params.get("run") not in {None, *(r["run_id"] for r in rl_runs)}:
+    st.info(f"Run {st.query_params['run']} is not an RL run: only RL runs record transcripts.", icon=":material/info:")
+    st.stop()
+run_id = widgets.run_picker("Run", rl_runs)
+steps = store.transcript_steps(run_id)
+if not steps:
     st.info(
         "No rollouts recorded yet: they appear when the run's first step finishes.", icon=":material/hourglass_top:"
     )
