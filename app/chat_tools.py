@@ -107,6 +107,28 @@ def stream(pane_reply: PaneReply, messages: list[dict], params: chat.ChatParams,
         widgets.error_text(str(exc))
 
 
+def retry_tools(turns: list[Turn], panes: dict[str, chat.ChatTarget]) -> None:
+    """Under a finished conversation: answer the last message again, or edit it and send it again."""
+    last = len(turns) - 1
+    c1, c2, _ = st.columns([1, 1.2, 3])
+    c1.button(
+        "Regenerate",
+        icon=":material/refresh:",
+        on_click=conversation.resend,
+        args=(last, turns[last].user, panes),
+        help="Answer your last message again; the replies shown now are replaced.",
+        width="stretch",
+    )
+    with c2.popover("Edit and resend", icon=":material/edit:", width="stretch"):
+        key = f"chat-edit-{last}-{turns[last].user}"
+        st.text_area("Your last message", turns[last].user, key=key)
+        st.button(
+            "Send edited",
+            type="primary",
+            on_click=lambda: conversation.resend(last, st.session_state[key], panes),
+        )
+
+
 # ---------------------------------------------------------------------------------------------- data tools
 
 
@@ -165,10 +187,16 @@ def add_to_dataset(
             "Reply": st.column_config.TextColumn("Reply (editable)", width="large"),
         },
     )
-    options = [d["name"] for d in chat_data.appendable(store, "chat")] + [NEW_DATASET]
+    options = [NEW_DATASET] + [d["name"] for d in chat_data.appendable(store, "chat")]  # never an upload by default
     c1, c2, c3 = st.columns([2, 2, 1.3], vertical_alignment="bottom")
-    choice = c1.selectbox(
-        "Dataset", options, key="chat-data-dataset", help="An uploaded chat dataset (JSONL) or a new one."
+    choice: str = (
+        c1.selectbox(
+            "Dataset",
+            options,
+            key="chat-data-dataset",
+            help="A new dataset, or an uploaded chat dataset (JSONL) to grow.",
+        )
+        or NEW_DATASET
     )
     name = c2.text_input("New dataset name", "chat-examples", key="chat-data-name", disabled=choice != NEW_DATASET)
     edits = {i: str(edited["Reply"][i] or "") for i in range(len(turns))}
@@ -183,7 +211,7 @@ def add_to_dataset(
         target = name if choice == NEW_DATASET else choice
         rows = conversation.training_examples(turns, pane, edits, picked, system_prompt)
         try:
-            count = chat_data.append_rows(store, target, "chat", rows)
+            count = chat_data.append_rows(store, target, "chat", rows, new=choice == NEW_DATASET)
             st.success(
                 widgets.safe_markdown(
                     f"Added {len(rows)} example{'s' if len(rows) != 1 else ''} to "

@@ -4,8 +4,11 @@ became of it (finished, cut at max tokens, stopped, failed, or still to generate
 A turn records which chat target answers it in each pane ("a" left, "b" right) when it is sent, so a reply that
 was interrupted (the page reran: another message was sent, or a setting changed) is continued by the same model
 from the tokens it already had, and a message sent meanwhile waits its turn: nothing a model produced is lost.
-The Stop button's callback marks every reply still to generate as stopped, keeping its text. This module draws
-nothing; pages/chat.py does.
+A reply's Stop button ends that reply only, keeping its text: the replies queued after it (and the other pane's)
+still come. The last turn can be answered again (regenerate) or edited and sent again; a turn whose reply is empty
+(stopped before it wrote anything, or failed) is left out of the conversation the models see and the one saved or
+added to a dataset, so no conversation has two user messages in a row. This module draws nothing; pages/chat.py
+does.
 """
 
 from __future__ import annotations
@@ -66,14 +69,22 @@ def pending(turns: list[Turn]) -> list[tuple[int, str]]:
     ]
 
 
-def stop_all() -> None:
-    """The Stop button's callback: every reply still to generate ends now, keeping what it has."""
-    stop(history())
+def stop_reply(index: int, pane: str) -> None:
+    """A Stop button's callback: the reply it sits under ends now, keeping what it has; the others still come."""
+    stop(history(), index, pane)
 
 
-def stop(turns: list[Turn]) -> None:
-    for index, pane in pending(turns):
-        turns[index].replies[pane].reply.finish = "stopped"
+def stop(turns: list[Turn], index: int, pane: str) -> None:
+    pane_reply = turns[index].replies.get(pane)
+    if pane_reply is not None and not pane_reply.done:
+        pane_reply.reply.finish = "stopped"
+
+
+def resend(index: int, text: str, targets: dict[str, chat.ChatTarget]) -> None:
+    """Forget turn `index` and every turn after it, and send `text` in its place (regenerate: the same text)."""
+    turns = history()
+    del turns[index:]
+    send(text, targets)
 
 
 def messages_for(
@@ -84,10 +95,9 @@ def messages_for(
     edits = edits or {}
     messages = [{"role": "system", "content": system_prompt}] if system_prompt.strip() else []
     for index, turn in enumerate(turns[:upto]):
-        messages.append({"role": "user", "content": turn.user})
         text = edits.get(index, reply_text(turn, pane))
-        if text:
-            messages.append({"role": "assistant", "content": text})
+        if text.strip():  # a turn with no reply is left out: never two user messages in a row
+            messages += [{"role": "user", "content": turn.user}, {"role": "assistant", "content": text}]
     messages.append({"role": "user", "content": turns[upto].user})
     return messages
 
@@ -103,7 +113,7 @@ def conversation(turns: list[Turn], pane: str, system_prompt: str = "") -> list[
         return []
     messages = messages_for(turns, pane, len(turns) - 1, system_prompt)
     last = reply_text(turns[-1], pane)
-    return messages + ([{"role": "assistant", "content": last}] if last else [])
+    return messages + [{"role": "assistant", "content": last}] if last.strip() else messages[:-1]
 
 
 def training_examples(

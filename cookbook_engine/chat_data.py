@@ -48,9 +48,9 @@ def appendable(store: RunStore, kind: str) -> list[dict]:
     ]
 
 
-def append_rows(store: RunStore, name: str, kind: str, rows: list[dict]) -> int:
+def append_rows(store: RunStore, name: str, kind: str, rows: list[dict], *, new: bool = False) -> int:
     """Append rows to the uploaded dataset `name`, or make it (a new JSONL file) if there is none; returns the
-    dataset's row count afterwards."""
+    dataset's row count afterwards. With `new`, a dataset of that name already there is refused, never grown."""
     if not rows:
         raise ChatDataError("nothing to add: pick at least one turn")
     name = name.strip()
@@ -58,6 +58,8 @@ def append_rows(store: RunStore, name: str, kind: str, rows: list[dict]) -> int:
         raise ChatDataError("give the dataset a name")
     _check_rows(rows, kind)
     existing = next((d for d in store.list_datasets() if d["name"] == name), None)
+    if existing is not None and new:
+        raise ChatDataError(f"a dataset named {name} exists: pick it under Dataset to add to it, or give a new name")
     if existing is None:
         path = datasets.save_upload(f"{name}.jsonl", _lines(rows).encode())
         meta = {"filename": f"{name}.jsonl (from chat)"}

@@ -142,6 +142,8 @@ def detect_kind(spec: str) -> str:
     source = _read_source(spec)
     kind = _kind_of_columns(source.columns)
     if kind is None:
+        if source.problems is not None:
+            source.problems.raise_if_any()
         raise DatasetError(
             f"{source.name}: cannot tell what kind of data this is from its columns {_column_list(source.columns)}; "
             f"expected chat ({CHAT_COLUMNS_EXPECTED}), preference ({PREFERENCE_COLUMNS_EXPECTED}) "
@@ -158,8 +160,11 @@ def list_builtin() -> list[dict]:
 
 
 def preview(spec: str, n: int = 20) -> list[dict]:
-    """The first n raw rows, as stored (for display)."""
-    return _read_source(spec).rows[:n]
+    """The first n raw rows, as stored (for display); a file with unreadable lines raises them."""
+    source = _read_source(spec)
+    if source.problems is not None:
+        source.problems.raise_if_any()
+    return source.rows[:n]
 
 
 def save_upload(filename: str, data: bytes) -> Path:
@@ -193,6 +198,7 @@ class _Source:
     rows: list[dict]
     where: list[str]  # per row, how a person finds it: "line 3", "row index 2"
     columns: list[str]
+    problems: _Problems | None = None  # lines that could not be read (bad JSON): reported with the rows' problems
 
 
 def _read_source(spec: str) -> _Source:
@@ -278,10 +284,12 @@ def _read_jsonl(path: Path) -> _Source:
             continue
         rows.append(value)
         where.append(location)
-    problems.raise_if_any()
     if not rows:
+        problems.raise_if_any()
         raise DatasetError(f"{path.name}: no data rows")
-    return _source(path.name, rows, where)
+    source = _source(path.name, rows, where)
+    source.problems = problems  # reported together with the other rows' problems, in line order (_convert_rows)
+    return source
 
 
 def _read_json(path: Path) -> _Source:
@@ -526,15 +534,21 @@ class _RowError(Exception):
 
 
 class _Problems:
+    """The problems found in a file, listed in the file's order (the first MAX_SHOWN_PROBLEMS of them)."""
+
     def __init__(self, name: str):
         self.name = name
-        self.shown: list[str] = []
+        self.found: list[tuple[int, str]] = []  # (line or row number, "line 3: message")
         self.count = 0
 
     def add(self, where: str, message: str) -> None:
         self.count += 1
-        if len(self.shown) < MAX_SHOWN_PROBLEMS:
-            self.shown.append(f"{where}: {message}")
+        number = re.search(r"\d+", where)
+        self.found.append((int(number.group()) if number else 0, f"{where}: {message}"))
+
+    @property
+    def shown(self) -> list[str]:
+        return [text for _, text in sorted(self.found, key=lambda found: found[0])[:MAX_SHOWN_PROBLEMS]]
 
     def raise_if_any(self) -> None:
         if self.count:
@@ -550,7 +564,7 @@ class _Problems:
 
 
 def _convert_rows(source: _Source, convert: Callable[[dict], Any]) -> list:
-    problems = _Problems(source.name)
+    problems = source.problems or _Problems(source.name)
     examples = []
     for row, where in zip(source.rows, source.where):
         try:
@@ -631,6 +645,9 @@ def _chat_from_row(row: dict, layout: str) -> list[dict]:
         messages = [{"role": "user", "content": user}, {"role": "assistant", "content": output}]
     if not any(m["role"] == "assistant" and m["content"].strip() for m in messages):
         raise _RowError("no assistant message with non-empty content (nothing to train on)")
+    for number, (before, after) in enumerate(zip(messages, messages[1:]), start=1):
+        if before["role"] == after["role"] == "user":
+            raise _RowError(f"messages {number} and {number + 1} are both from the user: a reply is missing between")
     return messages
 
 

@@ -1,5 +1,6 @@
 """Chat: talk to the base model, any checkpoint, or the newest weights of a run still training; or two at once.
-Replies stream with a Stop button; a message sent meanwhile waits its turn; the conversation saves as JSONL, its
+Replies stream with a Stop button each; a message sent meanwhile waits its turn; the last message can be answered
+again or edited and resent; the conversation saves as JSONL, its
 turns (edited if wanted) go into an SL dataset, and "prefer this reply" side by side goes into a DPO dataset."""
 
 import streamlit as st
@@ -84,8 +85,9 @@ for index, pane in waiting:
             "Stop",
             icon=":material/stop:",
             key=f"chat-stop-{index}-{pane}",
-            on_click=conversation.stop_all,
-            help="End the reply now and keep what it wrote so far.",
+            on_click=conversation.stop_reply,
+            args=(index, pane),
+            help="End this reply now and keep what it wrote so far (replies queued after it still come).",
             width="stretch",
         )
         chat_tools.stream(reply, conversation.messages_for(turns, pane, index, system_prompt), params, store)
@@ -93,4 +95,5 @@ if waiting:
     st.rerun()  # every reply is done: draw the conversation again, each reply with its mark, without Stop buttons
 
 if turns and not waiting:
+    chat_tools.retry_tools(turns, panes)
     chat_tools.data_tools(turns, panes, side_by_side, system_prompt, store)

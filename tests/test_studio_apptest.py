@@ -797,7 +797,7 @@ def test_chat_marks_replies_cut_at_max_tokens_and_stopped_ones(studio_home):
 
     turn = interrupted_reply()
     at.session_state["chat-history"] = [turn]
-    conversation.stop(at.session_state["chat-history"])  # what the Stop button's callback does
+    conversation.stop(at.session_state["chat-history"], 0, "a")  # what the reply's Stop button's callback does
     at.run()
     assert at.chat_message[1].markdown[0].value == literal(turn.replies["a"].reply.text)
     assert "stopped by you" in at.chat_message[1].caption[0].value
