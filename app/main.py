@@ -32,14 +32,23 @@ state.start_default_model_preparation()
 
 page = st.navigation(nav.sections())
 
-with st.sidebar:
-    st.caption("**Cookbook Studio** · post-train language models with SL, DPO and RL")
+
+def sidebar_status() -> None:
+    """Runs training and the default model's preparation, refreshed while either changes (as the pages are)."""
     active = [r for r in state.store().list_runs() if r["status"] in statuses.ACTIVE]
     if active:  # counted from storage, so runs started from the command line show too
         st.caption(f":material/progress_activity: {len(active)} run{'s' if len(active) != 1 else ''} training")
     status, _ = state.default_model_status()
     if status != state.ModelState.READY:
         st.caption(":material/hourglass_top: default model: " + state.MODEL_STATE_LABEL[status])
+
+
+with st.sidebar:
+    st.caption("**Cookbook Studio** · post-train language models with SL, DPO and RL")
+    settling = state.default_model_status()[0] == state.ModelState.PREPARING or any(
+        r["status"] in statuses.ACTIVE for r in state.store().list_runs()
+    )
+    st.fragment(run_every=3 if settling else None)(sidebar_status)()
 
 st.fragment(run_every=3 if notices.watching() else None)(notices.toast_finished_runs)()  # toasts for my runs
 

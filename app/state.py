@@ -160,18 +160,28 @@ def preparation_seconds() -> float:
 # ---------------------------------------------------------------------------------------- disk use
 
 HOME_USAGE_TTL_S = 30.0
-_usage_cache: tuple[float, str, dict[str, int]] | None = None
+_usage_cache: tuple[float, tuple, dict[str, int]] | None = None
+
+
+def _home_signature(home: Path) -> tuple:
+    """The home and its top-level parts with their modification times: a delete (of a run folder, a checkpoint
+    folder, an export) changes one of them, so the disk line is measured again at once."""
+    parts = sorted(home.iterdir())
+    return (str(home), *((part.name, part.stat().st_mtime_ns) for part in parts))
 
 
 def home_usage() -> dict[str, int]:
-    """Bytes in the studio home folder, by top-level part (runs, checkpoints, exports, models, ...), measured at
-    most every 30 s (walking the folder costs a moment)."""
+    """Bytes in the studio home folder, by top-level part (runs, checkpoints, exports, models, ...), measured again
+    when something was added to or removed from a part, else at most every 30 s (walking the folder costs a
+    moment)."""
     global _usage_cache
     home = paths.home()
-    if _usage_cache and _usage_cache[1] == str(home) and time.monotonic() - _usage_cache[0] < HOME_USAGE_TTL_S:
-        return _usage_cache[2]
+    signature = _home_signature(home)
+    cache = _usage_cache
+    if cache and cache[1] == signature and time.monotonic() - cache[0] < HOME_USAGE_TTL_S:
+        return cache[2]
     usage = {part.name: paths.size_of(part) for part in home.iterdir()}
-    _usage_cache = (time.monotonic(), str(home), usage)
+    _usage_cache = (time.monotonic(), signature, usage)
     return usage
 
 

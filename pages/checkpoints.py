@@ -1,6 +1,6 @@
 """Checkpoints: every run's saved weights; export a LoRA adapter (PEFT), a merged Hugging Face model or a GGUF file
 (f16, q8_0), download;
-the exports made so far with their sizes, each removable."""
+the exports made so far with their sizes, each removable after a confirmation."""
 
 from pathlib import Path
 
@@ -36,12 +36,19 @@ def exports_list() -> None:
         c1, c2, c3 = st.columns([5, 1.2, 1], vertical_alignment="center")
         c1.text(row["name"])
         c2.caption(paths.human_size(row["bytes"]))
-        if c3.button("Delete", icon=":material/delete:", key=f"delete-export-{row['name']}", width="stretch"):
-            export.delete_export(row["path"])
-            widgets.notice(
-                widgets.safe_markdown(f"Deleted the export {row['name']} ({paths.human_size(row['bytes'])} freed).")
-            )
-            st.rerun()
+        with c3.popover("Delete", icon=":material/delete:", width="stretch"):  # asks first: it cannot be undone
+            st.markdown(widgets.safe_markdown(f"Delete {row['name']}? This cannot be undone."))
+            if st.button(
+                f"Delete {paths.human_size(row['bytes'])}",
+                type="primary",
+                icon=":material/delete:",
+                key=f"delete-export-{row['name']}",
+            ):
+                export.delete_export(row["path"])
+                widgets.notice(
+                    widgets.safe_markdown(f"Deleted the export {row['name']} ({paths.human_size(row['bytes'])} freed).")
+                )
+                st.rerun()
 
 
 def built_export(label: str, key: str, build, spinner: str, done: str) -> str | None:

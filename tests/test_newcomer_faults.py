@@ -83,3 +83,44 @@ def test_item3_side_by_side_starts_with_the_runs_weights_beside_the_base_model(h
     by_label(at.toggle, "Side by side").set_value(True).run()
     left, right = by_label(at.selectbox, "Left model").value, by_label(at.selectbox, "Right model").value
     assert "sl-one" in left and right.startswith("base:"), (left, right)
+
+
+def test_item10_deleting_an_export_asks_first(home):
+    from cookbook_engine import export
+
+    gguf = export.exports_dir() / "the-run-final-q8_0.gguf"
+    gguf.write_bytes(b"0" * 2048)
+    at = open_page("checkpoints")
+    assert not [b for b in at.button if b.label == "Delete"]  # no one-click delete
+    assert gguf.exists()
+    confirm = [b for b in at.button if b.label.startswith("Delete 2")]
+    assert len(confirm) == 1  # inside the export's Delete popover, with the size it frees
+    confirm[0].click().run()
+    assert not gguf.exists() and any("Deleted the export" in s.value for s in at.success)
+
+
+def test_item9_the_sidebar_follows_the_default_model_on_every_page(home, monkeypatch):
+    from test_studio_apptest import fire_timers, open_page_with_timers
+
+    from app import state
+
+    monkeypatch.setattr(state, "default_model_status", lambda: (state.ModelState.PREPARING, "being prepared"))
+    at, timers = open_page_with_timers("chat")  # a page with no refresh of its own
+    assert any("being prepared" in c.value for c in at.sidebar.caption)
+    assert timers, "the sidebar's status must refresh by itself while the model is being prepared"
+    monkeypatch.setattr(state, "default_model_status", lambda: (state.ModelState.READY, "ready"))
+    fire_timers(at, timers)
+    assert not any("being prepared" in c.value for c in at.sidebar.caption)
+
+
+def test_item9_the_disk_line_follows_a_delete_at_once(home):
+    import shutil
+
+    folder = home / "runs" / "sl-big"
+    folder.mkdir(parents=True)
+    (folder / "weights.bin").write_bytes(b"0" * 3_000_000)
+    at = open_page()
+    assert any("runs 3.0 MB" in c.value for c in at.caption), [c.value for c in at.caption]
+    shutil.rmtree(folder)
+    at = open_page()
+    assert not any("runs 3.0 MB" in c.value for c in at.caption)
