@@ -9,7 +9,8 @@ import streamlit as st
 
 from app import conversation, state, state_keys, widgets
 from app.conversation import PaneReply, Turn
-from cookbook_engine import chat, chat_data
+from cookbook_engine import chat
+from cookbook_engine.data import from_chat as chat_data
 from storage.input_error import BAD_INPUT
 
 NEW_DATASET = "New dataset…"

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 import pandas as pd
 import streamlit as st
 
-from cookbook_engine import datasets, models, renderers
+from cookbook_engine import models, renderers
+from cookbook_engine.data import loading as datasets
 
 GRID_COLUMNS = 12
 MAX_EXAMPLES_FOR_STATS = 2000

@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 
 from app import data_views
-from cookbook_engine import datasets
+from cookbook_engine.data import loading as datasets
 from storage import RunStore
 
 KIND_CHOICES = ["detect", "chat", "preference", "rl"]

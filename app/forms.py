@@ -18,16 +18,11 @@ import streamlit as st
 
 from app import nav, settings_view, state, state_keys, widgets
 from app.setting_inputs import setting_input
-from cookbook_engine import (
-    config as cfg,
-    datasets,
-    models,
-    renderers,
-    speed,
-    suggested as suggested_settings,
-    train_loop,
-)
-from cookbook_engine.builtin_data import BUILTIN
+from cookbook_engine import config as cfg, models, renderers, speed
+from cookbook_engine.data import loading as datasets
+from cookbook_engine.data.builtin import BUILTIN
+from cookbook_engine.sl import suggested as suggested_settings
+from cookbook_engine.training import skeleton as train_loop
 from storage import statuses
 from storage.input_error import BAD_INPUT
 
@@ -275,7 +270,7 @@ def settings_form(
     suggested = choice.suggested_lr or 1e-4
     reason = choice.reason
     if kind == "dpo":
-        from cookbook_engine.preference import DPO_LR_SCALE
+        from cookbook_engine.dpo.loop import DPO_LR_SCALE
 
         suggested *= DPO_LR_SCALE
         reason = f"DPO's default is {DPO_LR_SCALE:g} × the model's SL rate ({choice.suggested_lr or 1e-4:g}: {reason})"

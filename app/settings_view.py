@@ -19,18 +19,18 @@ CLOCKED_ONLY = "clocked."  # the clocked backend's own section
 
 def learning_rate_used(config: cfg.CommonConfig) -> float | None:
     """The base rate the run trains with: the set one, or for learning_rate=auto the measured rate for built-in data
-    (cookbook_engine/suggested.py) or the model's suggested rate (scaled for DPO and RL as their loops do); None
+    (cookbook_engine/sl/suggested.py) or the model's suggested rate (scaled for DPO and RL as their loops do); None
     when the model cannot be resolved here."""
     try:
         if isinstance(config, cfg.DPOConfig):
-            from cookbook_engine.preference import dpo_learning_rate
+            from cookbook_engine.dpo.loop import dpo_learning_rate
 
             return dpo_learning_rate(config)
         if isinstance(config, cfg.RLConfig):
             from cookbook_engine.rl.loop import rl_learning_rate
 
             return rl_learning_rate(config)
-        from cookbook_engine.supervised import sl_learning_rate
+        from cookbook_engine.sl.loop import sl_learning_rate
 
         return sl_learning_rate(config) if isinstance(config, cfg.SLConfig) else None
     except Exception:  # an unknown model or a backend missing from this build: the rate stays "auto"
@@ -48,7 +48,7 @@ def shown_settings(kind: str, settings: dict) -> dict:
     }
     if config.learning_rate is None:
         used = learning_rate_used(config)
-        from cookbook_engine import suggested
+        from cookbook_engine.sl import suggested
 
         whose = "measured for this dataset" if suggested.measured_for(config) else "the model's suggested rate"
         shown["learning_rate"] = f"auto ({used:.3g}, {whose})" if used else "auto"

@@ -14,7 +14,7 @@ import pandas as pd
 import streamlit as st
 
 from app import state_keys
-from cookbook_engine.metric_names import KEY_METRIC, key_metric
+from cookbook_engine.training.metric_names import KEY_METRIC, key_metric
 from storage.statuses import RunStatus
 
 KIND_LABEL = {"sl": "SL", "dpo": "DPO", "rl": "RL"}

@@ -30,7 +30,7 @@ if str(REPO) not in sys.path:
 
 
 def _sentences() -> list[str]:
-    from cookbook_engine import builtin_data
+    from cookbook_engine.data import builtin as builtin_data
 
     sentences = [f.answer for f in builtin_data.FACTS] + [q for f in builtin_data.FACTS for q in f.questions]
     sentences += [answer for _, answer in builtin_data.GENERAL_FACTS]

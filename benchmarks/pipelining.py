@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/pipelining.py [--period 0.5] [--steps 6] [--out results.md]
 
 SL, three loops over the same tiny batches (2 short chats of ~20 tokens, max_length 64):
-- "pipelined": the studio's own SL loop (cookbook_engine.supervised.train, started by the RunManager): forward_backward
+- "pipelined": the studio's own SL loop (cookbook_engine.sl.loop.train, started by the RunManager): forward_backward
   and optim_step submitted back to back, the next batch queued before the previous results are awaited;
 - "await each step": forward_backward and optim_step back to back, then both awaited before the next step (the
   tinker docs' "non-pipelined" loop);
@@ -129,8 +129,8 @@ def rl_figures(stats, steps: int) -> dict:
 def run_manual_loop(config, await_each_request: bool) -> dict:
     """An unpipelined SL loop over the same batches as the studio's loop, on the clocked backend."""
     from cookbook_engine.backends import service_client
-    from cookbook_engine.supervised import batch_at, plan_steps, prepare
-    from cookbook_engine.train_common import adam_params
+    from cookbook_engine.sl.loop import batch_at, plan_steps, prepare
+    from cookbook_engine.training.common import adam_params
 
     prepared = prepare(config)
     batches_per_epoch, total = plan_steps(config, len(prepared.train))

@@ -74,7 +74,7 @@ def peer_call(model, prompt: list[int], seed: int) -> tuple[float, int]:
 
 def lora_snapshot(service, tokenizer):
     """A LoRA rank-32 adapter after two steps on chat data, saved for sampling; returns (client, path)."""
-    from cookbook_engine.train_common import datum_from_tokens
+    from cookbook_engine.training.common import datum_from_tokens
 
     client = service.create_lora_training_client(models.DEFAULT_MODEL, rank=RANK, seed=0).result()
     examples = common.chat_examples(tokenizer, 16, max_tokens=200)

@@ -45,7 +45,7 @@ from cookbook_engine import (  # noqa: E402
     models,
     paths,
 )
-from cookbook_engine.run_logger import RunLogger  # noqa: E402
+from cookbook_engine.training.run_logger import RunLogger  # noqa: E402
 from storage import Store, StoreClient  # noqa: E402
 
 RUNS = 50
@@ -155,7 +155,7 @@ def writes(repeats: int, per_block: int) -> dict:
 
     from cookbook_engine.backends.local import LocalServiceClient
     from cookbook_engine.runs import RunContext
-    from cookbook_engine.train_common import datum_from_tokens
+    from cookbook_engine.training.common import datum_from_tokens
 
     direct = Store.default()
     client = StoreClient.default()

@@ -176,7 +176,7 @@ def run_ours(batches, initial_lora: dict, steps: int) -> dict:
     from tinker import types
 
     from cookbook_engine.backends.local import LocalServiceClient, save_adapter_folder
-    from cookbook_engine.train_common import datum_from_tokens
+    from cookbook_engine.training.common import datum_from_tokens
 
     service = LocalServiceClient()
     with tempfile.TemporaryDirectory() as folder:
@@ -298,7 +298,7 @@ def profile(examples) -> dict:
     from torch.profiler import ProfilerActivity, profile as torch_profile
 
     from cookbook_engine.backends.local import LocalServiceClient
-    from cookbook_engine.train_common import datum_from_tokens
+    from cookbook_engine.training.common import datum_from_tokens
 
     client = LocalServiceClient().create_lora_training_client(models.DEFAULT_MODEL, rank=RANK, seed=0).result()
     batches = [examples[i : i + BATCH] for i in range(0, 3 * BATCH, BATCH)]
@@ -333,7 +333,7 @@ def ablation(examples, steps: int, repeats: int) -> dict:
 
     from cookbook_engine.backends import fast_ops
     from cookbook_engine.backends.local import LocalServiceClient
-    from cookbook_engine.train_common import datum_from_tokens
+    from cookbook_engine.training.common import datum_from_tokens
 
     batches = [[(t, w) for t, w in examples[i : i + BATCH]] for i in range(0, steps * BATCH, BATCH)]
     service = LocalServiceClient()

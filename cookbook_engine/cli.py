@@ -71,8 +71,8 @@ def _follow(config, prepared) -> int:
 
 def _watch(manager, run_id: str, notes: list[str]) -> int:
     from cookbook_engine import compute_lease
-    from cookbook_engine.metric_names import key_metric
     from cookbook_engine.progress import progress_display
+    from cookbook_engine.training.metric_names import key_metric
     from storage import statuses
     from storage.service import FLUSH_INTERVAL_S
 
@@ -116,7 +116,7 @@ def _watch(manager, run_id: str, notes: list[str]) -> int:
 
 
 def list_runs(as_json: bool) -> int:
-    from cookbook_engine.metric_names import key_metric
+    from cookbook_engine.training.metric_names import key_metric
     from storage import Store
 
     store = Store.default()

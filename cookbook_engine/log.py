@@ -7,7 +7,7 @@ stderr as `2026-01-02 03:04:05 WARNING cookbook_engine.speed: message`. COOKBOOK
 INFO, or a number) sets the level of the cookbook's own loggers; other libraries stay at WARNING or above.
 
 Not here: a run's own log (`log.txt` in the run folder, written by runs.py and shown in the studio), the CLI's output
-for people (printed to stdout, with progress lines on stderr), metrics (run_logger.py).
+for people (printed to stdout, with progress lines on stderr), metrics (training/run_logger.py).
 """
 
 from __future__ import annotations

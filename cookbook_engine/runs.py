@@ -7,7 +7,7 @@ the loop, which polls its status between steps, saves a checkpoint and stops. Th
 storage.StoreClient: DuckDB runs in a helper process, so the training process never opens the database (its
 per-step metrics, transcripts and progress are buffered there, and the status poll is answered from memory).
 Resume restarts a stopped run from its last saved state with its loop position. This module owns run life cycles;
-the loops themselves live in supervised.py, preference.py and rl/loop.py.
+the loops themselves live in sl/loop.py, dpo/loop.py and rl/loop.py.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from types import ModuleType
 from typing import Any
 
 from cookbook_engine import config as cfg, memory, paths, secrets
-from cookbook_engine.metric_names import key_metric
-from cookbook_engine.run_logger import RunLogger
+from cookbook_engine.training.metric_names import key_metric
+from cookbook_engine.training.run_logger import RunLogger
 from storage import RunStore, StoreClient, statuses
 from storage.statuses import RunStatus
 
@@ -100,7 +100,7 @@ def new_run_id(kind: str) -> str:
 
 
 def _loop_for(kind: str) -> ModuleType:
-    from cookbook_engine.train_loop import loop_module
+    from cookbook_engine.training.skeleton import loop_module
 
     return loop_module(kind)
 

@@ -4,7 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from app import charts, settings_view, state, widgets
-from cookbook_engine.metric_names import key_metric
+from cookbook_engine.training.metric_names import key_metric
 
 st.title("Compare runs")
 store = state.store()

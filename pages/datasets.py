@@ -5,8 +5,9 @@ from pathlib import Path
 import streamlit as st
 
 from app import charts, data_views, datasets_view as view, forms, state, state_keys, widgets
-from cookbook_engine import datasets, renderers
+from cookbook_engine import renderers
 from cookbook_engine.config import TRAIN_ON
+from cookbook_engine.data import loading as datasets
 
 st.title("Datasets")
 widgets.show_notice()

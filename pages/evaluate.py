@@ -7,7 +7,8 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from app import actions, state, state_keys, widgets
-from cookbook_engine import datasets, lineage
+from cookbook_engine import lineage
+from cookbook_engine.data import loading as datasets
 from cookbook_engine.evals import jobs, report, sets, targets
 from cookbook_engine.evals.evaluators import EvalSettings
 from storage import statuses

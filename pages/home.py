@@ -5,7 +5,7 @@ import streamlit as st
 from app import nav, state, widgets
 from app.state import MODEL_STATE_LABEL, ModelState, TinkerState
 from cookbook_engine import paths, sandbox, serve
-from cookbook_engine.metric_names import key_metric
+from cookbook_engine.training.metric_names import key_metric
 from storage import statuses
 from storage.statuses import RunStatus
 

@@ -5,7 +5,7 @@ puts in DuckDB are the same cleaned values, checked once.
 values (NaN, inf) into None (null in metrics.jsonl, NULL in DuckDB). It returns a `CleanMetrics`, which a second
 `clean_metrics` (the store's, after RunLogger's) passes through unchanged. Also `json_default`, the one JSON
 fallback for paths and scalars that the store and the run folder's files share. Not here: SQL (storage/db.py),
-files (cookbook_engine/run_logger.py).
+files (cookbook_engine/training/run_logger.py).
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 from test_studio_apptest import by_label, click  # the studio tests' helpers
 
-from cookbook_engine import cli, suggested
+from cookbook_engine import cli
+from cookbook_engine.sl import suggested
 from storage import Store
 
 REPO = Path(__file__).resolve().parent.parent
@@ -91,7 +92,7 @@ def test_learning_rate_auto_is_the_suggested_rate(home, default_model_ready, cap
     assert cli.main(["sl", "learning_rate=auto", "--dry-run"]) == 0
     assert json.loads(capsys.readouterr().out.split("\n# ")[0])["learning_rate"] is None
     from cookbook_engine import config as cfg
-    from cookbook_engine.train_common import learning_rate_for
+    from cookbook_engine.training.common import learning_rate_for
 
     assert learning_rate_for(cfg.SLConfig()) == pytest.approx(1e-3)  # the default model's suggestion
     assert cfg.from_dict("sl", {"learning_rate": 0.0}).learning_rate is None  # runs saved when 0 meant "suggested"

@@ -17,8 +17,8 @@ from cookbook_engine.backends.clocked import ClockedServiceClient
 from cookbook_engine.config import ClockedConfig, PipeliningConfig, RLConfig, SLConfig
 from cookbook_engine.rl import envs
 from cookbook_engine.runs import RunManager
-from cookbook_engine.supervised import batch_at, plan_steps, prepare
-from cookbook_engine.train_common import adam_params
+from cookbook_engine.sl.loop import batch_at, plan_steps, prepare
+from cookbook_engine.training.common import adam_params
 from storage import Store
 
 PERIOD_S = 0.2  # longer than the SL loop's own work per step (~50 ms); compute beyond it only stretches cycles

@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from cookbook_engine import builtin_data
-from cookbook_engine.datasets import (
+from cookbook_engine.data import builtin as builtin_data
+from cookbook_engine.data.loading import (
     DatasetError,
     PreferencePair,
     RLProblem,

@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from app import datasets_view as view
-from cookbook_engine import datasets, paths
+from cookbook_engine import paths
+from cookbook_engine.data import loading as datasets
 from storage import Store
 
 BUILTIN = [{"name": "facts", "kind": "chat", "num_rows": 10, "description": "a few facts"}]

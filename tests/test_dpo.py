@@ -12,9 +12,11 @@ import time
 
 import pytest
 
-from cookbook_engine import datasets, models, preference, renderers
+from cookbook_engine import models, renderers
 from cookbook_engine.cli import main
 from cookbook_engine.config import DPOConfig, SLConfig, parse_overrides
+from cookbook_engine.data import loading as datasets
+from cookbook_engine.dpo import loop as preference
 from cookbook_engine.runs import RunManager, preflight
 from storage import Store
 from storage.evals import EvalStore

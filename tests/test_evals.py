@@ -85,7 +85,7 @@ def test_preference_accuracy_is_strict_and_ties_are_counted_apart():
 
 
 def test_dpo_training_accuracy_counts_like_the_evaluators():
-    from cookbook_engine.preference import dpo_loss
+    from cookbook_engine.dpo.loop import dpo_loss
 
     zero = torch.zeros(4)
     _, at_start = dpo_loss(zero, zero, zero, zero, beta=0.1)  # policy = reference: every pair a tie
@@ -223,7 +223,7 @@ def test_classification_evaluator_reports_unparseable_replies():
 
 
 def test_preference_and_nll_evaluators_score_log_likelihoods():
-    from cookbook_engine.datasets import PreferencePair
+    from cookbook_engine.data.loading import PreferencePair
 
     tokenizer = ScriptedTokenizer()
     client = ScriptedClient(tokenizer, {}, {"short": -1.0, "long": -5.0, "same": -2.0})
@@ -271,7 +271,7 @@ def test_builtin_eval_sets_load_with_descriptions_and_a_balanced_sentiment_set()
     assert len(sentiment.examples) >= 200 and counts["positive"] == counts["negative"]
     assert len({e.prompt for e in sentiment.examples}) == len(sentiment.examples)
     probes = {e.prompt for e in sets.load_eval_set("builtin:facts-probes").examples}
-    from cookbook_engine.builtin_data import facts_rows
+    from cookbook_engine.data.builtin import facts_rows
 
     trained = {row["messages"][0]["content"] for row in facts_rows()}
     assert not probes & trained  # held out: never in the training rows

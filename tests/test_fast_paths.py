@@ -16,7 +16,7 @@ from cookbook_engine import models
 from cookbook_engine.backends import fast_ops, losses, sampler
 from cookbook_engine.backends.local import LocalServiceClient
 from cookbook_engine.renderers import get_renderer
-from cookbook_engine.train_common import datum_from_tokens
+from cookbook_engine.training.common import datum_from_tokens
 
 CHATS = [
     ("What is the capital of France?", "Paris."),

@@ -96,7 +96,7 @@ def test_cookbook_log_level_sets_what_the_cookbook_says(
     monkeypatch.setenv(log.LEVEL_ENV, value)
     stream = io.StringIO()
     log.setup_logging(stream)
-    engine = logging.getLogger("cookbook_engine.datasets")
+    engine = logging.getLogger("cookbook_engine.data.loading")
     engine.debug("debug")
     engine.info("info")
     engine.warning("warning")

@@ -10,11 +10,14 @@ from typing import Any
 import pytest
 from tinker import types
 
-from cookbook_engine import preference, speed, supervised, train_loop
+from cookbook_engine import speed
 from cookbook_engine.backends.protocol import LocalFuture
 from cookbook_engine.config import CommonConfig, DPOConfig, RLConfig, SLConfig
+from cookbook_engine.dpo import loop as preference
 from cookbook_engine.rl import envs, loop as rl_loop
-from cookbook_engine.train_common import datum_from_tokens
+from cookbook_engine.sl import loop as supervised
+from cookbook_engine.training import skeleton as train_loop
+from cookbook_engine.training.common import datum_from_tokens
 
 
 class FakeLogger:

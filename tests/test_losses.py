@@ -16,9 +16,10 @@ import torch
 import torch.nn.functional as F
 from tinker import types
 
-from cookbook_engine import models, preference, renderers
+from cookbook_engine import models, renderers
 from cookbook_engine.backends.local import LocalServiceClient
-from cookbook_engine.datasets import PreferencePair
+from cookbook_engine.data.loading import PreferencePair
+from cookbook_engine.dpo import loop as preference
 
 SEQUENCES = [
     [1, 9690, 198, 2683, 314, 216, 34, 1232, 216, 35, 47, 2, 198, 1, 520, 9531, 198, 33, 34, 2],

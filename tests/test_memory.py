@@ -67,7 +67,7 @@ import json, resource
 from tinker import types
 from cookbook_engine import models
 from cookbook_engine.backends.local import LocalServiceClient, MAX_TOKENS_PER_MICROBATCH
-from cookbook_engine.train_common import datum_from_tokens
+from cookbook_engine.training.common import datum_from_tokens
 client = LocalServiceClient().create_lora_training_client(base_model=models.DEFAULT_MODEL, rank=32).result()
 tokens = list(range(100, 100 + MAX_TOKENS_PER_MICROBATCH + 1))
 datum = datum_from_tokens(tokens, [1.0] * len(tokens))

@@ -19,10 +19,11 @@ import duckdb
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from cookbook_engine import config as cfg, export, supervised
+from cookbook_engine import config as cfg, export
 from cookbook_engine.rl import graders
 from cookbook_engine.runs import RunManager, get_manager
-from cookbook_engine.train_common import datum_from_tokens
+from cookbook_engine.sl import loop as supervised
+from cookbook_engine.training.common import datum_from_tokens
 from storage import Store
 
 REPO = Path(__file__).resolve().parent.parent

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 from tinker import types
 
-from cookbook_engine import datasets, models, renderers
+from cookbook_engine import models, renderers
 from cookbook_engine.config import ConfigError, RLConfig, parse_overrides, to_command, validate
+from cookbook_engine.data import loading as datasets
 from cookbook_engine.evals import sets, stats
 from cookbook_engine.rl import arithmetic, envs, loop, suggested
 from cookbook_engine.rl.advantages import centered_advantages, is_constant

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from cookbook_engine import paths
-from cookbook_engine.run_logger import RunLogger
+from cookbook_engine.training.run_logger import RunLogger
 from storage import Store
 
 

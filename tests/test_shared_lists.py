@@ -1,7 +1,7 @@
 """Each list the engine, the CLI and the studio share has one home, and every place that uses it agrees with it:
 run statuses and their groups (storage/statuses.py), the bad-input error base (storage/input_error.py), each run
-kind's key metric (cookbook_engine/metric_names.py) and the studio's session-state keys (app/state_keys.py). The
-checks are generated from those homes or from the source itself, so a new status, error, kind or key that skips
+kind's key metric (cookbook_engine/training/metric_names.py) and the studio's session-state keys (app/state_keys.py).
+The checks are generated from those homes or from the source itself, so a new status, error, kind or key that skips
 its home fails here."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import cookbook_engine
 import storage
 from app import state_keys
 from cookbook_engine import cli
-from cookbook_engine.metric_names import KEY_METRIC, key_metric
+from cookbook_engine.training.metric_names import KEY_METRIC, key_metric
 from storage import Store, statuses
 from storage.input_error import BAD_INPUT, InputError
 from storage.schema import RUN_KINDS

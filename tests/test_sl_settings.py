@@ -7,10 +7,10 @@ import math
 
 import pytest
 
-from cookbook_engine import supervised
 from cookbook_engine.config import SLConfig
 from cookbook_engine.runs import RunManager
-from cookbook_engine.train_common import lr_multiplier
+from cookbook_engine.sl import loop as supervised
+from cookbook_engine.training.common import lr_multiplier
 from storage import Store
 
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from cookbook_engine.run_logger import RunLogger
 from cookbook_engine.runs import RunContext
+from cookbook_engine.training.run_logger import RunLogger
 from storage import StorageServiceError, StorageWriteError, Store, StoreClient
 from storage.service import FLUSH_INTERVAL_S
 

@@ -30,11 +30,12 @@ from tinker import types
 from app import conversation
 from app.settings_view import launcher
 from app.widgets import safe_markdown as literal  # how text a person typed or uploaded reaches markdown: escaped
-from cookbook_engine import chat, export, models, sandbox, suggested
+from cookbook_engine import chat, export, models, sandbox
 from cookbook_engine.config import SLConfig
-from cookbook_engine.datasets import load_chat_dataset
-from cookbook_engine.run_logger import RunLogger
+from cookbook_engine.data.loading import load_chat_dataset
 from cookbook_engine.runs import get_manager
+from cookbook_engine.sl import suggested
+from cookbook_engine.training.run_logger import RunLogger
 
 REPO = Path(__file__).resolve().parent.parent
 MAIN = REPO / "app" / "main.py"
@@ -316,7 +317,7 @@ def test_dpo_form_has_beta_and_starting_checkpoint_and_validates(studio_home):
     assert by_label(at.selectbox, "Dataset").value == "concise-prefs"
     by_label(at.number_input, "Max steps").set_value(2)
     click(at, "Check settings")
-    if importlib.util.find_spec("cookbook_engine.preference") is None:
+    if importlib.util.find_spec("cookbook_engine.dpo.loop") is None:
         assert any("not available in this build" in e.value for e in at.error)
     else:
         assert "Ready to start" in shown_text(at), shown_text(at)
@@ -475,7 +476,7 @@ def test_failed_run_page_shows_its_error_and_traceback(studio_home):
     )
     error = "ValueError: row 7 of data/**mine**.jsonl: <b>bad</b> role"
     trace = (
-        'Traceback (most recent call last):\n  File "cookbook_engine/supervised.py", line 150, in train\n'
+        'Traceback (most recent call last):\n  File "cookbook_engine/sl/loop.py", line 150, in train\n'
         "ValueError: row 7 of data/**mine**.jsonl: <b>bad</b> role"
     )
     store.update_run(run_id, error=error, traceback=trace)
@@ -849,7 +850,7 @@ def test_chat_turns_edited_go_into_a_dataset_and_a_preference_into_a_dpo_dataset
     assert not at.exception, [e.value for e in at.exception]
     pairs = next(d for d in store.list_datasets() if d["name"] == "chat-preferences")
     assert pairs["kind"] == "preference" and pairs["num_rows"] == 1
-    from cookbook_engine import datasets
+    from cookbook_engine.data import loading as datasets
 
     train, _ = datasets.load_preference_dataset(pairs["path"], test_fraction=0.0)
     assert len(train) == 1 and train[0].prompt[-1]["content"] == "Where is Velmora?"

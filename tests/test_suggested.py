@@ -1,11 +1,13 @@
-"""Suggested settings for the built-in data (cookbook_engine/suggested.py): learning_rate=auto trains with the measured
-rate on the measured data and model only, the measured step counts are what the settings give on today's data, the
-check warns about settings far from them, and a run says how many passes over the data its steps make."""
+"""Suggested settings for the built-in data (cookbook_engine/sl/suggested.py): learning_rate=auto trains with the
+measured rate on the measured data and model only, the measured step counts are what the settings give on today's
+data, the check warns about settings far from them, and a run says how many passes over the data its steps make."""
 
 import pytest
 
-from cookbook_engine import datasets, preference, suggested, supervised
 from cookbook_engine.config import DPOConfig, SLConfig
+from cookbook_engine.data import loading as datasets
+from cookbook_engine.dpo import loop as preference
+from cookbook_engine.sl import loop as supervised, suggested
 
 
 def test_learning_rate_auto_uses_the_measured_rate_for_measured_data_only():

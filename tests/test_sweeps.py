@@ -107,7 +107,7 @@ class FakeRuns:
         self.hold.set()
 
     def start(self, config):
-        from cookbook_engine.datasets import DatasetError
+        from cookbook_engine.data.loading import DatasetError
 
         if config.dataset == "broken":
             raise DatasetError("broken: no such file")

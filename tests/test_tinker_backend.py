@@ -25,7 +25,7 @@ from tinker.lib.public_interfaces.api_future import AwaitableConcurrentFuture
 from cookbook_engine import cli, config as cfg, models, secrets
 from cookbook_engine.backends import service_client, tinker as hosted
 from cookbook_engine.runs import RunManager
-from cookbook_engine.train_common import start_training_client
+from cookbook_engine.training.common import start_training_client
 from storage import Store
 
 GOOD_KEY = "tml-good-key-0123456789abcdef"

@@ -274,7 +274,7 @@ def _text_of(messages) -> str:
 
 
 async def _preference(client, renderer, eval_set, settings, progress, reference_client):
-    from cookbook_engine.preference import TIE_TOLERANCE, side_tokens
+    from cookbook_engine.dpo.loop import TIE_TOLERANCE, side_tokens
 
     async def work(index, pair):
         sides = [side_tokens(renderer, pair.prompt, side) for side in (pair.chosen, pair.rejected)]

@@ -6,8 +6,8 @@ test/facts-probes/accuracy; file sets by their file name without extension).
 config validation name them earlier); calling it with a training client evaluates a fresh sampler snapshot of the
 current weights (`save_weights_and_get_sampling_client`), with a sampling client (RL) that client. Greedy and seeded
 with the run's seed. The loops' own held-out metrics (test NLL, DPO test accuracy, RL held-out correct) stay as
-they are; `PeriodicEvals` joins them with the named sets into the one evaluation a loop runs (train_loop.py decides
-when). Not here: the loops (supervised.py, preference.py, rl/loop.py).
+they are; `PeriodicEvals` joins them with the named sets into the one evaluation a loop runs
+(training/skeleton.py decides when). Not here: the loops (sl/loop.py, dpo/loop.py, rl/loop.py).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class NamedEvals:
     @classmethod
     def for_config(cls, config: CommonConfig) -> NamedEvals:
         from cookbook_engine import renderers
-        from cookbook_engine.train_common import tokenizer_for
+        from cookbook_engine.training.common import tokenizer_for
 
         names = split_names(getattr(config, "evals", ""))
         if not names:

@@ -13,8 +13,8 @@ Built-ins: facts-probes, facts-nll (the Quorvania paraphrases never trained on),
 held-out problems), concise-prefs (the DPO dataset's held-out pairs), prefs-style-controlled (held-out pairs whose
 two answers differ only in correctness) and sentiment (a balanced classification set).
 Files: rows with `prompt` and `label` are classification (the label set is every label seen, or a row's `labels`
-list); other files go through cookbook_engine.datasets and become nll (chat), preference or generation (prompt/answer)
-sets with all rows used.
+list); other files go through cookbook_engine.data.loading and become nll (chat), preference or generation
+(prompt/answer) sets with all rows used.
 
 Not here: running models or computing metrics (evaluators.py, stats.py).
 """
@@ -27,7 +27,7 @@ import random
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, is_dataclass
 
-from cookbook_engine import builtin_data, datasets
+from cookbook_engine.data import builtin as builtin_data, loading as datasets
 from storage.input_error import InputError
 
 KINDS = ("generation", "classification", "preference", "nll")

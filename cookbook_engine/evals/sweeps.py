@@ -37,7 +37,7 @@ import pandas as pd
 from cookbook_engine import config as cfg
 from cookbook_engine.evals import jobs, report, sets
 from cookbook_engine.evals.evaluators import EvalSettings
-from cookbook_engine.metric_names import key_metric
+from cookbook_engine.training.metric_names import key_metric
 from storage import statuses
 from storage.evals import EvalStore
 from storage.input_error import InputError

@@ -31,8 +31,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cookbook_engine import datasets
 from cookbook_engine.config import RLConfig
+from cookbook_engine.data import loading as datasets
 from cookbook_engine.rl import arithmetic, code_problems, graders
 from cookbook_engine.rl.arithmetic import ArithmeticProblem
 from cookbook_engine.rl.metrics import SUSPICIOUS_METRIC

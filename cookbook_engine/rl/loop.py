@@ -25,7 +25,7 @@ The schedules (tinker-cookbook's sync training, StreamMinibatchConfig and AsyncC
 
 `prepare()` does every input check (env, data, prompt lengths, settings) before a run exists; `plan()` says how many
 steps a run takes (max_steps, or else num_epochs passes over the env's batches of problems), which the New run form's
-estimate reads. The loop's frame (evaluations, checkpoints, the end) is train_loop.py's, shared with SL and DPO.
+estimate reads. The loop's frame (evaluations, checkpoints, the end) is training/skeleton.py's, shared with SL and DPO.
 Not here: the envs (envs.py), advantages (advantages.py), datums (data.py), metric names (metrics.py), the sandbox
 (sandbox.py).
 """
@@ -39,22 +39,23 @@ from typing import TYPE_CHECKING, Any
 
 from tinker import types
 
-from cookbook_engine import datasets, renderers, sandbox
+from cookbook_engine import renderers, sandbox
 from cookbook_engine.config import RLConfig
+from cookbook_engine.data import loading as datasets
 from cookbook_engine.evals.in_training import NamedEvals, PeriodicEvals
 from cookbook_engine.rl import envs, suggested
 from cookbook_engine.rl.advantages import centered_advantages, is_constant
 from cookbook_engine.rl.data import datum_from_rollout, for_training, sample_train_metrics
 from cookbook_engine.rl.metrics import rollout_metrics
 from cookbook_engine.rl.types import EnvGroupBuilder, Rollout, RolloutGroup
-from cookbook_engine.train_common import (
+from cookbook_engine.training.common import (
     adam_params,
     learning_rate_for,
     lr_multiplier,
     start_training_client,
     tokenizer_for,
 )
-from cookbook_engine.train_loop import LoopPlan, LoopSkeleton
+from cookbook_engine.training.skeleton import LoopPlan, LoopSkeleton
 
 if TYPE_CHECKING:
     from cookbook_engine.backends.protocol import ResultFuture, SamplingClient, TrainingClient

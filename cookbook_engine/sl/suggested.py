@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cookbook_engine import models
-from cookbook_engine.builtin_data import BUILTIN
+from cookbook_engine.data.builtin import BUILTIN
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from typing import Any, NoReturn
 from urllib.parse import urlparse
 
 from cookbook_engine import paths
-from cookbook_engine.builtin_data import BUILTIN, builtin_rows
+from cookbook_engine.data.builtin import BUILTIN, builtin_rows
 from storage.input_error import InputError
 
 ROLES = ("system", "user", "assistant", "tool")

@@ -16,8 +16,8 @@ where pi and ref are sums of token log-probs over the scored tokens; metrics dpo
 (pi_c - ref_c) > (pi_r - ref_r) by more than TIE_TOLERANCE: strict, as TRL and tinker-cookbook count it), ties (share
 within TIE_TOLERANCE: all of them at the start, when the policy is the reference, so accuracy starts at 0), margin,
 chosen_reward and rejected_reward (beta times the log-ratios), and test/ versions on held-out pairs every
-`eval_every` steps (through `forward`, no gradient). `plan()` says how many steps a run takes, as in supervised.py;
-the loop's frame (evaluations, checkpoints, resume, the end) is train_loop.py's.
+`eval_every` steps (through `forward`, no gradient). `plan()` says how many steps a run takes, as in sl/loop.py;
+the loop's frame (evaluations, checkpoints, resume, the end) is training/skeleton.py's.
 """
 
 from __future__ import annotations
@@ -32,12 +32,14 @@ import torch
 import torch.nn.functional as F
 from tinker import types
 
-from cookbook_engine import datasets, renderers, suggested
+from cookbook_engine import renderers
 from cookbook_engine.config import DPOConfig
+from cookbook_engine.data import loading as datasets
 from cookbook_engine.evals.evaluators import resolved_client
 from cookbook_engine.evals.in_training import NamedEvals, PeriodicEvals
-from cookbook_engine.supervised import batch_at, passes_note
-from cookbook_engine.train_common import (
+from cookbook_engine.sl import suggested
+from cookbook_engine.sl.loop import batch_at, passes_note
+from cookbook_engine.training.common import (
     adam_params,
     datum_from_tokens,
     fit_length,
@@ -46,7 +48,7 @@ from cookbook_engine.train_common import (
     start_training_client,
     tokenizer_for,
 )
-from cookbook_engine.train_loop import (
+from cookbook_engine.training.skeleton import (
     LoopPlan,
     LoopSkeleton,
     PreparedData,
@@ -138,7 +140,7 @@ def plan(config: DPOConfig, prepared: PreparedDPO) -> LoopPlan:
 
 
 def dpo_learning_rate(config: DPOConfig) -> float:
-    """The set rate; with learning_rate=auto, the measured one for this built-in data (suggested.py), or else
+    """The set rate; with learning_rate=auto, the measured one for this built-in data (sl/suggested.py), or else
     DPO_LR_SCALE x the model's suggested SL rate."""
     if config.learning_rate is not None:
         return config.learning_rate

@@ -4,7 +4,7 @@ pairs), the record of a step in flight (`SubmittedBatch`), and what happens
 around the steps (`LoopSkeleton`): the steps still to run, ending early when the run is cancelled; the evaluations
 every `eval_every` steps and at the end; a checkpoint every `save_every` steps and a final one.
 
-Not here: what a step does (each loop owns that), LR schedules and checkpoint files (train_common.py), the
+Not here: what a step does (each loop owns that), LR schedules and checkpoint files (common.py), the
 evaluators (evals/).
 """
 
@@ -20,7 +20,7 @@ from tinker import types
 
 from cookbook_engine.config import CommonConfig, ConfigError
 from cookbook_engine.evals.in_training import PeriodicEvals
-from cookbook_engine.train_common import save_checkpoint
+from cookbook_engine.training.common import save_checkpoint
 
 if TYPE_CHECKING:
     from cookbook_engine.backends.protocol import ResultFuture, TrainingClient
@@ -33,11 +33,11 @@ Item = TypeVar("Item")  # a training example (SL: a datum; DPO: a pair of datums
 def loop_module(kind: str) -> ModuleType:
     """The module of a run kind's loop, with its prepare(), plan() and train()."""
     if kind == "sl":
-        from cookbook_engine import supervised
+        from cookbook_engine.sl import loop as supervised
 
         return supervised
     if kind == "dpo":
-        from cookbook_engine import preference
+        from cookbook_engine.dpo import loop as preference
 
         return preference
     if kind == "rl":

@@ -1,7 +1,7 @@
 """The studio's built-in datasets, generated here in Python: no download, same rows on every machine.
 
-Each dataset is a list of raw rows in one of the layouts that `cookbook_engine.datasets` accepts, so the built-ins go
-through exactly the same validation as an uploaded file. They are small on purpose: their effect shows after a few
+Each dataset is a list of raw rows in one of the layouts that `cookbook_engine.data.loading` accepts, so the built-ins
+go through exactly the same validation as an uploaded file. They are small on purpose: their effect shows after a few
 minutes of LoRA training of a 135M model on a CPU.
 
 - `facts` (chat): twelve facts about Quorvania, a country that does not exist, each asked in about 19 paraphrases;
@@ -13,7 +13,7 @@ minutes of LoRA training of a 135M model on a CPU.
   the same kinds make the eval set `builtin:prefs-style-controlled`.
 - `arithmetic-qa` (rl): small-number arithmetic problems with numeric answers for the prompt/answer RL env.
 
-This module only builds rows; loading, validation and splitting live in `cookbook_engine.datasets`.
+This module only builds rows; loading, validation and splitting live in `cookbook_engine.data.loading`.
 """
 
 from __future__ import annotations

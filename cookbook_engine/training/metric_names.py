@@ -1,7 +1,7 @@
 """The one home of each run kind's key metric: the number a run is judged by at a glance.
 
 The run log's step lines, the CLI's `cookbook runs`, the studio's run tables and cards, and a sweep's table all
-quote it. The names are the cookbook's (the loops log them; see supervised.py, preference.py, rl/metrics.py).
+quote it. The names are the cookbook's (the loops log them; see sl/loop.py, dpo/loop.py, rl/metrics.py).
 Not here: how a metric is labelled or charted (app/charts.py).
 """
 

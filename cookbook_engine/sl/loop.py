@@ -7,7 +7,7 @@ step's forward_backward and optim_step are queued before the previous step's res
 rate follows a linear / cosine / constant schedule, test NLL is computed every `eval_every` steps, the state is
 saved every `save_every` steps and at the end, and a resumed run continues at its checkpoint's batch. `plan()` says
 how many steps that is (the New run form's estimate reads it). The loop's frame (evaluations, checkpoints, the end)
-is train_loop.py's, shared with DPO and RL.
+is training/skeleton.py's, shared with DPO and RL.
 """
 
 from __future__ import annotations
@@ -18,10 +18,12 @@ from typing import TYPE_CHECKING
 
 from tinker import types
 
-from cookbook_engine import datasets, renderers, suggested
+from cookbook_engine import renderers
 from cookbook_engine.config import CommonConfig, SLConfig
+from cookbook_engine.data import loading as datasets
 from cookbook_engine.evals.in_training import NamedEvals, PeriodicEvals
-from cookbook_engine.train_common import (
+from cookbook_engine.sl import suggested
+from cookbook_engine.training.common import (
     adam_params,
     datum_from_tokens,
     fit_length,
@@ -30,7 +32,7 @@ from cookbook_engine.train_common import (
     start_training_client,
     tokenizer_for,
 )
-from cookbook_engine.train_loop import (
+from cookbook_engine.training.skeleton import (
     Item,
     LoopPlan,
     LoopSkeleton,

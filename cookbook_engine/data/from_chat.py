@@ -1,7 +1,7 @@
 """Closing the loop from chat to data: a conversation as chat-format JSONL, turns appended to an SL dataset, and
 "this reply is better" appended to a DPO dataset.
 
-Rows are written in the formats `datasets.py` reads: `{"messages": [...]}` for chat data and
+Rows are written in the formats `loading.py` reads: `{"messages": [...]}` for chat data and
 `{"prompt": [...], "chosen": [...], "rejected": [...]}` (message lists) for preference data. Appending goes to a
 JSONL file in the uploads folder, a new one or an uploaded JSONL dataset, and the dataset's row count in the store
 is updated. Every row is validated with the same loader training uses before anything is written.
@@ -16,7 +16,8 @@ import json
 import tempfile
 from pathlib import Path
 
-from cookbook_engine import datasets, paths
+from cookbook_engine import paths
+from cookbook_engine.data import loading as datasets
 from storage import RunStore
 from storage.input_error import InputError
 
