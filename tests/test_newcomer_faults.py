@@ -11,7 +11,8 @@ from test_pages_keep_their_run import chat_page, make_run
 from test_studio_apptest import by_label, click, open_page
 
 from app import conversation, state_keys
-from cookbook_engine import chat, chat_data
+from cookbook_engine import chat
+from cookbook_engine.data import from_chat as chat_data
 from cookbook_engine.runs import get_manager
 
 GOOD = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
