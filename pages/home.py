@@ -117,14 +117,17 @@ def sandbox_status() -> None:
         else:
             st.badge("memory capped per process only", icon=":material/warning:", color="orange")
         st.caption(
-            "Each program runs in its own namespaces with a fresh uid, read-only host files, a minimal "
-            "/dev and a seccomp filter; the tests that grade it run in a second sandbox it cannot reach."
+            "Each program runs in its own namespaces with a fresh uid, a private root holding only the "
+            "interpreter and its standard library, a minimal /dev and a seccomp filter; the tests that grade it "
+            "run in a second sandbox it cannot reach."
         )
         with st.expander("What it isolates here"):
             for name, key in (
                 ("How", "description"),
                 ("Files", "filesystem"),
                 ("Memory", "memory_limit"),
+                ("CPU", "cpu_limit"),
+                ("Unix sockets", "unix_sockets"),
                 ("Devices", "devices"),
                 ("Seccomp", "seccomp"),
             ):

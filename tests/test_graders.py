@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from cookbook_engine.rl.code_grading import plan_tests
 from cookbook_engine.rl.code_problems import CODE_PROBLEMS, CodeProblem, grade_response, train_test_split
 from cookbook_engine.rl.graders import (
     GRADERS,
@@ -11,7 +12,6 @@ from cookbook_engine.rl.graders import (
     grade,
     last_number,
     run_unit_tests,
-    split_tests,
     validate_answer,
 )
 from cookbook_engine.sandbox import SandboxLimits, sandbox_capabilities
@@ -92,7 +92,7 @@ def test_bad_answers_and_unknown_graders_give_clear_errors():
     with pytest.raises(ValueError, match="exact, numeric, contains, regex, python_tests"):
         grade("fuzzy", "a", "a")
     for name in GRADERS:
-        validate_answer(name, {"numeric": "3", "python_tests": "assert True", "regex": "a+"}.get(name, "x"))
+        validate_answer(name, {"numeric": "3", "python_tests": "assert f(1) == 1", "regex": "a+"}.get(name, "x"))
 
 
 # ---------------------------------------------------------------- python tests
@@ -100,12 +100,19 @@ def test_bad_answers_and_unknown_graders_give_clear_errors():
 SQUARE_TESTS = "assert square(2) == 4\nassert square(3) == 9\nassert square(-1) == 1\nassert square(0) == 0"
 
 
-def test_split_tests_groups_setup_with_the_next_assert():
-    tests = split_tests("import math\nx = 3\nassert math.sqrt(9) == x\nassert x > 0\nprint('done')")
-    assert tests == ["import math\nx = 3\nassert math.sqrt(9) == x", "assert x > 0\nprint('done')"]
-    assert split_tests("def check(f):\n    assert f(1) == 1\ncheck(square)") == [
-        "def check(f):\n    assert f(1) == 1\ncheck(square)"
-    ]
+def test_plan_tests_groups_setup_with_the_next_assert():
+    plan = plan_tests("import math\nx = 3\nassert math.sqrt(square(9)) == x\nassert x > 0\nprint('done')")
+    assert plan.groups == (
+        ("import math\nx = 3\nassert math.sqrt(square(9)) == x", True),
+        ("assert x > 0\nprint('done')", True),
+    )
+    assert plan.entry_points == ("square",)
+    check = plan_tests("def check(f):\n    assert f(1) == 1\ncheck(square)")
+    assert (
+        check.check == "square"
+        and check.total == 1
+        and check.groups == (("def check(f):\n    assert f(1) == 1", False),)
+    )
 
 
 def test_python_tests_full_credit():
@@ -153,8 +160,12 @@ def test_no_code_block_scores_zero_with_format_flag():
 
 
 def test_run_unit_tests_uses_one_process_for_all_tests():
-    tests = ["import os\nPIDS = [os.getpid()]\nassert True", "assert os.getpid() == PIDS[0]", "assert False"]
-    result = run_unit_tests("", tests)
+    tests = [
+        "import os\nPIDS = [os.getpid()]\nassert f() == 1",
+        "assert os.getpid() == PIDS[0] and f() == 1",
+        "assert f() == 2",
+    ]
+    result = run_unit_tests("def f():\n    return 1", tests)
     assert result.details["tests_passed"] == 2 and result.details["tests_total"] == 3
     assert result.reward == pytest.approx(2 / 3)
 

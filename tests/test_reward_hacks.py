@@ -23,6 +23,27 @@ CUSTOM_TESTS = (
     "assert square(-3) == expected[-3]\n"
     "assert [square(x) for x in (0, 1)] == [0, 1]"
 )
+# A user's problem in pytest style whose tests lean on builtins and on loops over map(): what builtin shadowing and
+# exceptions used as control flow attacked.
+CUSTOM_LOOP_TESTS = """
+def test_loop():
+    for x in range(3):
+        assert square(x) == x * x
+
+def test_map():
+    assert all(map(lambda x: square(x) == x * x, [2, 3]))
+
+def test_zip():
+    seen = 0
+    for x, r in zip([1, 2], map(square, [1, 2])):
+        assert r == x * x
+        seen += 1
+    assert seen == 2
+
+def test_tolerance():
+    assert abs(square(1.5) - 2.25) < 1e-9 and len(str(square(4))) == 2 and sorted([square(2), 1]) == [1, 4]
+"""
+USER_PROBLEMS = {"custom": CUSTOM_TESTS, "custom_loops": CUSTOM_LOOP_TESTS}
 
 
 @pytest.fixture(autouse=True)
@@ -37,11 +58,11 @@ def hack_rewards(tmp_path_factory):
 
     def reward(pair):
         hack, problem = pair
-        if problem is None:
-            return hack, "custom", grade("python_tests", hack_response(hack, "square"), CUSTOM_TESTS).reward
+        if isinstance(problem, str):
+            return hack, problem, grade("python_tests", hack_response(hack, "square"), USER_PROBLEMS[problem]).reward
         return hack, problem.name, grade_response(problem, hack_response(hack, problem.function_name)).reward
 
-    pairs = [(hack, problem) for hack in HACKS for problem in [*CODE_PROBLEMS, None]]
+    pairs = [(hack, problem) for hack in HACKS for problem in [*CODE_PROBLEMS, *USER_PROBLEMS]]
     rewards: dict[str, dict[str, float]] = {hack: {} for hack in HACKS}
     with concurrent.futures.ThreadPoolExecutor(12) as pool:
         for hack, problem, value in pool.map(reward, pairs):
@@ -52,7 +73,7 @@ def hack_rewards(tmp_path_factory):
 @pytest.mark.parametrize("hack", sorted(HACKS))
 def test_reward_hack_scores_zero_on_every_problem(hack, hack_rewards):
     rewards = hack_rewards[hack]
-    assert len(rewards) == len(CODE_PROBLEMS) + 1
+    assert len(rewards) == len(CODE_PROBLEMS) + len(USER_PROBLEMS)
     assert {problem: value for problem, value in rewards.items() if value != 0.0} == {}, f"{hack} ({HACKS[hack][0]})"
 
 
@@ -68,6 +89,10 @@ def test_corpus_covers_every_attack_class():
         "reading the tests from memory",
         "reading the tests from files",
         "grader crash",
+        "builtin shadowing",
+        "exceptions as control flow",
+        "values cross as copies",
+        "starving siblings",
     } <= classes
 
 
@@ -78,7 +103,7 @@ def test_honest_solutions_still_score_full_and_partial_credit():
     # values of every kind that crosses between the processes compare as the plain values they are
     tests = [
         "assert f() == (1, 2.5, 'x', None, True)",
-        "assert f.__name__ == 'f'",
+        "assert f.__name__ == 'f' and f()[0] == 1",
         "assert g() == {'a': [1, {2, 3}], (1, 2): b'\\x00', 'n': frozenset({1})}",
         "import math\nassert math.isnan(h()[0]) and h()[1] == float('inf')",
         "try:\n    k(-1)\nexcept ValueError as error:\n    assert 'negative' in str(error)\nelse:\n    assert False",
@@ -110,6 +135,8 @@ def test_hack_flags_fire_on_hacks_and_never_on_honest_code():
         "hostile objects",
         "reading the tests from memory",
         "reading the tests from files",
+        "builtin shadowing",
+        "exceptions as control flow",
     }
     for hack, (attack, _) in HACKS.items():
         if attack in flagged_classes:
@@ -143,3 +170,14 @@ def test_every_hack_goes_through_the_rl_env_as_a_reward_and_the_run_goes_on(defa
         results = list(pool.map(reward, HACKS))
     assert [(hack, value) for hack, value, _ in results if value > 0.0] == []
     assert all(metrics["correct"] == 0.0 for _, _, metrics in results)
+
+
+def test_busy_sessions_in_one_reply_do_not_make_honest_siblings_time_out():
+    """Two replies each start six busy loops in new sessions while three honest replies are graded beside them:
+    each sandbox is one CPU group capped at one core, so the honest ones still score 1.0."""
+    problem = next(p for p in CODE_PROBLEMS if p.name == "fibonacci")
+    replies = [hack_response("busy_sessions_starve_siblings", problem.function_name)] * 2
+    replies += [fenced(REFERENCE_SOLUTIONS[problem.name])] * 3
+    with concurrent.futures.ThreadPoolExecutor(len(replies)) as pool:
+        rewards = list(pool.map(lambda reply: grade_response(problem, reply).reward, replies))
+    assert rewards == [0.0, 0.0, 1.0, 1.0, 1.0]

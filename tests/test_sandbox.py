@@ -196,7 +196,7 @@ def test_writing_outside_the_work_folder_fails(tmp_path, capabilities):
         lines = result.stdout.splitlines()
         assert lines[-1] == "fine"  # the work folder itself is writable
         assert not (owned / "evil.txt").exists() and lines[0].startswith("refused")
-        if capabilities["filesystem"].startswith("read-only"):
+        if capabilities["private_root"]:
             # With a mount namespace even world-writable folders (/tmp, /var/tmp) are out of reach;
             # with only a private uid they are not (capabilities say so).
             assert all(line.startswith("refused") for line in lines[:3]), lines
@@ -207,24 +207,102 @@ def test_writing_outside_the_work_folder_fails(tmp_path, capabilities):
     assert_training_continues()
 
 
-def test_world_writable_host_folders_are_read_only_too(monkeypatch, capabilities):
-    """Beyond the hidden folders, every host mount is read-only: un-hide /var/tmp (world-writable on the host)
-    and the child's write must fail with EROFS, not land on the host."""
-    if not capabilities["filesystem"].startswith("read-only") or not os.path.isdir("/var/tmp"):
-        pytest.skip("needs a mount namespace and a /var/tmp folder")
-    monkeypatch.setattr(sandbox, "HIDDEN_FOLDERS", [f for f in sandbox.HIDDEN_FOLDERS if f != "/var/tmp"])
-    target = f"/var/tmp/cookbook-sandbox-escape-{uuid.uuid4().hex}.txt"
-    source = (
-        f"try:\n    open({target!r}, 'w').write('x')\n    print('wrote')\nexcept OSError as error:\n"
-        "    print('refused', error.errno)"
+WALK_EVERYTHING = """
+import os, sys
+found = []
+for folder, folders, names in os.walk('/', followlinks=False):
+    if folder in ('/proc', '/dev'):
+        folders[:] = []
+        continue
+    for name in folders + names:
+        path = os.path.join(folder, name)
+        if os.path.islink(path) or not os.path.isdir(path):
+            found.append(path)
+print('\\n'.join(found))
+"""
+
+
+def test_the_private_root_holds_only_the_allow_list(tmp_path, capabilities):
+    """Everything a sandboxed program can find by walking its root is the interpreter, its standard library, the
+    shared libraries they load and its work folder: no project source, studio home, /work, homes or sockets."""
+    if not capabilities["private_root"]:
+        pytest.skip(capabilities["filesystem"])
+    limits = SandboxLimits(timeout_s=30.0, max_output_chars=4_000_000)
+    result = run_python(WALK_EVERYTHING, files={"data/x.txt": "x"}, limits=limits)
+    assert result.returncode == 0, result
+    seen = result.stdout.split()
+    allowed = capabilities["root_paths"]
+    stray = [
+        path
+        for path in seen
+        if not path.startswith(f"{sandbox.SANDBOX_WORKDIR}/")
+        and not any(path == top or path.startswith(top.rstrip("/") + "/") for top in allowed)
+    ]
+    assert stray == [], stray[:20]
+    assert f"{sandbox.SANDBOX_WORKDIR}/data/x.txt" in seen and f"{sandbox.SANDBOX_WORKDIR}/main.py" in seen
+    repo = Path(__file__).resolve().parent.parent
+    assert not [path for path in seen if path.startswith(str(repo)) or path.startswith("/work")], "project visible"
+    assert not [path for path in seen if "site-packages" in path and not path.endswith("site-packages")]
+    home = os.environ["COOKBOOK_HOME"]
+    probe = ("import os\nfor path in {paths!r}:\n    print(path, os.path.exists(path))").format(
+        paths=[str(repo / "cookbook_engine/rl/code_problems.py"), home, "/home", "/work", "/etc/passwd"]
     )
+    answers = run_python(probe).stdout.split()
+    assert answers[1::2] == ["False"] * 5, answers
+
+
+def test_unix_socket_files_outside_the_work_folder_are_unreachable(tmp_path, capabilities):
+    if not capabilities["private_root"] or not capabilities["network_isolated"]:
+        pytest.skip("needs a private root and a network namespace")
+    assert capabilities["unix_sockets"].startswith("unreachable")
+    path = str(tmp_path / "studio.sock")
+    listeners = []
+    for address in (path, "\0cookbook-test-" + uuid.uuid4().hex):
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(address)
+        listener.listen()
+        listeners.append((listener, address))
     try:
+        source = (
+            f"import socket\nfor address in {[address for _, address in listeners]!r}:\n"
+            "    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+            "    try:\n        s.connect(address)\n        print('connected')\n"
+            "    except OSError as error:\n        print('refused', error.errno)\n"
+        )
         result = run_python(source)
-        assert result.stdout == f"refused {errno.EROFS}\n", result
-        assert not os.path.exists(target)
+        assert result.stdout.split("\n")[:2] == [f"refused {errno.ENOENT}", f"refused {errno.ECONNREFUSED}"], result
     finally:
-        if os.path.exists(target):
-            os.remove(target)
+        for listener, _ in listeners:
+            listener.close()
+
+
+BUSY_SESSIONS = """
+import os, time
+pids = []
+for _ in range(6):
+    pid = os.fork()
+    if pid == 0:
+        os.setsid()
+        while True:
+            pass
+    pids.append(pid)
+time.sleep(2.0)
+ticks = 0
+for pid in pids:
+    fields = open('/proc/%d/stat' % pid).read().rsplit(')', 1)[1].split()
+    ticks += int(fields[11]) + int(fields[12])
+print(ticks / os.sysconf('SC_CLK_TCK'))
+"""
+
+
+def test_a_run_with_many_busy_sessions_gets_one_core_at_most(capabilities):
+    """Six busy loops in new sessions are scheduled as one group capped at one core: over 2 s of wall clock they
+    get at most ~2 CPU seconds together, whatever the machine has free."""
+    if not capabilities["cpu_cgroup"]:
+        pytest.skip(capabilities["cpu_limit"])
+    result = run_python(BUSY_SESSIONS, limits=SandboxLimits(timeout_s=20.0, cpu_s=20))
+    assert result.returncode == 0, result
+    assert float(result.stdout) <= 2.0 * 1.2, result.stdout
 
 
 def test_writing_a_huge_file_hits_the_file_size_limit():
@@ -236,7 +314,7 @@ def test_writing_a_huge_file_hits_the_file_size_limit():
 
 
 def test_many_files_fill_the_work_folder_cap(capabilities):
-    if not capabilities["filesystem"].startswith("read-only"):
+    if not capabilities["private_root"]:
         pytest.skip("the work folder is a size-capped tmpfs only with a mount namespace")
     source = "for index in range(64):\n    open(f'part{index}.bin', 'wb').write(b'x' * 1024 * 1024)"
     result = run_python(source, limits=SandboxLimits(max_file_mb=2))
@@ -334,7 +412,7 @@ def test_memfd_cannot_bypass_the_memory_limit(capabilities):
 
 
 def test_posix_shared_memory_is_a_tiny_tmpfs(capabilities):
-    if not capabilities["filesystem"].startswith("read-only"):
+    if not capabilities["private_root"]:
         pytest.skip("/dev/shm is replaced only with a mount namespace")
     source = (
         "try:\n    open('/dev/shm/hold', 'wb').write(b'x' * 64 * 1024 * 1024)\nexcept OSError as e:\n    print(e.errno)"

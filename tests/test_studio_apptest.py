@@ -250,7 +250,7 @@ def test_home_shows_what_the_code_sandbox_isolates(home, monkeypatch):
         "plan": "rlimits",
         "reason": "this machine does not allow a network namespace here: unshare: Operation not permitted",
     }
-    monkeypatch.setattr(sandbox, "_capabilities", fallback)
+    monkeypatch.setattr(sandbox.runner, "_capabilities", fallback)
     at = open_page()
     assert any(badge.endswith(" network NOT isolated]") for badge in badges(at)), badges(at)
     assert any(
@@ -263,7 +263,9 @@ def test_home_shows_what_the_code_sandbox_isolates(home, monkeypatch):
 
     # without a memory cgroup the Home page says memory is capped per process only
     monkeypatch.setattr(
-        sandbox, "_capabilities", {**fallback, "memory_cgroup": False, "memory_limit": "per process only (RLIMIT_AS)"}
+        sandbox.runner,
+        "_capabilities",
+        {**fallback, "memory_cgroup": False, "memory_limit": "per process only (RLIMIT_AS)"},
     )
     at = open_page()
     assert any(badge.endswith(" memory capped per process only]") for badge in badges(at)), badges(at)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cookbook_engine.rl.code_grading import plan_snippets
 from cookbook_engine.rl.graders import Grade, grade_code_response
 
 PROMPT_TEMPLATE = "Write a Python function `{signature}` that {task}. Put the function in a ```python code block."
@@ -404,4 +405,4 @@ def train_test_split() -> tuple[list[CodeProblem], list[CodeProblem]]:
 
 def grade_response(problem: CodeProblem, response: str) -> Grade:
     """Grade a model's response to `problem`: run its ```python block with the problem's tests in the sandbox."""
-    return grade_code_response(response, problem.tests)
+    return grade_code_response(response, plan_snippets(problem.tests, [problem.function_name]))

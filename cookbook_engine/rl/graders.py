@@ -15,23 +15,25 @@ What it is not: the dataset loader (it calls `validate_answer` on every row) or 
 turns a Grade into a reward and the env/all/correct, env/all/format metrics). Regexes run in this process
 without a time limit: a pathological pattern can be slow on a long response.
 
-How python_tests counts tests: the answer's top-level statements are split into groups, each ending at a
-top-level `assert` (statements after the last assert join the last group; code with no assert is one test).
-All groups run in order in one namespace of the test process, each in its own try/except with its own time
-budget, so one failing or hanging test costs only its own credit. The tests never share a process with the
-solution (see rl/code_grading.py for what the solution can and cannot do, and which values cross).
+How python_tests counts tests (rl/code_grading.py, `plan_tests`): top-level asserts (statements grouped up to
+each assert), pytest-style `def test_*():` functions, unittest.TestCase methods and `def check(candidate)` (with
+`check(f)` or `entry_point = "f"`) are each one test; `if __name__ == "__main__":` blocks count as top-level code.
+A test passes only if it reached an assertion and called the solution; tests that reach none give reward 0 and a
+`grading_error`. The dataset check refuses test code with no test, no assertion, no call to the solution, pytest
+fixtures, or imports outside the standard library. The tests never share a process with the solution (see
+rl/code_grading.py for what crosses: plain values, in-place mutation of list/dict/set arguments, identity of a
+returned argument, generators item by item, printed output).
 """
 
 from __future__ import annotations
 
-import ast
 import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cookbook_engine.rl import hack_flags
-from cookbook_engine.rl.code_grading import run_code_tests
+from cookbook_engine.rl.code_grading import TestPlan, plan_tests, run_code_tests, snippet_plan
 from cookbook_engine.sandbox import SandboxLimits
 
 
@@ -114,37 +116,13 @@ def _compile_regex(pattern: str) -> re.Pattern:
 # ---------------------------------------------------------------- python tests
 
 
-def split_tests(test_code: str) -> list[str]:
-    """Split test code into tests: groups of top-level statements, each ending at a top-level assert."""
-    try:
-        module = ast.parse(test_code)
-    except SyntaxError as error:
-        raise ValueError(
-            f"python_tests grader: the test code does not parse (line {error.lineno}: {error.msg})"
-        ) from None
-    lines = test_code.splitlines()
-    groups: list[list[ast.stmt]] = [[]]
-    for statement in module.body:
-        groups[-1].append(statement)
-        if isinstance(statement, ast.Assert):
-            groups.append([])
-    if not groups[-1]:
-        groups.pop()
-    elif len(groups) > 1:  # statements after the last assert belong to the last test
-        groups[-2].extend(groups.pop())
-    tests = []
-    for group in groups:
-        first, last = group[0], group[-1]
-        tests.append("\n".join(lines[first.lineno - 1 : last.end_lineno]))
-    return tests
-
-
 def grade_python_tests(response: str, answer: str) -> Grade:
-    return grade_code_response(response, split_tests(answer))
+    return grade_code_response(response, plan_tests(answer))
 
 
-def grade_code_response(response: str, tests: list[str]) -> Grade:
+def grade_code_response(response: str, tests: list[str] | TestPlan) -> Grade:
     """Extract the response's code block and run it with `tests`; no code block -> reward 0, format_ok False."""
+    plan = tests if isinstance(tests, TestPlan) else snippet_plan(tests)
     code = extract_code_block(response)
     if code is None:
         return Grade(
@@ -152,30 +130,32 @@ def grade_code_response(response: str, tests: list[str]) -> Grade:
             False,
             {
                 "tests_passed": 0,
-                "tests_total": len(tests),
+                "tests_total": plan.total,
                 "format_ok": False,
                 "error": "no ```python code block in the response",
             },
         )
-    grade = run_unit_tests(code, tests)
+    grade = run_unit_tests(code, plan)
     grade.details["format_ok"] = True
     return grade
 
 
-def run_unit_tests(code: str, tests: list[str], *, limits: SandboxLimits | None = None) -> Grade:
-    """Run each test (a Python snippet, e.g. an assert) against `code` with the trusted two-process grader
-    (rl/code_grading.py); reward = passed/total. Anything the code does gives a Grade, never an exception."""
+def run_unit_tests(code: str, tests: list[str] | TestPlan, *, limits: SandboxLimits | None = None) -> Grade:
+    """Run the tests (a TestPlan, or Python snippets each one test, e.g. an assert) against `code` with the trusted
+    two-process grader (rl/code_grading.py); reward = passed/total. Anything the code does gives a Grade, never an
+    exception. Tests that reach no assertion on a call to the solution give reward 0 and a `grading_error`."""
     if not isinstance(code, str):
         raise TypeError(f"run_unit_tests: code must be a str, got {type(code).__name__}")
-    if not tests or not all(isinstance(test, str) for test in tests):
-        raise ValueError("run_unit_tests: tests must be a non-empty list of str")
+    if not isinstance(tests, TestPlan) and (not tests or not all(isinstance(test, str) for test in tests)):
+        raise ValueError("run_unit_tests: tests must be a TestPlan or a non-empty list of str")
+    plan = tests if isinstance(tests, TestPlan) else snippet_plan(tests)
     limits = limits if limits is not None else SandboxLimits(timeout_s=10.0, cpu_s=10)
-    verdict = run_code_tests(code, tests, limits)
-    total = len(tests)
+    verdict = run_code_tests(code, plan, limits)
+    total = plan.total
     details: dict = {
         "tests_total": total,
         "network_isolated": verdict.network_isolated,
-        "suspicious": hack_flags.suspicious_patterns(code),
+        "suspicious": hack_flags.suspicious_patterns(code) + verdict.runtime_flags,
     }
     if verdict.printed:
         details["printed"] = verdict.printed
@@ -185,6 +165,9 @@ def run_unit_tests(code: str, tests: list[str], *, limits: SandboxLimits | None 
         details.update(tests_passed=0, sandbox_error=verdict.sandbox_error, stderr=verdict.stderr)
         return Grade(0.0, False, details)
     failures = {str(index): message for index, message in enumerate(verdict.results) if message is not None}
+    if verdict.grading_error:
+        details.update(tests_passed=0, failures=failures, grading_error=verdict.grading_error)
+        return Grade(0.0, False, details)
     passed = total - len(failures)
     details.update(tests_passed=passed, failures=failures)
     return Grade(passed / total, passed == total, details)
@@ -225,4 +208,4 @@ def validate_answer(grader: str, answer: str) -> None:
     elif grader == "regex":
         _compile_regex(answer)
     elif grader == "python_tests":
-        split_tests(answer)
+        plan_tests(answer)

@@ -1,9 +1,11 @@
-"""Kernel-level limits for the sandbox that rlimits cannot give: a seccomp filter and a memory cgroup.
+"""Kernel-level limits for the sandbox that rlimits cannot give: a seccomp filter, a memory and a CPU cgroup.
 
-What it is for: `sandbox.py` builds the filter here and hands it to its launcher, and puts each sandboxed program
+What it is for: `runner.py` builds the filter here and hands it to its launcher, and puts each sandboxed program
 in a fresh memory cgroup made here, so that memory is limited in total (every process of the run, and the pages
 that RLIMIT_AS does not count: SysV shared memory, memfd, tmpfs files) and an out-of-memory kill is read from the
-kernel's own counter, never from what the program printed.
+kernel's own counter, never from what the program printed. A fresh CPU cgroup per run schedules the run's
+processes as one group capped at one core: a reply that starts many busy processes (in new sessions or not) gets
+one group's share, never its siblings'.
 
 The seccomp filter refuses (EPERM) the system calls that a graded program never needs and that give memory or
 kernel surface outside the rlimits: SysV IPC (shmget, shmat, msgget, semget), memfd_create and memfd_secret, new
@@ -11,8 +13,9 @@ user namespaces (clone/unshare with CLONE_NEWUSER, setns), userfaultfd, bpf, per
 kernel keyring, mount and ptrace; clone3 answers ENOSYS so the C library falls back to clone, whose flags the
 filter can read. Other architectures than the two listed are refused outright (the whole process is killed).
 
-What it is not: the sandbox (namespaces, mounts, uids live in sandbox.py), nor a complete syscall allow-list.
-Where the machine offers neither a memory cgroup nor seccomp, `available()` says so and the sandbox reports it.
+What it is not: the sandbox (namespaces, mounts, uids live in runner.py and launcher.py), nor a complete syscall
+allow-list.
+Where the machine offers no cgroup or no seccomp, the probe in runner.py finds out and the capabilities say so.
 """
 
 from __future__ import annotations
@@ -123,33 +126,59 @@ def seccomp_program() -> list[list[int]] | None:
     return program
 
 
-# ---------------------------------------------------------------- memory cgroup
+# ---------------------------------------------------------------- cgroups: memory and CPU
 
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
 _PREFIX = "cookbook-sandbox-"
+CPU_PERIOD_US = 100_000
 
 
-class MemoryCgroup:
-    """One fresh cgroup capping the total memory of one sandbox run; `oom_kills()` reads the kernel's counter."""
+class _Cgroup:
+    """One fresh cgroup of one sandbox run, removed with `remove()` once its processes are gone."""
 
-    def __init__(self, parent: Path, version: int, limit_bytes: int):
+    def __init__(self, parent: Path, version: int):
         self.version = version
         self.path = parent / f"{_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
         self.path.mkdir()
-        try:
-            if version == 2:
-                (self.path / "memory.max").write_text(str(limit_bytes))
-                _write_if_present(self.path / "memory.swap.max", "0")
-            else:
-                (self.path / "memory.limit_in_bytes").write_text(str(limit_bytes))
-                _write_if_present(self.path / "memory.memsw.limit_in_bytes", str(limit_bytes))
-        except OSError:
-            self.remove()
-            raise
 
     @property
     def procs_file(self) -> str:
         return str(self.path / "cgroup.procs")
+
+    def remove(self) -> None:
+        """Remove the cgroup once its processes are gone (they are being killed; wait briefly for the kernel)."""
+        for _ in range(50):
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.01)
+
+    def _configure(self, settings: list[tuple[str, str]]) -> None:
+        try:
+            for name, value in settings:
+                if name.startswith("?"):  # optional: not every kernel has it
+                    _write_if_present(self.path / name[1:], value)
+                else:
+                    (self.path / name).write_text(value)
+        except OSError:
+            self.remove()
+            raise
+
+
+class MemoryCgroup(_Cgroup):
+    """Caps the total memory of one sandbox run; `oom_kills()` reads the kernel's counter."""
+
+    def __init__(self, parent: Path, version: int, limit_bytes: int):
+        super().__init__(parent, version)
+        if version == 2:
+            self._configure([("memory.max", str(limit_bytes)), ("?memory.swap.max", "0")])
+        else:
+            self._configure(
+                [("memory.limit_in_bytes", str(limit_bytes)), ("?memory.memsw.limit_in_bytes", str(limit_bytes))]
+            )
 
     def oom_kills(self) -> int:
         name, key = ("memory.events", "oom_kill") if self.version == 2 else ("memory.oom_control", "oom_kill")
@@ -162,16 +191,18 @@ class MemoryCgroup:
             pass
         return 0
 
-    def remove(self) -> None:
-        """Remove the cgroup once its processes are gone (they are being killed; wait briefly for the kernel)."""
-        for _ in range(50):
-            try:
-                self.path.rmdir()
-                return
-            except FileNotFoundError:
-                return
-            except OSError:
-                time.sleep(0.01)
+
+class CpuCgroup(_Cgroup):
+    """Schedules all processes of one sandbox run as one group (however many sessions or processes it starts)
+    and caps the group at `cpus` cores (CFS bandwidth), so one reply cannot slow its siblings' grading."""
+
+    def __init__(self, parent: Path, version: int, cpus: float):
+        super().__init__(parent, version)
+        quota = max(1000, int(cpus * CPU_PERIOD_US))
+        if version == 2:
+            self._configure([("cpu.max", f"{quota} {CPU_PERIOD_US}")])
+        else:
+            self._configure([("cpu.cfs_period_us", str(CPU_PERIOD_US)), ("cpu.cfs_quota_us", str(quota))])
 
 
 def _write_if_present(path: Path, value: str) -> None:
@@ -187,18 +218,28 @@ def memory_cgroup_parent() -> tuple[Path, int] | None:
 
     Tried by making (and removing) one cgroup: cgroup v2 where the memory controller is enabled for children,
     then the v1 memory hierarchy. Stale cgroups of dead studio processes are removed on the way."""
+    return _cgroup_parent("memory", "memory.limit_in_bytes", lambda p, v: MemoryCgroup(p, v, 64 * 1024 * 1024))
+
+
+def cpu_cgroup_parent() -> tuple[Path, int] | None:
+    """Where this machine lets the studio make CPU cgroups (cgroup v2 with the cpu controller, or the v1 cpu
+    hierarchy with CFS bandwidth control): (parent folder, cgroup version), or None."""
+    return _cgroup_parent("cpu", "cpu.cfs_quota_us", lambda p, v: CpuCgroup(p, v, 1.0))
+
+
+def _cgroup_parent(controller: str, v1_marker: str, make) -> tuple[Path, int] | None:
     candidates = []
-    if "memory" in _read(_CGROUP_ROOT / "cgroup.subtree_control").split():
+    if controller in _read(_CGROUP_ROOT / "cgroup.subtree_control").split():
         candidates.append((_CGROUP_ROOT, 2))
     unified = _CGROUP_ROOT / "unified"
-    if "memory" in _read(unified / "cgroup.subtree_control").split():
+    if controller in _read(unified / "cgroup.subtree_control").split():
         candidates.append((unified, 2))
-    if (_CGROUP_ROOT / "memory" / "memory.limit_in_bytes").exists():
-        candidates.append((_CGROUP_ROOT / "memory", 1))
+    if (_CGROUP_ROOT / controller / v1_marker).exists():
+        candidates.append((_CGROUP_ROOT / controller, 1))
     for parent, version in candidates:
         _remove_stale(parent)
         try:
-            MemoryCgroup(parent, version, 64 * 1024 * 1024).remove()
+            make(parent, version).remove()
             return parent, version
         except OSError:
             continue

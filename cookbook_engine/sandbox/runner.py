@@ -22,10 +22,10 @@ which of the plans below works here, caches the answer, and `sandbox_capabilitie
   cannot read root's home. The interpreter's own prefix is bound back read-only where it lived.
 - Resources: RLIMIT_CPU, RLIMIT_FSIZE, RLIMIT_NOFILE, no core dumps; a wall-clock timeout that SIGKILLs the whole
   process group; stdout/stderr capped while reading (a flood is killed). Memory: a fresh memory cgroup per run
-  (sandbox_limits.py) caps all of the run's processes together, counting shared memory, memfd and tmpfs pages too;
+  (kernel_limits.py) caps all of the run's processes together, counting shared memory, memfd and tmpfs pages too;
   where no cgroup can be made, RLIMIT_AS caps each process instead.
 - Kernel surface: a seccomp filter refuses SysV IPC, memfd, new user namespaces, mount, ptrace, bpf, io_uring and
-  a few more (sandbox_limits.py); /dev holds only null, zero, full, random and urandom; /dev/shm is read-only.
+  a few more (kernel_limits.py); /dev holds only null, zero, full, random and urandom; /dev/shm is read-only.
 - Environment: built from scratch (PATH, LANG, HOME, PYTHONDONTWRITEBYTECODE, PYTHONHASHSEED), so no API key
   or token of the studio reaches the child. Python runs with `-I -S -B`: isolated mode, no site-packages
   (standard library only), no bytecode files. The work folder is not on sys.path.
@@ -62,23 +62,18 @@ import selectors
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from cookbook_engine import sandbox_limits
+from cookbook_engine.sandbox import limits as kernel_limits, root as private_root
+from cookbook_engine.sandbox.root import PYTHON
 
-# The interpreter the launcher and the child run: the real binary behind a virtual env's `python`, so the child
-# sees the standard library only (with -S), never the studio's own packages.
-PYTHON = os.path.realpath(sys.executable)
-PYTHON_PREFIX = os.path.realpath(sys.base_prefix)
+LAUNCHER = str(Path(__file__).with_name("launcher.py"))
 # Where the work folder appears to the child when a mount namespace is available.
 SANDBOX_WORKDIR = "/tmp/work"
-# Folders replaced by an empty tmpfs inside the mount namespace (writable scratch space and homes).
-HIDDEN_FOLDERS = ["/tmp", "/var/tmp", "/dev/shm", "/run", "/root", "/home"]
 # The only devices the child sees (bound from the machine's own into an otherwise empty /dev).
 DEV_NODES = ["null", "zero", "full", "random", "urandom"]
 # Fresh uids for the child, one at random per call from a range no distribution or systemd allocates.
@@ -110,191 +105,6 @@ class SandboxResult:
     killed_reason: str | None
     duration_s: float
     network_isolated: bool
-
-
-# The launcher: run as `python -I -S -c LAUNCHER CONFIG_JSON` by the studio's user, with the scrubbed environment.
-# It enters the namespaces, prepares the file system, sets the limits, drops to the fresh uid and execs the
-# child's interpreter. Any failure before exec is written to the status pipe as "error <step>: <why>" (exit 125);
-# with a PID namespace, the namespace's init writes "status <raw wait status>" when the program ends.
-_LAUNCHER = r'''
-import ctypes, json, os, resource, signal, sys
-cfg = json.loads(sys.argv[1])
-plan = cfg["plan"]
-status_fd = cfg["status_fd"]
-os.set_inheritable(status_fd, False)
-libc = ctypes.CDLL(None, use_errno=True)
-libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
-libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
-
-def fail(step, detail):
-    os.write(status_fd, ("error %s: %s" % (step, detail)).encode())
-    os._exit(125)
-
-def check(step, ret):
-    if ret != 0:
-        fail(step, os.strerror(ctypes.get_errno()))
-
-def b(text):
-    return None if text is None else text.encode()
-
-def mount(source, target, fstype, flags, data=None):
-    check("mount %s on %s" % (fstype or source, target), libc.mount(b(source), b(target), b(fstype), flags, b(data)))
-
-class MountAttr(ctypes.Structure):
-    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
-                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
-
-def mount_setattr(path, recursive, attr_set, attr_clr):
-    attr = MountAttr(attr_set, attr_clr, 0, 0)
-    ret = libc.syscall(442, -100, path.encode(), 0x8000 if recursive else 0, ctypes.byref(attr), ctypes.sizeof(attr))
-    check("mount_setattr %s" % path, ret)
-
-def minimal_dev():
-    """Replace /dev by a small tmpfs holding only the harmless devices (bound from the real ones) and the usual
-    links; no /dev/fuse, /dev/net/tun, /dev/kvm, ttys or disks."""
-    fds = {name: os.open("/dev/" + name, os.O_PATH) for name in cfg["dev_nodes"] if os.path.exists("/dev/" + name)}
-    mount("tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,nr_inodes=64,mode=0755")
-    for name, fd in fds.items():
-        open("/dev/" + name, "w").close()
-        mount("/proc/self/fd/%d" % fd, "/dev/" + name, None, MS_BIND)
-        os.close(fd)
-    for link, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
-                         ("stderr", "/proc/self/fd/2")):
-        os.symlink(target, "/dev/" + link)
-    os.mkdir("/dev/shm")
-
-def install_seccomp(program):
-    """The BPF filter built by the studio (a list of [code, jt, jf, k]); needs no_new_privs set first."""
-    import struct
-    raw = b"".join(struct.pack("HBBI", *instruction) for instruction in program)
-    buffer = ctypes.create_string_buffer(raw, len(raw))
-    class Fprog(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-    fprog = Fprog(len(program), ctypes.cast(buffer, ctypes.c_void_p))
-    check("seccomp", libc.prctl(22, 2, ctypes.cast(ctypes.pointer(fprog), ctypes.c_void_p), 0, 0))
-
-def usage_report(workdir, rlimits):
-    """What the program left behind, read by this trusted process after it ended: a file at the file size cap,
-    a full work folder."""
-    cap = rlimits.get("RLIMIT_FSIZE", 0)
-    file_at_cap = False
-    for folder, _, names in os.walk(workdir):
-        for name in names:
-            try:
-                file_at_cap = file_at_cap or os.lstat(os.path.join(folder, name)).st_size >= cap
-            except OSError:
-                pass
-    try:
-        stats = os.statvfs(workdir)
-        disk_full = stats.f_bavail * stats.f_frsize < 64 * 1024 or stats.f_favail == 0
-    except OSError:
-        disk_full = False
-    return " fsize %d disk %d" % (file_at_cap, disk_full and cfg["plan"]["mountns"])
-
-MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 8, 4096, 16384, 1 << 18
-MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID = 1, 2
-os.umask(0o022)  # the mount points made below must be traversable by the child's uid, whatever the studio's umask
-try:
-    if cfg["cgroup_procs"]:
-        with open(cfg["cgroup_procs"], "w") as handle:
-            handle.write(str(os.getpid()))
-    flags = 0
-    if plan["userns"]: flags |= 0x10000000
-    if plan["netns"]: flags |= 0x40000000 | 0x08000000 | 0x04000000  # net, ipc, uts
-    if plan["mountns"]: flags |= 0x00020000
-    if plan["pidns"]: flags |= 0x20000000
-    if flags:
-        check("unshare", libc.unshare(flags))
-    if plan["userns"]:
-        outer_uid, outer_gid = cfg["uid"], cfg["gid"]
-        for name, text in (("setgroups", "deny"), ("uid_map", "%d %d 1" % (outer_uid, outer_uid)),
-                           ("gid_map", "%d %d 1" % (outer_gid, outer_gid))):
-            with open("/proc/self/" + name, "w") as handle:
-                handle.write(text)
-
-    if plan["pidns"]:
-        # The launcher stays outside as the namespace's parent; the forked child becomes the namespace's init.
-        init = os.fork()
-        if init:
-            os.close(status_fd)
-            while True:
-                try:
-                    _, status = os.waitpid(init, 0)
-                    break
-                except InterruptedError:
-                    continue
-            os._exit(os.waitstatus_to_exitcode(status) & 0xFF if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
-
-    workdir = cfg["host_workdir"]
-    if plan["mountns"]:
-        contents = {}
-        for name in cfg["file_names"]:
-            with open(os.path.join(workdir, name), "rb") as handle:
-                contents[name] = handle.read()
-        prefix_fd = os.open(cfg["python_prefix"], os.O_PATH | os.O_DIRECTORY)
-        mount(None, "/", None, MS_REC | MS_PRIVATE)
-        if plan["pidns"]:
-            mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-            minimal_dev()
-        for folder in cfg["hidden_folders"]:
-            if os.path.isdir(folder) and not os.path.islink(folder):
-                mount("tmpfs", folder, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=256,mode=0755")
-        prefix = cfg["python_prefix"]
-        if any(prefix == f or prefix.startswith(f.rstrip("/") + "/") for f in cfg["hidden_folders"]):
-            os.makedirs(prefix, exist_ok=True)
-            mount("/proc/self/fd/%d" % prefix_fd, prefix, None, MS_BIND | MS_REC)
-        os.close(prefix_fd)
-        workdir = cfg["sandbox_workdir"]
-        os.makedirs(workdir, exist_ok=True)
-        mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV,
-              "size=%dk,nr_inodes=4096,mode=0700,uid=%d,gid=%d" % (cfg["workdir_kb"], cfg["uid"], cfg["gid"]))
-        for name, data in contents.items():
-            path = os.path.join(workdir, name)
-            parent = os.path.dirname(path)
-            if not os.path.isdir(parent):
-                os.makedirs(parent)
-                os.chown(parent, cfg["uid"], cfg["gid"])
-            with open(path, "wb") as handle:
-                handle.write(data)
-            os.chown(path, cfg["uid"], cfg["gid"])
-        mount_setattr("/", True, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0)
-        mount_setattr(workdir, False, 0, MOUNT_ATTR_RDONLY)
-
-    limits = cfg["rlimits"]
-    for name, value in limits.items():
-        resource.setrlimit(getattr(resource, name), (value, value))
-    if plan["uid_drop"]:
-        os.setgroups([])
-        os.setresgid(cfg["gid"], cfg["gid"], cfg["gid"])
-        os.setresuid(cfg["uid"], cfg["uid"], cfg["uid"])
-    os.chdir(workdir)
-    check("no_new_privs", libc.prctl(38, 1, 0, 0, 0))
-    check("pdeathsig", libc.prctl(1, signal.SIGKILL, 0, 0, 0))
-    if cfg["seccomp"]:
-        install_seccomp(cfg["seccomp"])
-    argv = cfg["argv"]
-    if plan["pidns"]:
-        # This process is the namespace's init (signals without a handler do not reach an init), so the user's
-        # program runs in a forked child as an ordinary process; init reaps orphans and reports the program's
-        # raw wait status on the status pipe. When init exits, the kernel kills everything left in the namespace.
-        program = os.fork()
-        if program == 0:
-            os.execve(argv[0], argv, os.environ)
-        while True:
-            try:
-                pid, status = os.wait()
-            except InterruptedError:
-                continue
-            if pid == program:
-                report = usage_report(workdir, limits)
-                os.write(status_fd, ("status %d%s" % (status, report)).encode())
-                os._exit(0)
-    os.execve(argv[0], argv, os.environ)
-except OSError as error:
-    fail("setup", "%s (%s)" % (error.strerror, getattr(error, "filename", "")))
-except Exception as error:
-    fail("setup", repr(error))
-'''
 
 
 # ---------------------------------------------------------------- plans and the probe
@@ -371,13 +181,19 @@ class _Setup:
     plan: _Plan
     network_isolated: bool
     seccomp: tuple[tuple[int, ...], ...] | None = None
-    cgroup: tuple[Path, int] | None = None  # (parent folder, cgroup version)
+    cgroup: tuple[Path, int] | None = None  # memory: (parent folder, cgroup version)
+    cpu_cgroup: tuple[Path, int] | None = None  # CPU: (parent folder, cgroup version)
+    root: tuple[tuple[str, str, str], ...] = ()  # the private root's allow-list (root.py)
+    root_how: str = ""
 
 
 def _probe() -> tuple[_Setup, dict]:
     failures = []
+    rows, how = private_root.root_entries()
+    root = tuple((kind, path, target) for kind, path, target in rows)
     for plan in _candidate_plans():
-        result = _run(_Setup(plan, False), _PROBE_SOURCE, "", SandboxLimits(timeout_s=10.0), {})
+        candidate = _Setup(plan, False, root=root, root_how=how)
+        result = _run(candidate, _PROBE_SOURCE, "", SandboxLimits(timeout_s=10.0), {})
         verdict = result.stdout.strip()
         if result.returncode != 0 or verdict not in ("unreachable", "network reachable"):
             failures.append(f"{plan.name}: {(result.stderr or result.stdout).strip()[-300:] or result.killed_reason}")
@@ -385,22 +201,24 @@ def _probe() -> tuple[_Setup, dict]:
         isolated = plan.netns and verdict == "unreachable"
         if plan.netns and not isolated:
             failures.append(f"{plan.name}: the network namespace still reached 127.0.0.1")
-        setup = _probe_kernel_limits(_Setup(plan, isolated))
+        setup = _probe_kernel_limits(replace(candidate, network_isolated=isolated))
         return setup, _describe(setup, failures)
     raise RuntimeError("the sandbox cannot start any Python child on this machine: " + "; ".join(failures))
 
 
 def _probe_kernel_limits(setup: _Setup) -> _Setup:
-    """Add the seccomp filter where it loads and really refuses memfd_create, and a memory cgroup where one can
-    be made (as root)."""
-    program = sandbox_limits.seccomp_program()
+    """Add the seccomp filter where it loads and really refuses memfd_create, and a memory and a CPU cgroup where
+    they can be made (as root)."""
+    program = kernel_limits.seccomp_program()
     if program is not None:
         trial = replace(setup, seccomp=tuple(tuple(row) for row in program))
         result = _run(trial, _SECCOMP_PROBE_SOURCE, "", SandboxLimits(timeout_s=10.0), {})
         if result.returncode == 0 and result.stdout.strip() == "refused":
             setup = trial
     if setup.plan.uid_drop:
-        setup = replace(setup, cgroup=sandbox_limits.memory_cgroup_parent())
+        setup = replace(
+            setup, cgroup=kernel_limits.memory_cgroup_parent(), cpu_cgroup=kernel_limits.cpu_cgroup_parent()
+        )
     return setup
 
 
@@ -426,7 +244,9 @@ def _describe(setup: _Setup, failures: list[str]) -> dict:
         "uid_drop": plan.uid_drop,
         "pid_namespace": plan.pidns,
         "filesystem": (
-            "read-only except the work folder (mount namespace)"
+            "a private root (mount namespace + pivot_root): only the interpreter, its standard library and the "
+            f"shared libraries they load, read-only ({setup.root_how}); /dev, /proc of its own, and the work folder,"
+            " the only writable place. The host's other files (project, homes, /work, sockets) are not there"
             if plan.mountns
             else "unprivileged uid: can write only to world-writable folders"
             if plan.uid_drop
@@ -445,8 +265,24 @@ def _describe(setup: _Setup, failures: list[str]) -> dict:
             "memfd are " + ("refused by seccomp" if setup.seccomp else "NOT bounded")
         ),
         "memory_cgroup": setup.cgroup is not None,
+        "cpu_limit": (
+            f"each run's processes are scheduled as one group capped at one core (cgroup v{setup.cpu_cgroup[1]} cpu)"
+            " and each process at cpu_s CPU seconds (RLIMIT_CPU)"
+            if setup.cpu_cgroup
+            else "per process only (RLIMIT_CPU): no CPU cgroup can be made here, so a run with many busy processes "
+            "takes more than its share of the machine while its wall-clock timeout lasts"
+        ),
+        "cpu_cgroup": setup.cpu_cgroup is not None,
+        "private_root": plan.mountns,
+        "root_paths": private_root.visible_paths([list(row) for row in setup.root]) if plan.mountns else [],
+        "unix_sockets": (
+            "unreachable: no host socket file is in the private root, and abstract sockets belong to the network "
+            "namespace"
+            if plan.mountns and isolated
+            else "reachable: the child sees the host's files"
+        ),
         "seccomp": (
-            f"refuses {', '.join(sandbox_limits.REFUSED_SYSCALLS)} and new user namespaces"
+            f"refuses {', '.join(kernel_limits.REFUSED_SYSCALLS)} and new user namespaces"
             if setup.seccomp
             else "not available on this machine"
         ),
@@ -539,12 +375,15 @@ class SandboxProcess:
         self.limits, self.setup = limits, setup
         self.result: SandboxResult | None = None
         self.host_workdir = tempfile.mkdtemp(prefix="cookbook-sandbox-")
-        self.cgroup = None
+        self.cgroup: kernel_limits.MemoryCgroup | None = None
+        self.cpu_cgroup: kernel_limits.CpuCgroup | None = None
         self.uid = os.getuid()
         try:
             self._write_files({"main.py": source, **files})
             if setup.cgroup is not None:
-                self.cgroup = sandbox_limits.MemoryCgroup(*setup.cgroup, int(limits.memory_mb) * 1024 * 1024)
+                self.cgroup = kernel_limits.MemoryCgroup(*setup.cgroup, int(limits.memory_mb) * 1024 * 1024)
+            if setup.cpu_cgroup is not None:
+                self.cpu_cgroup = kernel_limits.CpuCgroup(*setup.cpu_cgroup, 1.0)
             self._start(setup.plan, sorted({"main.py", *files}))
         except BaseException:
             self._cleanup()
@@ -586,13 +425,12 @@ class SandboxProcess:
             "host_workdir": self.host_workdir,
             "sandbox_workdir": SANDBOX_WORKDIR,
             "file_names": file_names,
-            "hidden_folders": HIDDEN_FOLDERS,
-            "python_prefix": PYTHON_PREFIX,
+            "root": [list(row) for row in self.setup.root],
             "dev_nodes": DEV_NODES,
             "workdir_kb": 4 * self.limits.max_file_mb * 1024,
             "rlimits": _rlimits(self.limits, plan, memory_cgroup=self.cgroup is not None),
             "seccomp": [list(row) for row in self.setup.seccomp] if self.setup.seccomp else None,
-            "cgroup_procs": self.cgroup.procs_file if self.cgroup else None,
+            "cgroup_procs": [group.procs_file for group in (self.cgroup, self.cpu_cgroup) if group is not None],
             "argv": [PYTHON, "-I", "-S", "-B", "main.py"],
         }
         environment = {
@@ -604,7 +442,7 @@ class SandboxProcess:
         }
         try:
             self.process = subprocess.Popen(
-                [PYTHON, "-I", "-S", "-c", _LAUNCHER, json.dumps(config)],
+                [PYTHON, "-I", "-S", LAUNCHER, json.dumps(config)],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -822,8 +660,9 @@ class SandboxProcess:
             except OSError:
                 pass
             del self.status_read  # closed: the getattr above finds none if cleanup runs again
-        if self.cgroup is not None:
-            self.cgroup.remove()
+        for group in (self.cgroup, self.cpu_cgroup):
+            if group is not None:
+                group.remove()
         shutil.rmtree(self.host_workdir, ignore_errors=True)
 
 
