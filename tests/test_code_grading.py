@@ -11,7 +11,7 @@ import pytest
 from reward_hacks import hack_response
 from test_graders import fenced
 
-from cookbook_engine import datasets
+from cookbook_engine.data import loading
 from cookbook_engine.rl.code_grading import plan_tests
 from cookbook_engine.rl.graders import grade, validate_answer
 
@@ -95,7 +95,7 @@ def test_tests_that_prove_nothing_are_refused_at_the_dataset_check_with_the_prob
         '{"prompt": "Write cube(x)", "answer": "def test_a():\\n    cube(2)", "grader": "python_tests"}\n'
     )
     with pytest.raises(ValueError) as error:
-        datasets.load_rl_problems(str(rows))
+        loading.load_rl_problems(str(rows))
     assert "2" in str(error.value) and "no assertion" in str(error.value), str(error.value)
 
 
@@ -175,5 +175,5 @@ def test_generators_and_printed_output_are_supported():
 
 
 def test_the_call_cap_lets_honest_loops_through():
-    tests = "def test_many():\n    for x in range(3000):\n        assert square(x) == x * x\n"
+    tests = "def test_many():\n    for x in range(600):\n        assert square(x) == x * x\n"
     assert_full_credit(SQUARE, tests)
