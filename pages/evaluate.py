@@ -89,7 +89,7 @@ picked = widgets.row_picker(
     all_jobs,
     "eval_id",
     "eval",
-    lambda job: f"{job['name']} · {job['status']} · {', '.join(job['models'])} on {', '.join(job['eval_sets'])}",
+    lambda job: f"{job['name']} · {', '.join(job['models'])} on {', '.join(job['eval_sets'])}",  # no status: it changes
 )
 eval_id = picked["eval_id"]
 

@@ -1,10 +1,11 @@
-"""Sweeps: write a grid or a list of configurations, start it, and read one table per sweep: the settings that
-differ, each member's training metric and its eval metrics with intervals. Members train one after another in the
-background (also when started with `cookbook sweep`); a sweep can be cancelled and resumed."""
+"""Sweeps: build a grid in a form, or write a grid or a list of configurations as YAML; check it, start it, and
+read one table per sweep: the settings that differ, each member's training metric and its eval metrics with
+intervals, each member's run a link. Members train one after another in the background (also when started with
+`cookbook sweep`); a sweep can be cancelled and resumed."""
 
 import streamlit as st
 
-from app import widgets
+from app import sweep_form, widgets
 from cookbook_engine.evals import sweeps
 from storage import statuses
 
@@ -15,23 +16,74 @@ st.caption(
 )
 runner = sweeps.get_sweep_runner()
 
-with st.form("sweep-form"):
-    text = st.text_area("Sweep (YAML)", sweeps.EXAMPLE, height=220)
-    start = st.form_submit_button("Start sweep", type="primary", icon=":material/play_arrow:")
-if start:
+
+def check_or_start(read_spec, start: bool) -> None:
+    """Plan the sweep (every member's settings checked); show the members, or start it."""
     try:
-        plan = sweeps.plan(sweeps.parse_text(text))
+        plan = sweeps.plan(read_spec())
     except ValueError as exc:
         widgets.error_text(str(exc))
-    else:
+        return
+    if start:
         st.query_params["sweep"] = runner.start(plan)
+        return
+    st.success(f"Ready to start: {len(plan.members)} members, each checked.", icon=":material/check_circle:")
+    st.dataframe(sweep_form.members_table(plan), hide_index=True)
+    st.caption("The same sweep as YAML (paste it into the YAML tab, or save it for `cookbook sweep FILE`):")
+    st.code(sweep_form.as_yaml(plan.spec), language="yaml")
+
+
+form_tab, yaml_tab = st.tabs(["Form", "YAML"])
+with form_tab, st.form("sweep-builder"):
+    c1, c2, c3, c4 = st.columns([2, 1, 2, 1])
+    name = c1.text_input("Sweep name (optional)")
+    kind = c2.selectbox("Kind", ["sl", "dpo", "rl"], format_func=widgets.KIND_LABEL.__getitem__)
+    dataset = c3.text_input("Dataset", "builtin:facts", help="builtin:NAME, a file path, or hf:owner/name")
+    max_steps = c4.number_input("Max steps", 1, 100_000, 20)
+    st.markdown("**Settings to vary** (every combination becomes one member)")
+    grid = st.data_editor(
+        sweep_form.GRID_EXAMPLE,
+        num_rows="dynamic",
+        hide_index=True,
+        width="stretch",
+        column_config={
+            "Setting": st.column_config.TextColumn(help="A `cookbook sl|dpo|rl` key, e.g. learning_rate, lora_rank"),
+            "Values to try": st.column_config.TextColumn(help="Comma-separated, e.g. 3e-4, 1e-3"),
+        },
+    )
+    evals = st.multiselect("Eval sets", sweep_form.eval_set_names(), default=["builtin:facts-probes"])
+    include_base = st.checkbox("Also evaluate the base model (the table's first row)", value=True)
+    c1, c2, _ = st.columns([1, 1, 4])
+    form_check = c1.form_submit_button("Check", icon=":material/fact_check:", width="stretch")
+    form_start = c2.form_submit_button("Start sweep", type="primary", icon=":material/play_arrow:", width="stretch")
+if form_check or form_start:
+    with form_tab:
+        check_or_start(
+            lambda: sweep_form.spec_from_form(
+                name,
+                kind,
+                {"dataset": dataset, "max_steps": int(max_steps), "save_every": 0, "eval_every": 0},
+                grid.to_dict("records"),
+                evals,
+                include_base,
+            ),
+            form_start,
+        )
+with yaml_tab, st.form("sweep-form"):
+    text = st.text_area("Sweep (YAML)", sweeps.EXAMPLE, height=220)
+    c1, c2, _ = st.columns([1, 1, 4])
+    yaml_check = c1.form_submit_button("Check", icon=":material/fact_check:", width="stretch")
+    yaml_start = c2.form_submit_button("Start sweep", type="primary", icon=":material/play_arrow:", width="stretch")
+if yaml_check or yaml_start:
+    with yaml_tab:
+        check_or_start(lambda: sweeps.parse_text(text), yaml_start)
 
 all_sweeps = runner.store.list_sweeps()
 widgets.check_address("sweep", [s["sweep_id"] for s in all_sweeps], "sweep")  # deleted or mistyped: say so, stop
 if not all_sweeps:
     st.info("No sweeps yet: edit the example above and press Start sweep.", icon=":material/info:")
     st.stop()
-picked = widgets.row_picker("Sweep", all_sweeps, "sweep_id", "sweep", lambda s: f"{s['name']} · {s['status']}")
+picked = widgets.row_picker("Sweep", all_sweeps, "sweep_id", "sweep", lambda s: f"{s['name']} · {s['sweep_id']}")
 sweep_id = picked["sweep_id"]
 
 
@@ -61,7 +113,12 @@ def sweep_table() -> None:
         f"{', '.join(sweep['spec'].get('evals') or ['nothing'])}"
     )
     table = sweeps.table(runner.store, sweep_id)
-    st.dataframe(table, hide_index=True, width="stretch")
+    st.dataframe(
+        sweep_form.with_run_links(table),
+        hide_index=True,
+        width="stretch",
+        column_config={"run": st.column_config.LinkColumn("run", display_text=r"run\?run=(.*)")},
+    )
     st.download_button(
         "Download the table (CSV)",
         table.to_csv(index=False),

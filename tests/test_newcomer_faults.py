@@ -125,3 +125,23 @@ def test_item9_the_disk_line_follows_a_delete_at_once(home):
     shutil.rmtree(folder)
     at = open_page()
     assert not any("runs 3.0 MB" in c.value for c in at.caption)
+
+
+def test_item8_a_sweep_is_built_and_checked_from_the_form_and_the_yaml(home):
+    from cookbook_engine.evals import sweeps
+
+    at = open_page("sweeps")
+    form_check, yaml_check = [b for b in at.button if b.label == "Check"]
+    form_check.click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("Ready to start: 3 members" in s.value for s in at.success), [s.value for s in at.success]
+    yaml_text = next(c.value for c in at.code if "learning_rate" in c.value)
+    spec = sweeps.parse_text(yaml_text)
+    assert spec["grid"] == {"learning_rate": [3e-4, 1e-3, 3e-3]} and spec["base"]["dataset"] == "builtin:facts"
+    assert sweeps.EvalStore().list_sweeps() == []  # checked, not started
+
+    [b for b in at.button if b.label == "Check"][1].click().run()
+    assert any("Ready to start: 3 members" in s.value for s in at.success)
+    by_label(at.text_area, "Sweep (YAML)").set_value("kind: sl\ngrid: {learning_rate: [1e-3]}\nbase: {lora_rank: -1}")
+    [b for b in at.button if b.label == "Check"][1].click().run()
+    assert any("lora_rank=-1: must be at least 1" in e.value.replace("\\", "") for e in at.error)

@@ -86,7 +86,7 @@ def test_a_sweep_trains_and_evaluates_each_member_and_ends_in_one_table(home, de
     [sweep] = store.list_sweeps()
     assert sweep["status"] == "completed"
     table = sweeps.table(store, sweep["sweep_id"])
-    assert table["member"].tolist() == ["base", 0, 1, 2]
+    assert table["member"].tolist() == ["base", "0", "1", "2"]
     assert table["status"].tolist() == ["", "completed", "completed", "failed"]
     assert "missing.jsonl" in table["error"].iloc[3]
     assert all(text.startswith("train_mean_nll=") for text in table["training metric"].iloc[1:3])
@@ -213,7 +213,7 @@ def test_a_sweep_orchestrates_members_marks_a_failure_and_resumes_after_a_cancel
     assert [m["status"] for m in sweep["members"]] == ["completed", "failed", "completed"]
     assert "broken: no such file" in sweep["members"][1]["error"]
     table = sweeps.table(runner.store, sweep_id)
-    assert table["member"].tolist() == ["base", 0, 1, 2]
+    assert table["member"].tolist() == ["base", "0", "1", "2"]
     assert table["facts-nll · nll"].tolist() == [
         "0.100 [0.100, 0.100]",
         "0.200 [0.200, 0.200]",

@@ -352,6 +352,11 @@ max_examples: 0
 """
 
 
+def _value_text(value) -> str:
+    """A setting's value as the table shows it: text, so a column of numbers and blanks stays one type."""
+    return "" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def _settings_text(settings: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in settings.items())
 
@@ -392,9 +397,9 @@ def table(store: EvalStore, sweep_id: str) -> pd.DataFrame:
     for member in members:
         run = runs.get_run(member["run_id"]) if member.get("run_id") else None
         row = {
-            "member": member["idx"],
+            "member": str(member["idx"]),  # text, like the base row's "base": one type per column (Arrow)
             "status": member["status"],
-            **{k: member["settings"].get(k) for k in varying},
+            **{k: _value_text(member["settings"].get(k)) for k in varying},
             "training metric": _training_metric(runs, run),
             "run": member.get("run_id") or "",
         }
