@@ -136,7 +136,18 @@ def metrics_chart(long_frame: pd.DataFrame, names: list[str], title: str, log_y:
     for name in names:
         series = long_frame[long_frame["name"] == name].dropna(subset=["value"])
         fig.add_trace(go.Scatter(x=series["step"], y=series["value"], name=name, mode=_mode(len(series))))
-    return _whole_steps(_layout(fig, title, log_y=log_y), long_frame["step"].max() if len(long_frame) else 0)
+    fig = _whole_steps(_layout(fig, title, log_y=log_y), long_frame["step"].max() if len(long_frame) else 0)
+    values = long_frame[long_frame["name"].isin(names)]["value"].dropna()
+    if len(values) and values.min() == values.max() and not log_y:
+        _around(fig, float(values.iloc[0]))
+    return fig
+
+
+def _around(fig: go.Figure, value: float) -> None:
+    """A flat line's axis: centred on its value, with ticks that show it (plotly's own range for a constant
+    0.0005 runs -0.5..1, where the line reads as 0)."""
+    half = abs(value) * 0.5 or 1.0
+    fig.update_yaxes(range=[value - half, value + half], tickformat=".3~g")
 
 
 # The figures on the run page's metric cards, in this order of preference (the first five present are shown).

@@ -319,6 +319,17 @@ def settings_form(
         put(c1, "group_size" if kind == "rl" else "num_epochs")
         for where, name in zip((c2, c3, c4, c5), ("max_steps", "max_length", "save_every", "eval_every")):
             put(where, name)
+        values["evals"] = ",".join(
+            st.multiselect(
+                "Eval sets (validation)",
+                eval_set_choices(base.evals),
+                default=[name for name in base.evals.split(",") if name.strip()],
+                key=k("evals"),
+                help="Eval sets run every eval_every steps and at the end, logged as test/<set>/<metric>, besides "
+                "the held-out test split; the Evaluate page scores finished checkpoints on the same sets.",
+                placeholder="none: only the held-out test split",
+            )
+        )
         if isinstance(base, cfg.SLConfig):
             _sl_fields(base, put)
         elif isinstance(base, cfg.DPOConfig):
@@ -334,6 +345,14 @@ def settings_form(
         start = c2.form_submit_button("Start run", type="primary", icon=":material/play_arrow:", width="stretch")
     config = cfg.with_values(base, values)
     return config, "start" if start else "check" if check else None
+
+
+def eval_set_choices(current: str) -> list[str]:
+    """The eval sets the form offers: the built-in ones, the uploaded datasets, and any the config names already."""
+    from cookbook_engine.evals import sets
+
+    names = [row["name"] for row in sets.list_builtin()] + [d["path"] for d in state.store().list_datasets()]
+    return list(dict.fromkeys(names + [name.strip() for name in current.split(",") if name.strip()]))
 
 
 Put = Callable[..., None]  # put(container, setting name, **widget overrides): draw the setting, keep its value
@@ -359,11 +378,11 @@ def _dpo_fields(base: cfg.DPOConfig, put: Put) -> None:
 
 def _rl_fields(base: cfg.RLConfig, put: Put) -> None:
     st.markdown("**Sampling and loss**")
-    for row in (
-        ("max_tokens", "temperature", "top_p", "loss_fn"),
-        ("clip_low_threshold", "clip_high_threshold", "num_substeps", "num_eval_problems"),
-    ):
+    for row in (("max_tokens", "temperature", "top_p", "loss_fn"), ("num_substeps", "num_eval_problems")):
         for where, name in zip(st.columns(4), row):
+            put(where, name)
+    with st.expander("PPO clip range (used only when the loss is ppo)"):  # a form cannot hide them as Loss changes
+        for where, name in zip(st.columns(4), ("clip_low_threshold", "clip_high_threshold")):
             put(where, name)
     options, labels = _checkpoint_options("rl", base)
     put(st, "start_checkpoint", options=options, format_func=labels.get)

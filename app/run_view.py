@@ -23,13 +23,33 @@ LOG_TAIL_LINES = 300
 ChartGroups = list[tuple[str, list[str]]]
 
 
+# What the raw metric names mean, for the cards (the raw name stays in each card's help)
+PLAIN_NAMES = {
+    "train_mean_nll": "Training loss (NLL)",
+    "test/nll": "Held-out loss (NLL)",
+    "dpo_loss": "DPO loss",
+    "accuracy": "Preference accuracy",
+    "margin": "Reward margin",
+    "env/all/reward/total": "Mean reward",
+    "env/all/correct": "Correct (training)",
+    "test/env/all/correct": "Correct (held out)",
+    "env/all/format": "Well-formatted",
+    "optim/kl_sample_train": "KL, sampler vs learner",
+    "env/all/ac_tokens_per_turn": "Tokens per answer",
+    "learning_rate": "Learning rate",
+    "optim/lr": "Learning rate",
+    "optim/entropy": "Entropy",
+}
+
+
 @dataclass(frozen=True)
 class MetricCard:
     """One card above the charts: the metric's latest value and its change since its first logged value."""
 
-    name: str
+    name: str  # in plain words
     value: str
     delta: str | None  # None when the metric has not changed (or has one point)
+    raw_name: str = ""  # as logged
 
 
 def metric_cards(metrics_df: pd.DataFrame) -> list[MetricCard]:
@@ -39,7 +59,9 @@ def metric_cards(metrics_df: pd.DataFrame) -> list[MetricCard]:
     cards = []
     for name in charts.card_metrics(list(latest.index)):
         delta = latest[name] - firsts[name] if name in firsts else None
-        cards.append(MetricCard(name, f"{latest[name]:.4g}", None if not delta else f"{delta:+.3g}"))
+        cards.append(
+            MetricCard(PLAIN_NAMES.get(name, name), f"{latest[name]:.3g}", None if not delta else f"{delta:+.2g}", name)
+        )
     return cards
 
 
@@ -53,8 +75,20 @@ class ChartLayout:
 
 
 def chart_layout(metrics_df: pd.DataFrame) -> ChartLayout:
+    """The chart groups; under "more metrics" only those that change (a flat line, e.g. epoch 0, is one number:
+    see `unchanged`)."""
     main, more, timing = charts.metric_groups(sorted(metrics_df["name"].unique()))
+    flat = set(unchanged(metrics_df))
+    more = [(title, names) for title, names in more if not set(names) <= flat]
     return ChartLayout(main, more, timing)
+
+
+def unchanged(metrics_df: pd.DataFrame) -> dict[str, float]:
+    """Metrics logged at two or more steps whose value never changed: {name: value}."""
+    logged = metrics_df.dropna(subset=["value"]).groupby("name")["value"]
+    stats = logged.agg(["min", "max", "count"])
+    flat = stats[(stats["min"] == stats["max"]) & (stats["count"] > 1)]
+    return {str(name): float(row["min"]) for name, row in flat.iterrows()}
 
 
 def rows_of(groups: ChartGroups, per_row: int) -> list[ChartGroups]:

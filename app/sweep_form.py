@@ -60,7 +60,7 @@ def spec_from_form(
     for row in grid_rows:
         setting = str(row.get(GRID_COLUMNS[0]) or "").strip()
         if setting:
-            grid[setting] = values(row.get(GRID_COLUMNS[1]), setting)
+            grid[setting] = values(str(row.get(GRID_COLUMNS[1]) or ""), setting)
     if not grid:
         raise SweepError("form: add at least one setting to vary, with the values to try")
     spec: dict[str, Any] = {"kind": kind, "base": {k: v for k, v in base.items() if v not in ("", None)}, "grid": grid}

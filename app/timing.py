@@ -44,6 +44,12 @@ def run_timing(store, run: dict) -> RunTiming:
     )
 
 
+def since_start_text(run: dict) -> str:
+    """'started 1 min 13 s ago' for an active run ('starting' before it has a start time)."""
+    elapsed = _seconds_between(run.get("started_at"), None)
+    return f"started {speed.clock(elapsed)} ago" if elapsed is not None else "starting"
+
+
 def time_facts(run: dict, timing: RunTiming) -> list[str]:
     """'ran 2 min 10 s', 'about 3 min 05 s left', '1.9 s per step' as they apply."""
     facts = []
@@ -52,7 +58,7 @@ def time_facts(run: dict, timing: RunTiming) -> list[str]:
     if timing.eta_s is not None:
         facts.append(f"about {speed.clock(timing.eta_s)} left")
     elif run["status"] in statuses.ACTIVE:
-        facts.append("time left: known after two steps")
+        facts.append("time left: known after the first step")
     if timing.step_s is not None:
         facts.append(f"{timing.step_s:.1f} s per step")
     return facts

@@ -139,6 +139,8 @@ def step_seconds(total_T: list[tuple[int, float]]) -> list[float]:
     """Durations of finished steps from the run's `time/total` metric [(step, seconds since the run started)];
     a resume restarts that clock, so steps across a restart are left out."""
     ordered = sorted(total_T)
+    if len(ordered) == 1:  # one step done: its time since the start (with loading: an upper bound) until a second
+        return [ordered[0][1]] if ordered[0][1] > 0 else []
     return [
         later - earlier for (s0, earlier), (s1, later) in zip(ordered, ordered[1:]) if s1 == s0 + 1 and later > earlier
     ]

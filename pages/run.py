@@ -112,7 +112,8 @@ def live_overview(run_id: str, was_active: bool) -> None:
     metrics = store.get_metrics(run_id)
     if metrics.empty:
         st.info(
-            "No metrics yet: the first ones appear when the first step finishes."
+            f"The first step is running ({timing.since_start_text(run)}): its metrics appear when it finishes. "
+            "The first step also loads the model and the data."
             if active
             else "This run logged no metrics.",
             icon=":material/hourglass_top:",
@@ -120,9 +121,12 @@ def live_overview(run_id: str, was_active: bool) -> None:
         return
     cards = run_view.metric_cards(metrics)
     for column, card in zip(st.columns(max(1, len(cards))), cards):
-        column.metric(card.name, card.value, delta=card.delta, delta_color="off", border=True)
+        column.metric(card.name, card.value, delta=card.delta, delta_color="off", border=True, help=card.raw_name)
     layout = run_view.chart_layout(metrics)
     chart_grid(metrics, layout.main, 2, "chart")
+    flat = run_view.unchanged(metrics)
+    if flat:
+        st.caption("Unchanged: " + ", ".join(f"{name} = {value:.4g}" for name, value in flat.items()))
     for label, groups, prefix in (
         (f"More metrics ({len(layout.more)} charts)", layout.more, "more"),
         ("Timing and throughput", layout.timing, "sys"),

@@ -8,7 +8,7 @@ import json
 
 from streamlit.testing.v1 import AppTest
 from test_pages_keep_their_run import chat_page, make_run
-from test_studio_apptest import by_label, click, open_page
+from test_studio_apptest import MAIN, by_label, click, open_page
 
 from app import conversation, state_keys
 from cookbook_engine import chat
@@ -145,3 +145,64 @@ def test_item8_a_sweep_is_built_and_checked_from_the_form_and_the_yaml(home):
     by_label(at.text_area, "Sweep (YAML)").set_value("kind: sl\ngrid: {learning_rate: [1e-3]}\nbase: {lora_rank: -1}")
     [b for b in at.button if b.label == "Check"][1].click().run()
     assert any("lora_rank=-1: must be at least 1" in e.value.replace("\\", "") for e in at.error)
+
+
+def test_item5_the_new_run_form_has_eval_sets_and_duplicate_keeps_them(home):
+    at = open_page("new_run")
+    evals = by_label(at.multiselect, "Eval sets (validation)")
+    assert "builtin:facts-probes" in evals.options and evals.value == []
+    at = AppTest.from_file(str(MAIN), default_timeout=60)
+    at.run()
+    at.session_state[state_keys.NEW_RUN_BASE] = {
+        "kind": "sl",
+        "config": {"dataset": "builtin:facts", "evals": "builtin:facts-probes,builtin:facts-nll"},
+        "name": "with-evals",
+    }
+    at.session_state[state_keys.FORM_GENERATION] = 5
+    at.switch_page("../pages/new_run.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert by_label(at.multiselect, "Eval sets (validation)").value == ["builtin:facts-probes", "builtin:facts-nll"]
+
+
+def test_item11_the_rl_form_keeps_ppo_clip_fields_apart_as_ppo_only(home):
+    at = open_page("new_run")
+    by_label(at.get("button_group"), "Algorithm").set_value("rl").run()
+    assert by_label(at.selectbox, "Loss").value == "importance_sampling"
+    [ppo] = [e for e in at.expander if "ppo" in e.label.lower()]
+    assert "only when the loss is ppo" in ppo.label
+    clip_labels = {n.label for n in ppo.number_input}
+    assert len(clip_labels) == 2 and all("clip" in label.lower() for label in clip_labels), clip_labels
+
+
+def running_run(home, run_id: str, steps: dict[int, dict[str, float]]) -> None:
+    store = get_manager().store
+    make_run(home, run_id, run_id, store)
+    store.claim_run(run_id)  # running, owned by this (live) process
+    store.update_run(run_id, step=len(steps), total_steps=3)
+    for step, metrics in steps.items():
+        store.log_metrics(run_id, step, metrics)
+
+
+def test_item7_the_run_page_reads_plainly_from_the_first_step(home):
+    running_run(home, "sl-starting", {})
+    at = open_page("run", run="sl-starting")
+    assert any("The first step is running (started" in i.value for i in at.info), [i.value for i in at.info]
+    assert "known after the first step" in "\n".join(c.value for c in at.caption)
+
+    one = {"train_mean_nll": 2.3456789, "learning_rate": 0.0005, "epoch": 0.0, "time/total": 40.0}
+    running_run(home, "sl-one-step", {0: one})
+    at = open_page("run", run="sl-one-step")
+    assert "left" in "\n".join(c.value for c in at.caption)  # one step is enough for a first estimate
+    two = {**one, "train_mean_nll": 2.0, "time/total": 44.0}
+    running_run(home, "sl-two-steps", {0: one, 1: two})
+    at = open_page("run", run="sl-two-steps")
+    cards = {m.label: m.value for m in at.metric}
+    assert cards["Training loss (NLL)"] == "2" and cards["Learning rate"] == "0.0005", cards
+    charts = {
+        json.loads(c.proto.spec)["layout"]["title"]["text"]: json.loads(c.proto.spec) for c in at.get("plotly_chart")
+    }
+    lr = next(spec for title, spec in charts.items() if "earning rate" in title)
+    low, high = lr["layout"]["yaxis"]["range"]
+    assert low < 0.0005 < high and high - low < 0.001  # the flat line sits mid-axis, not on 0 of -0.5..1
+    assert not any("epoch" in title.lower() for title in charts)  # a flat epoch=0 is a caption, not a chart
+    assert any("Unchanged:" in c.value and "epoch = 0" in c.value for c in at.caption)

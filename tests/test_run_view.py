@@ -25,8 +25,8 @@ def test_cards_show_the_latest_value_and_the_change_since_the_first():
         {"train_mean_nll": [2.0, 1.5, None], "learning_rate": [1e-3, 1e-3, 1e-3], "time/step": [1.0, 2.0, 3.0]}
     )
     assert run_view.metric_cards(metrics) == [
-        run_view.MetricCard("train_mean_nll", "1.5", "-0.5"),
-        run_view.MetricCard("learning_rate", "0.001", None),
+        run_view.MetricCard("Training loss (NLL)", "1.5", "-0.5", "train_mean_nll"),
+        run_view.MetricCard("Learning rate", "0.001", None, "learning_rate"),
     ]
 
 
