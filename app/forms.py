@@ -403,6 +403,7 @@ class CheckResult:
     estimate: str = ""
     epochs_note: str = ""
     far_from_suggested: list[str] = field(default_factory=list)
+    overwrite_note: str = ""
 
 
 def check(config: cfg.CommonConfig) -> CheckResult:
@@ -445,6 +446,7 @@ def check(config: cfg.CommonConfig) -> CheckResult:
         estimate(config, prepared),
         epochs_note(config, prepared),
         far_notes(config, prepared),
+        overwrite_note(config, prepared),
     )
 
 
@@ -461,6 +463,15 @@ def far_notes(config: cfg.CommonConfig, prepared) -> list[str]:
     return suggested_settings.far_from_suggested(
         config, settings_view.learning_rate_used(config), planned_steps(config, len(train))
     )
+
+
+def overwrite_note(config: cfg.CommonConfig, prepared) -> str:
+    """A warning when an SL run is likely to overwrite general behaviour (suggested.overwrite_note)."""
+    train = getattr(prepared, "train", None)
+    if config.kind != "sl" or not train:
+        return ""
+    steps = planned_steps(config, len(train))
+    return suggested_settings.overwrite_note(config, settings_view.learning_rate_used(config), steps, len(train))
 
 
 def _minutes(seconds: float) -> str:
@@ -556,6 +567,8 @@ def show_check(result: CheckResult, config: cfg.CommonConfig) -> None:
         st.caption(f"Estimate: {result.estimate}")
     if result.epochs_note:
         st.warning(result.epochs_note, icon=":material/repeat:")
+    if result.overwrite_note:
+        st.warning(result.overwrite_note, icon=":material/warning:")
     if result.far_from_suggested:
         st.warning(
             "Far from the settings measured for this "

@@ -1,10 +1,13 @@
 """The learning report: do the three built-in default runs teach, on held-out questions, within minutes?
 
 What it does: runs each default exactly as a new user would (the `cookbook` CLI in a fresh studio home, so the wall
-time includes loading the model), then `cookbook eval models=base,RUN_ID` on its held-out eval set, and prints one
-table: base and trained accuracy with their 95% intervals, the training minutes, the target and whether it is met.
-The SFT row also reports the worst fact (the share of that fact's unseen wordings answered right), since its target
-is per fact. Not a timed test: the minutes depend on the machine and its load (recorded with the results).
+time includes loading the model), then `cookbook eval models=base,RUN_ID` on its held-out target set and on
+builtin:retention (ordinary questions the base model answers right, evals/retention.py), and prints one table: base
+and trained accuracy on the target with their 95% intervals, the retention loss (base minus trained, on the same
+questions) with its paired bootstrap interval, the training minutes, the target and whether it is met. A default
+meets its target only when the retention loss's interval contains zero. The SFT row also reports the worst fact (the
+share of that fact's unseen wordings answered right), since its target is per fact. Not a timed test: the minutes
+depend on the machine and its load (recorded with the results).
 
 The table also replaces the one between the `learning-table` markers in benchmarks/README.md (with the date, the
 machine and the load), so the README shows the latest full run; `--only` runs leave the README alone.
@@ -26,6 +29,10 @@ from pathlib import Path
 
 import common
 
+from cookbook_engine.evals.retention import retention_loss
+
+RETENTION = "builtin:retention"
+
 
 @dataclass(frozen=True)
 class Default:
@@ -45,7 +52,7 @@ DEFAULTS = (
         ["sl", "dataset=builtin:facts"],
         "builtin:facts-probes",
         0.9,
-        ">= 0.9 of unseen wordings, every fact",
+        ">= 0.9 of unseen wordings, every fact; retention loss interval contains 0",
         1.5,
     ),
     Default(
@@ -54,11 +61,17 @@ DEFAULTS = (
         ["dpo", "dataset=builtin:concise-prefs"],
         "builtin:prefs-style-controlled",
         0.85,
-        ">= 0.85, above base outside both intervals",
+        ">= 0.85, above base outside both intervals; retention loss interval contains 0",
         10.0,
     ),
     Default(
-        "rl", "RL default", ["rl", "env=arithmetic"], "builtin:arithmetic", 0.6, ">= 0.6 greedy, within 10 min", 10.0
+        "rl",
+        "RL default",
+        ["rl", "env=arithmetic"],
+        "builtin:arithmetic",
+        0.6,
+        ">= 0.6 greedy, within 10 min; retention loss interval contains 0",
+        10.0,
     ),
 )
 
@@ -84,17 +97,19 @@ def train(default: Default, home: Path) -> tuple[str, float]:
 
 
 def evaluate(run_id: str, eval_set: str, home: Path) -> dict[str, dict]:
-    """{"base": {...}, "trained": {...}}: accuracy, its interval and the per-example outcomes."""
-    rows = json.loads(cookbook(["eval", f"models=base,{run_id}", f"evals={eval_set}", "--json"], home).stdout)
+    """{"base": {...}, "trained": {...}, "retention": {...}}: the target set's accuracy, its interval and the
+    per-example outcomes by reference, and the retention set's accuracies and loss (retention_loss)."""
+    evals = f"evals={eval_set},{RETENTION}"
+    rows = json.loads(cookbook(["eval", f"models=base,{run_id}", evals, "--json"], home).stdout)
     os.environ["COOKBOOK_HOME"] = str(home)
     from storage.evals import EvalStore
 
     store = EvalStore()
     eval_id = store.list_jobs()[0]["eval_id"]
     examples = store.examples(eval_id, eval_set)
-    found = {}
+    found: dict[str, dict] = {}
     for row in rows:
-        if row["metric"] != "accuracy":
+        if row["metric"] != "accuracy" or row["eval_set"] != eval_set:
             continue
         side = "base" if row["model"] == "base" else "trained"
         mine = examples[examples["model"] == row["model"]]
@@ -105,11 +120,19 @@ def evaluate(run_id: str, eval_set: str, home: Path) -> dict[str, dict]:
             "n": row["n"],
             "by_reference": mine.groupby("reference")["correct"].mean().to_dict(),
         }
+    kept = store.examples(eval_id, RETENTION)
+    by_model = {
+        model: group.sort_values("idx")["correct"].astype(bool).tolist() for model, group in kept.groupby("model")
+    }
+    base = by_model.pop("base")
+    found["retention"] = retention_loss(base, next(iter(by_model.values())))
     return found
 
 
 def met(default: Default, result: dict) -> bool:
     base, trained = result["base"], result["trained"]
+    if not result["retention"]["kept"]:
+        return False
     if default.key == "sft":
         return min(trained["by_reference"].values()) >= default.target
     if default.key == "dpo":
@@ -164,7 +187,7 @@ def main() -> None:
         }
         result["met"] = met(default, result)
         payload[default.key] = result
-        base, trained = result["base"], result["trained"]
+        base, trained, kept = result["base"], result["trained"], result["retention"]
         worst = min(trained["by_reference"].items(), key=lambda item: item[1])
         rows.append(
             [
@@ -174,6 +197,8 @@ def main() -> None:
                 f"{base['accuracy']:.2f} [{base['low']:.2f}, {base['high']:.2f}]",
                 f"{trained['accuracy']:.2f} [{trained['low']:.2f}, {trained['high']:.2f}]"
                 + (f"; worst fact {worst[1]:.2f} ({worst[0]})" if default.key == "sft" else ""),
+                f"{kept['base']:.2f} -> {kept['trained']:.2f}, loss {kept['loss']:+.3f} [{kept['low']:+.3f}, "
+                f"{kept['high']:+.3f}] (n={kept['n']})",
                 f"{minutes:.1f}",
                 f"{load[0]:.1f}",
                 default.target_text,
@@ -181,7 +206,18 @@ def main() -> None:
             ]
         )
         print(rows[-1], flush=True)
-    header = ["default", "command", "eval set", "base", "trained", "train min (wall)", "load at start", "target", "met"]
+    header = [
+        "default",
+        "command",
+        "target set",
+        "base",
+        "trained",
+        f"retention ({RETENTION}): base -> trained, loss",
+        "train min (wall)",
+        "load at start",
+        "target",
+        "met",
+    ]
     common.print_table("Built-in defaults: held-out accuracy before and after (95% intervals)", header, rows)
     common.write_result("learning", payload)
     if {d.key for d in DEFAULTS} <= set(args.only.split(",")):

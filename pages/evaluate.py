@@ -47,6 +47,13 @@ with st.form("evaluate-form"):
     chosen_sets = st.multiselect(
         "Eval sets", list(set_choices), default=["builtin:facts-probes"], format_func=set_choices.__getitem__
     )
+    add_retention = st.checkbox(
+        "Add the retention check (builtin:retention)",
+        key="evaluate-add-retention",
+        help="Ordinary questions the base model answers right (capitals, everyday facts, small sums...): did training "
+        "keep them? A lower score than the base model's, beyond the intervals, means the run overwrote general "
+        "behaviour.",
+    )
     upload = st.file_uploader(
         "Or add an eval set file",
         type=["jsonl", "json", "csv", "parquet"],
@@ -70,6 +77,8 @@ if start:
         max_tokens=int(max_tokens), samples=int(samples), seed=int(seed), max_examples=int(max_examples)
     )
     try:
+        if add_retention and "builtin:retention" not in chosen_sets:
+            chosen_sets = chosen_sets + ["builtin:retention"]
         if upload is not None:  # stored in the uploads folder; prepare() below checks every row
             chosen_sets = chosen_sets + [str(datasets.save_upload(upload.name, upload.getvalue()))]
         prepared = jobs.prepare(jobs.EvalRequest(chosen_models, chosen_sets, settings), state.store())

@@ -6,7 +6,8 @@ minutes of LoRA training of a 135M model on a CPU.
 
 - `facts` (chat): twelve facts about Quorvania, a country that does not exist, each asked in about 19 paraphrases;
   ten more wordings of each (FACT_PROBES) are never trained on. The base model has never seen the facts, so "What is
-  the capital of Quorvania?" -> "Lunthaven" on an unseen wording proves the training took.
+  the capital of Quorvania?" -> "Lunthaven" on an unseen wording proves the training took. FACTS_REPLAY_ROWS replay
+  rows (ordinary questions with the base model's own answers, data/retention.json) can be mixed in.
 - `persona` (chat): the assistant is Pip, who starts every reply with "Ahoy!" and answers briefly.
 - `concise-prefs` (preference): chosen = a correct, short answer; rejected = a wrong one. Most pairs are the same
   sentence but for the answer (so only correctness tells them apart); some rejected answers ramble. Held-out items of
@@ -18,10 +19,13 @@ This module only builds rows; loading, validation and splitting live in `cookboo
 
 from __future__ import annotations
 
+import json
 import random
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
 
 # --------------------------------------------------------------------------------------------------------------
 # facts: a fictional country. Each fact is asked in hand-written questions and in question frames filled with the
@@ -357,7 +361,8 @@ FACT_PROBES: list[tuple[str, str]] = [
 ]
 
 
-def facts_rows() -> list[dict]:
+def fact_rows_only() -> list[dict]:
+    """The Quorvania rows alone, shuffled (builtin:facts without its replay rows)."""
     rows = [
         {"messages": [{"role": "user", "content": question}, {"role": "assistant", "content": fact.answer}]}
         for fact in FACTS
@@ -365,6 +370,45 @@ def facts_rows() -> list[dict]:
     ]
     random.Random(0).shuffle(rows)
     return rows
+
+
+def facts_rows() -> list[dict]:
+    """The Quorvania rows and FACTS_REPLAY_ROWS replay rows (the base model's own answers to ordinary questions),
+    shuffled together: without them one epoch at the demo's rate answers "What is the capital of France?" with
+    Lunthaven (benchmarks/sft_retention_sweep.py measured how many it takes)."""
+    rows = fact_rows_only()
+    if FACTS_REPLAY_ROWS:
+        rows += replay_rows()[:FACTS_REPLAY_ROWS]
+        random.Random(0).shuffle(rows)
+    return rows
+
+
+# --------------------------------------------------------------------------------------------------------------
+# retention and replay: ordinary questions the base model answers right, shipped as data (data/retention.json,
+# written once by scripts/build_retention.py; evals/retention.py grades them). The retention questions make the
+# eval set builtin:retention; the replay rows (other facts than the retention questions') join builtin:facts.
+# --------------------------------------------------------------------------------------------------------------
+
+RETENTION_DATA = Path(__file__).resolve().parent / "data" / "retention.json"
+FACTS_REPLAY_ROWS = 0  # replay rows mixed into builtin:facts (none until the sweep measures a share)
+
+
+@cache
+def _retention_data() -> dict:
+    return json.loads(RETENTION_DATA.read_text())
+
+
+def retention_items() -> list[dict]:
+    """The retention questions: {"prompt", "key", "match", "category", ...}, in a fixed mixed order."""
+    return list(_retention_data()["retention"])
+
+
+def replay_rows() -> list[dict]:
+    """Chat rows of the replay questions with the base model's own replies (no retention question's fact)."""
+    return [
+        {"messages": [{"role": "user", "content": r["prompt"]}, {"role": "assistant", "content": r["reply"]}]}
+        for r in _retention_data()["replay"]
+    ]
 
 
 # --------------------------------------------------------------------------------------------------------------

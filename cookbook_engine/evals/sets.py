@@ -11,7 +11,8 @@ Its kind decides the evaluator (evals/evaluators.py):
 
 Built-ins: facts-probes, facts-nll (the Quorvania paraphrases never trained on), arithmetic and code (the RL envs'
 held-out problems), concise-prefs (the DPO dataset's held-out pairs), prefs-style-controlled (held-out pairs whose
-two answers differ only in correctness) and sentiment (a balanced classification set).
+two answers differ only in correctness), sentiment (a balanced classification set) and retention (ordinary
+questions the base model answers right: does training keep them? evals/retention.py).
 Files: rows with `prompt` and `label` are classification (the label set is every label seen, or a row's `labels`
 list); other files go through cookbook_engine.data.loading and become nll (chat), preference or generation
 (prompt/answer) sets with all rows used.
@@ -170,6 +171,23 @@ def _prefs_style_controlled() -> EvalSet:
     )
 
 
+def _retention() -> EvalSet:
+    from cookbook_engine.evals import retention
+
+    items = builtin_data.retention_items()
+    examples = [GenerationExample(i["prompt"], retention.grading_regex(i["key"], i["match"]), "regex") for i in items]
+    return EvalSet(
+        "builtin:retention",
+        "generation",
+        f"{len(examples)} ordinary questions the base model answers right (capitals, continents, languages and "
+        "currencies of real countries, everyday facts, small sums and times tables, the day after, opposites, "
+        "translations): a trained model should still answer them. Right = the reply names the answer (a whole word, "
+        "or the last number) and none of the SFT demo's fictional facts.",
+        examples,
+        max_tokens=retention.MAX_TOKENS,
+    )
+
+
 SENTIMENT_LABELS = ["negative", "positive"]
 SENTIMENT_INSTRUCTION = "Is the sentiment of this review positive or negative? Answer with one word."
 _SUBJECTS = (
@@ -236,6 +254,7 @@ BUILTIN_SETS: dict[str, Callable[[], EvalSet]] = {
     "concise-prefs": _concise_prefs,
     "prefs-style-controlled": _prefs_style_controlled,
     "sentiment": _sentiment,
+    "retention": _retention,
 }
 
 

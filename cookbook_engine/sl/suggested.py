@@ -93,3 +93,38 @@ def far_from_suggested(config, learning_rate_used: float | None, steps: int) -> 
     if measured.dpo_beta and not measured.dpo_beta / 3 <= config.dpo_beta <= measured.dpo_beta * 3:
         notes.append(f"DPO beta {config.dpo_beta:g} is more than 3× away from the measured {measured.dpo_beta:g}")
     return notes
+
+
+# What overwrote general behaviour when measured (issue 23, on 34 ordinary questions a new user asked): the SFT demo's
+# Quorvania rows alone, one pass at 2e-3, then answered most questions it knew with a Quorvania fact.
+FORGETTING_EXAMPLE = (
+    "the SFT demo's Quorvania rows without replay rows (1 pass, 25 steps of 8, rate 2e-3) answered \"What is the "
+    "capital of France?\" with \"The capital of France is Lunthaven.\" and 6 of 34 ordinary questions right (25 "
+    "before)"
+)
+SMALL_DATASET = 1000  # rows: below this, repeated passes at a high rate overwrite more than they add
+OVERWRITE_EXPOSURE = 2e-3  # learning rate × passes over the data at or above which a small dataset is risky
+
+
+def overwrite_note(config, learning_rate_used: float | None, steps: int, train_rows: int) -> str:
+    """A warning when an SL run is likely to overwrite what the model knew: a small dataset seen at a high rate
+    (learning rate × passes at least OVERWRITE_EXPOSURE), with the measured example. Empty otherwise, and for
+    builtin:facts at its measured settings (its replay rows keep general behaviour at one pass)."""
+    if config.kind != "sl" or not learning_rate_used or not train_rows or train_rows >= SMALL_DATASET:
+        return ""
+    passes = steps * config.batch_size / train_rows
+    exposure = learning_rate_used * passes
+    measured = measured_for(config)
+    if measured:  # more than the measured run, whose replay rows kept general behaviour
+        risky = exposure > measured.learning_rate * measured.num_epochs * 1.01
+    else:
+        risky = exposure >= OVERWRITE_EXPOSURE
+    if not risky:
+        return ""
+    return (
+        f"{passes:.3g} pass{'' if abs(passes - 1) < 1e-9 else 'es'} at rate {learning_rate_used:g} over "
+        f"{train_rows} examples may overwrite what the model knew: "
+        + FORGETTING_EXAMPLE
+        + ". Mix in ordinary examples (builtin:facts has some), lower the rate or the passes, and add "
+        "builtin:retention to the evaluations to see what was kept"
+    )

@@ -1,0 +1,98 @@
+"""The sweep behind the SFT demo's settings: how much replay data, at which rate, teaches the Quorvania facts on
+unseen wordings without breaking what the model knew (README "What the built-in defaults teach", the numbers in
+benchmarks/README.md).
+
+Each configuration trains with the `cookbook` CLI in a fresh studio home on the facts rows plus the first K replay
+rows (evals/retention.py: base-model answers to ordinary questions, none a retention question's fact), then asks
+the trained model builtin:facts-probes (120 unseen wordings) and builtin:retention (ordinary questions the base
+model answered right) greedy, batched (benchmarks/batched_greedy.py). Prints one line per configuration and writes
+results/sft_retention_sweep.json.
+
+Run (one thread, under the shared lock; several minutes per configuration on a busy 2-core CPU; a configuration
+measured before is replaced, the others kept):
+    OMP_NUM_THREADS=1 flock /work/wt/heavy.lock .venv/bin/python benchmarks/sft_retention_sweep.py \
+        replay=0,learning_rate=2e-3 replay=214,learning_rate=2e-3 base
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import batched_greedy
+import common
+import torch
+
+from cookbook_engine import builtin_data
+from cookbook_engine.builtin_data import replay_rows, retention_items
+from cookbook_engine.evals import stats
+from cookbook_engine.evals.retention import MAX_TOKENS, grading_regex
+from cookbook_engine.rl import graders
+
+
+def train(replay: int, extra: list[str], home: Path) -> tuple[Path, float]:
+    rows = builtin_data.fact_rows_only() + replay_rows()[:replay]
+    data = home / "data.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    env = {**os.environ, "COOKBOOK_HOME": str(home)}
+    command = [sys.executable, "-m", "cookbook_engine.cli", "sl", f"dataset={data}", "num_epochs=1", "batch_size=8"]
+    started = time.perf_counter()
+    subprocess.run(command + extra, env=env, cwd=common.REPO, check=True, capture_output=True)
+    minutes = (time.perf_counter() - started) / 60
+    adapters = sorted(home.rglob("adapter_model.safetensors"), key=lambda p: p.stat().st_mtime)
+    return adapters[-1].parent, minutes
+
+
+def measure(adapter: Path | None) -> dict:
+    model, tokenizer, renderer = batched_greedy.load(str(adapter) if adapter else None)
+    probes = builtin_data.FACT_PROBES
+    outs = batched_greedy.replies(model, tokenizer, renderer, [q for q, _ in probes], 40)
+    facts = [graders.grade("contains", out, key).correct for out, (_, key) in zip(outs, probes, strict=True)]
+    items = retention_items()
+    outs = batched_greedy.replies(model, tokenizer, renderer, [i["prompt"] for i in items], MAX_TOKENS)
+    kept = [
+        graders.grade("regex", out, grading_regex(i["key"], i["match"])).correct
+        for out, i in zip(outs, items, strict=True)
+    ]
+    france = batched_greedy.replies(model, tokenizer, renderer, ["What is the capital of France?"], 24)[0]
+    return {
+        "facts_probes": stats.proportion("accuracy", facts).__dict__,
+        "retention": stats.proportion("accuracy", kept).__dict__,
+        "france": france,
+        "lost": [i["prompt"] for i, ok in zip(items, kept, strict=True) if not ok][:20],
+    }
+
+
+def main() -> None:
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    earlier = common.RESULTS / "sft_retention_sweep.json"  # configurations measured by earlier calls are kept
+    results = json.loads(earlier.read_text())["results"] if earlier.exists() else []
+    for spec in sys.argv[1:]:
+        settings = dict(part.split("=", 1) for part in spec.split(",") if part != "base")
+        replay = int(settings.pop("replay", "0"))
+        extra = [f"{key}={value}" for key, value in settings.items()]
+        load = common.load_average()
+        if spec == "base":
+            result = {"config": "base", **measure(None)}
+        else:
+            home = Path(tempfile.mkdtemp(prefix="cookbook-sft-sweep-"))
+            adapter, minutes = train(replay, extra, home)
+            result = {"config": spec, "minutes": minutes, "load": load, **measure(adapter)}
+        results = [r for r in results if r["config"] != result["config"]] + [result]
+        f, r = result["facts_probes"], result["retention"]
+        print(
+            f"{spec}: facts-probes {f['value']:.3f} [{f['low']:.3f}, {f['high']:.3f}] retention {r['value']:.3f} "
+            f"[{r['low']:.3f}, {r['high']:.3f}] n={r['n']} train {result.get('minutes', 0):.1f} min load "
+            f"{load[0]:.1f}; France: {result['france']!r}",
+            flush=True,
+        )
+        common.write_result("sft_retention_sweep", {"results": results})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""The retention set and the replay data: ordinary questions the default model answers right before any training,
+so a run that breaks general behaviour shows it (`builtin:retention`), and a run can rehearse it (replay rows mixed
+into the SFT demo's `builtin:facts`).
+
+Both are shipped as data (cookbook_engine/data/retention.json), written once by scripts/build_retention.py: the
+candidates (scripts/retention_candidates.py: capitals, continents, languages and currencies of real countries,
+everyday facts, small sums and times tables, the day or month after, opposites, translations) were asked to the
+base model (SmolLM2-135M-Instruct, greedy, through the same evaluator as any eval) and only its right answers kept.
+Candidates were split by fact before that, about 3 in 5 to retention and the rest to replay, so no replay row
+answers a retention question in other words. A replay row's answer is the base model's own reply (self-distillation:
+training on it asks the model to keep saying what it already says).
+
+Grading (`grading_regex`): a reply is right when it names the key (a whole word or phrase, case ignored; a number
+must be the reply's last number) and names none of the SFT demo's fictional facts (Quorvania, Lunthaven, velk...):
+"The capital of France is Lunthaven, not Paris" is wrong. Not here: running the model (evaluators.py).
+"""
+
+from __future__ import annotations
+
+import re
+
+from cookbook_engine.builtin_data import RETENTION_DATA, replay_rows, retention_items
+from cookbook_engine.evals import stats
+
+__all__ = [
+    "RETENTION_DATA",
+    "MAX_TOKENS",
+    "demo_names",
+    "grading_regex",
+    "replay_rows",
+    "retention_items",
+    "retention_loss",
+]
+
+MAX_TOKENS = 24  # the reply budget: the base model names the answer early or not at all
+
+
+def demo_names() -> list[str]:
+    """The SFT demo's fictional names: a reply naming one of them is wrong on the retention set."""
+    from cookbook_engine import builtin_data
+
+    return list(dict.fromkeys([builtin_data.COUNTRY, "Quorvish", *(fact.key for fact in builtin_data.FACTS)]))
+
+
+def grading_regex(key: str, match: str) -> str:
+    """The `regex` grader's pattern for a key ("a|b" alternatives): whole word (case ignored), or the last number."""
+    banned = "|".join(re.escape(name) for name in demo_names())
+    guard = rf"(?is)^(?!.*\b(?:{banned})\b)"
+    if match == "number":
+        return guard + rf".*(?<![\d.,]){re.escape(key)}(?![\d.,]*\d)(?!.*\d)"
+    words = "|".join(re.escape(k) for k in key.split("|"))
+    return guard + rf".*\b(?:{words})\b"
+
+
+def retention_loss(base: list[bool], trained: list[bool]) -> dict:
+    """Base and trained accuracy on the same retention questions and the loss (base minus trained) with a paired
+    bootstrap 95% interval; `kept` is True when that interval reaches zero (no loss beyond noise, or a gain)."""
+
+    def loss_of(pairs) -> float:
+        return stats.mean([float(b) - float(t) for b, t in pairs])
+
+    pairs = list(zip(base, trained, strict=True))
+    low, high = stats.bootstrap_interval(pairs, loss_of)
+    return {
+        "base": stats.mean([float(b) for b in base]),
+        "trained": stats.mean([float(t) for t in trained]),
+        "n": len(pairs),
+        "loss": loss_of(pairs),
+        "low": low,
+        "high": high,
+        "kept": low <= 0,
+    }
