@@ -28,8 +28,8 @@ import batched_greedy
 import common
 import torch
 
-from cookbook_engine import builtin_data
-from cookbook_engine.builtin_data import replay_rows, retention_items
+from cookbook_engine.data import builtin as builtin_data
+from cookbook_engine.data.builtin import replay_rows, retention_items
 from cookbook_engine.evals import stats
 from cookbook_engine.evals.retention import MAX_TOKENS, grading_regex
 from cookbook_engine.rl import graders

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from cookbook_engine import builtin_data
+from cookbook_engine.data import builtin as builtin_data
 from cookbook_engine.evals import retention, sets
 from cookbook_engine.rl import graders
 

@@ -389,7 +389,7 @@ def facts_rows() -> list[dict]:
 # eval set builtin:retention; the replay rows (other facts than the retention questions') join builtin:facts.
 # --------------------------------------------------------------------------------------------------------------
 
-RETENTION_DATA = Path(__file__).resolve().parent / "data" / "retention.json"
+RETENTION_DATA = Path(__file__).resolve().parent / "retention.json"
 FACTS_REPLAY_ROWS = 0  # replay rows mixed into builtin:facts (none until the sweep measures a share)
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 
-from cookbook_engine.builtin_data import RETENTION_DATA, replay_rows, retention_items
+from cookbook_engine.data.builtin import RETENTION_DATA, replay_rows, retention_items
 from cookbook_engine.evals import stats
 
 __all__ = [
@@ -37,7 +37,7 @@ MAX_TOKENS = 24  # the reply budget: the base model names the answer early or no
 
 def demo_names() -> list[str]:
     """The SFT demo's fictional names: a reply naming one of them is wrong on the retention set."""
-    from cookbook_engine import builtin_data
+    from cookbook_engine.data import builtin as builtin_data
 
     return list(dict.fromkeys([builtin_data.COUNTRY, "Quorvish", *(fact.key for fact in builtin_data.FACTS)]))
 

@@ -99,7 +99,7 @@ def far_from_suggested(config, learning_rate_used: float | None, steps: int) -> 
 # Quorvania rows alone, one pass at 2e-3, then answered most questions it knew with a Quorvania fact.
 FORGETTING_EXAMPLE = (
     "the SFT demo's Quorvania rows without replay rows (1 pass, 25 steps of 8, rate 2e-3) answered \"What is the "
-    "capital of France?\" with \"The capital of France is Lunthaven.\" and 6 of 34 ordinary questions right (25 "
+    'capital of France?" with "The capital of France is Lunthaven." and 6 of 34 ordinary questions right (25 '
     "before)"
 )
 SMALL_DATASET = 1000  # rows: below this, repeated passes at a high rate overwrite more than they add
