@@ -26,7 +26,8 @@ from cookbook_engine.training import skeleton as train_loop
 from storage import statuses
 from storage.input_error import BAD_INPUT
 
-DATA_KIND = {"sl": "chat", "dpo": "preference", "rl": "rl"}
+DATA_KIND = {"sl": "chat", "dpo": "preference", "rl": "rl", "distill": "chat"}
+SAMPLING_KINDS = ("rl", "distill")  # runs that sample groups: their batches are groups of samples
 SOURCES = ("Built-in", "Uploaded", "Hugging Face", "File path")
 TRAIN_ON_LABELS = {
     "last_assistant_message": "Last assistant message",
@@ -311,12 +312,12 @@ def settings_form(
             else "Leave empty for the model's suggested rate.",
         )
         put(c3, "lr_schedule")
-        put(c4, "groups_per_batch" if kind == "rl" else "batch_size")
+        put(c4, "groups_per_batch" if kind in SAMPLING_KINDS else "batch_size")
         if choice.suggested_lr is not None:
             st.caption(f"Suggested learning rate for {choice.model.rsplit('/', 1)[-1]}: **{suggested:g}**, {reason}.")
         st.markdown("**Length and cadence**")
         c1, c2, c3, c4, c5 = st.columns(5)
-        put(c1, "group_size" if kind == "rl" else "num_epochs")
+        put(c1, "group_size" if kind in SAMPLING_KINDS else "num_epochs")
         for where, name in zip((c2, c3, c4, c5), ("max_steps", "max_length", "save_every", "eval_every")):
             put(where, name)
         values["evals"] = ",".join(
@@ -336,6 +337,8 @@ def settings_form(
             _dpo_fields(base, put)
         elif isinstance(base, cfg.RLConfig):
             _rl_fields(base, put)
+        elif isinstance(base, cfg.DistillConfig):
+            _distill_fields(base, put)
         with st.expander("Advanced: seed and optimizer"):
             for row in (("seed", "weight_decay", "grad_clip_norm"), ("beta1", "beta2", "eps")):
                 for where, name in zip(st.columns(3), row):
@@ -386,9 +389,25 @@ def _rl_fields(base: cfg.RLConfig, put: Put) -> None:
             put(where, name)
     options, labels = _checkpoint_options("rl", base)
     put(st, "start_checkpoint", options=options, format_func=labels.get)
+    c1, c2 = st.columns([1, 3])
+    put(c1, "kl_penalty_coef")
+    reference_labels = {**labels, "": "The base model"}
+    put(c2, "kl_reference", options=options, format_func=reference_labels.get)
     with st.expander("Advanced: pipelining (streaming minibatches or off-policy sampling)"):
         for where, name in zip(st.columns(3), ("stream_minibatch", "num_minibatches", "max_steps_off_policy")):
             put(where, f"pipelining.{name}")
+
+
+def _distill_fields(base: cfg.DistillConfig, put: Put) -> None:
+    st.markdown("**Teacher and student**")
+    options, labels = _checkpoint_options("distill", base)
+    teachers = ["base", *options[1:]] + ([base.teacher] if base.teacher and base.teacher not in options else [])
+    teacher_labels = {**labels, "base": "The base model", base.teacher: labels.get(base.teacher, base.teacher)}
+    c1, c2 = st.columns(2)
+    put(c1, "teacher", options=teachers, format_func=teacher_labels.get)
+    put(c2, "start_checkpoint", options=options, format_func=labels.get)
+    for where, name in zip(st.columns(4), ("max_tokens", "temperature", "top_p", "kl_penalty_coef")):
+        put(where, name)
 
 
 # ---------------------------------------------------------------------------------------- checking

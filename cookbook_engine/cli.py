@@ -2,7 +2,8 @@
 
     cookbook sl  model=... dataset=builtin:facts max_steps=20 batch_size=8 learning_rate=1e-3 lora_rank=32
     cookbook dpo dataset=builtin:concise-prefs dpo_beta=0.1
-    cookbook rl  env=arithmetic group_size=4 groups_per_batch=8
+    cookbook rl  env=arithmetic group_size=4 groups_per_batch=8 [kl_penalty_coef=0.05]
+    cookbook distill teacher=CHECKPOINT dataset=builtin:facts evals=builtin:facts-probes   (on-policy distillation)
     cookbook sl --help              (every setting of a kind: its default, help and allowed values)
     cookbook runs [--json]          cookbook resume RUN_ID          cookbook cancel RUN_ID
     cookbook eval models=base,RUN_ID[@STEP] evals=builtin:facts-probes,file.jsonl [max_examples=N]
@@ -116,14 +117,14 @@ def _watch(manager, run_id: str, notes: list[str]) -> int:
 
 
 def list_runs(as_json: bool) -> int:
-    from cookbook_engine.training.metric_names import key_metric
+    from cookbook_engine.training.metric_names import KEY_METRIC, key_metric
     from storage import Store
 
     store = Store.default()
     store.mark_orphans_interrupted()
     runs = store.list_runs()
     keys = {}
-    for kind in ("sl", "dpo", "rl"):
+    for kind in KEY_METRIC:
         keys.update(store.last_metrics([r["run_id"] for r in runs if r["kind"] == kind], key_metric(kind)))
     if as_json:
         rows = [
@@ -242,7 +243,9 @@ def _dispatch(argv: list[str]) -> int:
         print(USAGE)
         return 0 if argv else EXIT_BAD_INPUT
     command, rest = argv[0], argv[1:]
-    if command in ("sl", "dpo", "rl"):
+    from cookbook_engine.config import CONFIG_TYPES
+
+    if command in CONFIG_TYPES:
         return run_training(command, rest)
     if command == "runs":
         return list_runs("--json" in rest)
@@ -260,7 +263,7 @@ def _dispatch(argv: list[str]) -> int:
         handler = {"eval": commands.eval_command, "sweep": commands.sweep_command}.get(command)
         return handler(rest) if handler else commands.list_evals()
     return _bad_input(
-        f"unknown command {command!r}; commands: sl, dpo, rl, runs, resume, cancel, studio, eval, evals, sweep, serve"
+        f"unknown command {command!r}; commands: sl, dpo, rl, distill, runs, resume, cancel, studio, eval, evals, sweep, serve"
     )
 
 

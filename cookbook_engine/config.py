@@ -402,6 +402,23 @@ class RLConfig(CommonConfig):
     start_checkpoint: str = redefault(DPOConfig, "start_checkpoint", "")
     batch_size: int = redefault(CommonConfig, "batch_size", 8, widget=None)  # RL batches: groups × group size
     num_epochs: int = redefault(CommonConfig, "num_epochs", 1, widget=None)  # env=custom only; not in the form
+    kl_penalty_coef: float = setting(
+        0.0,
+        min=0,
+        max=100,
+        zero_means="no KL penalty",
+        widget="number",
+        label="KL penalty",
+        key="kl_coef",
+        help="Penalise each sampled token by its log-prob ratio to the reference (tinker-cookbook's kl_penalty_coef); "
+        "keeps the policy near what the model already knew.",
+    )
+    kl_reference: str = setting(
+        "",
+        widget="select",
+        label="KL reference",
+        help="The KL penalty's reference: empty for the base model, or a checkpoint path (its sampler weights)",
+    )
     pipelining: PipeliningConfig = section(PipeliningConfig, help="Streaming minibatches or off-policy sampling")
 
     @property
@@ -409,7 +426,52 @@ class RLConfig(CommonConfig):
         return "rl"
 
 
-CONFIG_TYPES: dict[str, type[CommonConfig]] = {"sl": SLConfig, "dpo": DPOConfig, "rl": RLConfig}
+@dataclass
+class DistillConfig(CommonConfig):
+    """On-policy distillation (tinker-cookbook's distillation/train_on_policy.py): the student samples replies to
+    the prompts, the teacher scores the student's tokens, and the per-token reverse KL is the advantage."""
+
+    teacher: str = setting(
+        "",
+        widget="select",
+        label="Teacher",
+        help="The teacher: base (the base model), a checkpoint path on this machine, or with backend=tinker a hosted "
+        "model name",
+    )
+    dataset: str = setting(
+        "builtin:facts",
+        help="Prompts the student answers: a chat dataset (its conversations up to the last reply) or a prompt file",
+    )
+    start_checkpoint: str = redefault(DPOConfig, "start_checkpoint", "", label="Student starts from")
+    group_size: int = redefault(RLConfig, "group_size", 4, help="Replies the student samples per prompt")
+    groups_per_batch: int = redefault(RLConfig, "groups_per_batch", 8)
+    max_tokens: int = redefault(RLConfig, "max_tokens", 48)
+    temperature: float = redefault(RLConfig, "temperature", 1.0)
+    top_p: float = redefault(RLConfig, "top_p", 1.0)
+    kl_penalty_coef: float = setting(
+        1.0,
+        min=0,
+        min_open=True,
+        max=100,
+        widget="number",
+        label="Teacher KL weight",
+        key="kl_coef",
+        help="Scales the per-token reverse KL to the teacher that the student is trained to reduce",
+    )
+    lr_schedule: str = redefault(CommonConfig, "lr_schedule", "constant")
+    batch_size: int = redefault(CommonConfig, "batch_size", 8, widget=None)  # distillation batches: groups × size
+
+    @property
+    def kind(self) -> str:
+        return "distill"
+
+
+CONFIG_TYPES: dict[str, type[CommonConfig]] = {
+    "sl": SLConfig,
+    "dpo": DPOConfig,
+    "rl": RLConfig,
+    "distill": DistillConfig,
+}
 
 
 def field_names(cls: type) -> list[str]:
@@ -539,7 +601,25 @@ def validate(config: CommonConfig) -> list[str]:
         if config.env == "custom" and not config.dataset.strip():
             problems.append("dataset: env=custom needs a prompt/answer file (dataset=path.jsonl)")
         problems.extend(pipelining_problems(config))
+    if isinstance(config, DistillConfig):
+        problems.extend(distill_problems(config))
     return problems
+
+
+def distill_problems(config: DistillConfig) -> list[str]:
+    """A teacher is named and is not the student itself (their KL would be 0: nothing to learn)."""
+    teacher = config.teacher.strip()
+    if not teacher:
+        return ["teacher: required (base, a checkpoint path, or with backend=tinker a hosted model name)"]
+    student = config.start_checkpoint or "base"
+    if teacher in (student, config.model if not config.start_checkpoint else student):
+        return [
+            f"teacher={teacher}: the teacher is the student ({student if config.start_checkpoint else 'the base model'}"
+            "); name another checkpoint or model to distil from"
+        ]
+    if not config.dataset.strip():
+        return ["dataset: required (prompts, e.g. builtin:facts)"]
+    return []
 
 
 def pipelining_problems(config: RLConfig) -> list[str]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-KIND_NAMES = {"sl": "SFT", "dpo": "DPO", "rl": "RL"}
+KIND_NAMES = {"sl": "SFT", "dpo": "DPO", "rl": "RL", "distill": "Distill"}
 NEXT_KINDS = ("dpo", "rl")
 MAX_DEPTH = 50  # a chain longer than this is a loop in corrupted records
 

@@ -6,7 +6,12 @@ from app import forms, nav, notices, state, state_keys, widgets
 
 st.title("New run")
 widgets.show_notice()
-kinds = {"sl": "Supervised (SL)", "dpo": "Preference (DPO)", "rl": "Reinforcement (RL)"}
+kinds = {
+    "sl": "Supervised (SL)",
+    "dpo": "Preference (DPO)",
+    "rl": "Reinforcement (RL)",
+    "distill": "Distillation",
+}
 duplicate = st.session_state.get(state_keys.NEW_RUN_BASE)
 kind: str = (
     st.segmented_control(

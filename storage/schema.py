@@ -7,7 +7,7 @@ text only; it opens no connection. Timestamps are TIMESTAMP in UTC; JSON values 
 
 from __future__ import annotations
 
-RUN_KINDS = ("sl", "dpo", "rl")
+RUN_KINDS = ("sl", "dpo", "rl", "distill")
 # The allowed statuses (of runs, evaluation jobs, sweeps and sweep members) live in storage/statuses.py.
 BACKENDS = ("local", "tinker", "clocked")
 CHECKPOINT_KINDS = ("state", "sampler", "both")

@@ -35,10 +35,10 @@ from tinker import types
 from cookbook_engine import renderers
 from cookbook_engine.config import DPOConfig
 from cookbook_engine.data import loading as datasets
-from cookbook_engine.evals.evaluators import resolved_client
 from cookbook_engine.evals.in_training import NamedEvals, PeriodicEvals
 from cookbook_engine.sl import suggested
 from cookbook_engine.sl.loop import batch_at, passes_note
+from cookbook_engine.training import reference
 from cookbook_engine.training.common import (
     adam_params,
     datum_from_tokens,
@@ -203,16 +203,8 @@ def make_loss_fn(reference_P: list[tuple[float, float]], beta: float) -> Callabl
 
 
 def reference_sampling_client(service: ServiceClient, config: DPOConfig, store: Any = None) -> SamplingClient:
-    """The fixed reference: the checkpoint the run started from, else the base model. A full state path is swapped
-    for the sampler weights saved with it when the store knows them (the hosted service samples only from those)."""
-    if not config.start_checkpoint:
-        return resolved_client(service.create_sampling_client(base_model=config.model))
-    path = config.start_checkpoint
-    for row in store.list_checkpoints() if store is not None else []:
-        if row.get("state_path") == path and row.get("sampler_path"):
-            path = row["sampler_path"]
-            break
-    return resolved_client(service.create_sampling_client(model_path=path))
+    """The fixed reference: the checkpoint the run started from, else the base model."""
+    return reference.sampling_client_for(service, config.model, config.start_checkpoint, store)
 
 
 class ReferenceLogprobs:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -43,11 +44,12 @@ from cookbook_engine import renderers, sandbox
 from cookbook_engine.config import RLConfig
 from cookbook_engine.data import loading as datasets
 from cookbook_engine.evals.in_training import NamedEvals, PeriodicEvals
-from cookbook_engine.rl import envs, suggested
+from cookbook_engine.rl import envs, kl, suggested
 from cookbook_engine.rl.advantages import centered_advantages, is_constant
 from cookbook_engine.rl.data import datum_from_rollout, for_training, sample_train_metrics
 from cookbook_engine.rl.metrics import rollout_metrics
 from cookbook_engine.rl.types import EnvGroupBuilder, Rollout, RolloutGroup
+from cookbook_engine.training import reference
 from cookbook_engine.training.common import (
     adam_params,
     learning_rate_for,
@@ -237,6 +239,23 @@ class Substep:
     optim: ResultFuture[types.OptimStepResponse]
 
 
+# Adds per-token terms to the datums' advantages before they train (the KL penalty, a teacher's KL) and returns its
+# metrics; None trains on the group-centred rewards alone.
+AdvantageShaping = Callable[[list[types.Datum]], Awaitable[dict[str, float]]]
+
+
+def kl_penalty_shaping(config: RLConfig, service: Any, store: Any = None) -> AdvantageShaping | None:
+    """kl_penalty_coef > 0: advantages penalised by the KL to the reference (the base model or kl_reference)."""
+    if config.kl_penalty_coef <= 0:
+        return None
+    reference_client = reference.sampling_client_for(service, config.model, config.kl_reference, store)
+
+    async def shaping(data_D: list[types.Datum]) -> dict[str, float]:
+        return await kl.add_kl_penalty(data_D, reference_client, config.kl_penalty_coef)
+
+    return shaping
+
+
 def rollout_seed(config: RLConfig, batch: int, index: int, attempt: int = 0) -> int:
     return (config.seed * 1_000_003 + batch) * 1000 + index + attempt * 1_000_000_007
 
@@ -316,13 +335,18 @@ async def collect(substeps: list[Substep]) -> dict[str, float]:
 
 
 async def train_on(
-    client: TrainingClient, data_D: list[types.Datum], config: RLConfig, lr: float
+    client: TrainingClient,
+    data_D: list[types.Datum],
+    config: RLConfig,
+    lr: float,
+    shaping: AdvantageShaping | None = None,
 ) -> tuple[dict[str, float], SamplingClient]:
     """Train on the datums (substeps submitted back to back) and return (metrics, the new sampling client)."""
+    shaped = await shaping(data_D) if shaping is not None else {}
     substeps = await submit_substeps(client, data_D, config, lr)
     sampling_client = queue_sampling_client(client)
     metrics = await collect(substeps)
-    return metrics, await sampling_client
+    return {**shaped, **metrics}, await sampling_client
 
 
 async def synchronous_step(
@@ -332,6 +356,7 @@ async def synchronous_step(
     client: TrainingClient,
     config: RLConfig,
     lr: float,
+    shaping: AdvantageShaping | None = None,
 ) -> tuple[list[SampledGroup], dict[str, float], SamplingClient]:
     """Sample every group of the step, then train on them: (groups, metrics, the next sampling client)."""
     started = time.perf_counter()
@@ -347,7 +372,7 @@ async def synchronous_step(
     started = time.perf_counter()
     data_D = datums_of(groups)
     if data_D:
-        trained, sampling_client = await train_on(client, data_D, config, lr)
+        trained, sampling_client = await train_on(client, data_D, config, lr, shaping)
         metrics.update(trained)
     metrics["time/train"] = time.perf_counter() - started
     return groups, metrics, sampling_client
@@ -360,6 +385,7 @@ async def streaming_step(
     client: TrainingClient,
     config: RLConfig,
     lr: float,
+    shaping: AdvantageShaping | None = None,
 ) -> tuple[list[SampledGroup], dict[str, float], SamplingClient]:
     """Sample the step's groups concurrently and submit each minibatch's forward_backward as soon as its groups
     are in; one optim_step closes each substep. Still on-policy: every group is sampled by the step's client."""
@@ -380,6 +406,7 @@ async def streaming_step(
     groups: list[SampledGroup] = []
     substeps: list[Substep] = []
     passes: list[tuple[list[types.Datum], ResultFuture[types.ForwardBackwardOutput]]] = []
+    shaped: list[tuple[int, dict[str, float]]] = []  # each minibatch's shaping metrics, with its datum count
     try:
         for number, size in enumerate(per_minibatch):
             minibatch = []
@@ -390,6 +417,8 @@ async def streaming_step(
                 minibatch.append(item)
             groups += minibatch
             data_D = datums_of(minibatch)
+            if data_D and shaping is not None:
+                shaped.append((len(data_D), await shaping(data_D)))
             if data_D:
                 passes.append((data_D, await submit_forward_backward(client, data_D, config)))
             if (number + 1) % config.pipelining.num_minibatches == 0 or number == len(per_minibatch) - 1:
@@ -400,7 +429,7 @@ async def streaming_step(
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)  # nothing keeps sampling after the step ends
-    metrics = {"time/sample": time.perf_counter() - started}
+    metrics = {"time/sample": time.perf_counter() - started, **weighted_mean(shaped)}
     started = time.perf_counter()
     if substeps:
         next_client = queue_sampling_client(client)
@@ -409,6 +438,13 @@ async def streaming_step(
     metrics["time/train"] = time.perf_counter() - started
     groups.sort(key=lambda sampled: sampled.index)
     return groups, metrics, sampling_client
+
+
+def weighted_mean(parts: list[tuple[int, dict[str, float]]]) -> dict[str, float]:
+    """Each metric averaged over the parts, weighted by the part's size."""
+    total = sum(size for size, _ in parts)
+    names = {name for _, metrics in parts for name in metrics}
+    return {name: sum(size * metrics.get(name, 0.0) for size, metrics in parts) / total for name in names}
 
 
 class BackgroundSampler:
@@ -469,7 +505,13 @@ class BackgroundSampler:
 
 
 async def off_policy_step(
-    step: int, wanted: int, sampler: BackgroundSampler, client: TrainingClient, config: RLConfig, lr: float
+    step: int,
+    wanted: int,
+    sampler: BackgroundSampler,
+    client: TrainingClient,
+    config: RLConfig,
+    lr: float,
+    shaping: AdvantageShaping | None = None,
 ) -> tuple[list[SampledGroup], dict[str, float], SamplingClient]:
     """Train on the next `wanted` groups sampled at most `max_steps_off_policy` steps ago, dropping staler ones."""
     started = time.perf_counter()
@@ -496,7 +538,7 @@ async def off_policy_step(
     data_D = datums_of(groups)
     sampling_client = sampler.client
     if data_D:
-        trained, sampling_client = await train_on(client, data_D, config, lr)
+        trained, sampling_client = await train_on(client, data_D, config, lr, shaping)
         metrics.update(trained)
     sampler.client, sampler.version = sampling_client, step + 1
     metrics["time/train"] = time.perf_counter() - started
@@ -601,21 +643,23 @@ async def train_step(
     sampling_client: SamplingClient,
     config: RLConfig,
     lr: float,
+    shaping: AdvantageShaping | None = None,
 ) -> tuple[list[SampledGroup], dict[str, float], SamplingClient]:
     """One step in the run's schedule (off-policy, streaming or synchronous): (groups, metrics, next sampling
     client)."""
     builders = setup.train.get_batch(step)
     if sampler is not None:
-        return await off_policy_step(step, len(builders), sampler, client, config, lr)
+        return await off_policy_step(step, len(builders), sampler, client, config, lr, shaping)
     if config.pipelining.stream_minibatch:
-        return await streaming_step(step, builders, sampling_client, client, config, lr)
-    return await synchronous_step(step, builders, sampling_client, client, config, lr)
+        return await streaming_step(step, builders, sampling_client, client, config, lr, shaping)
+    return await synchronous_step(step, builders, sampling_client, client, config, lr, shaping)
 
 
 async def train(config: RLConfig, ctx: RunContext, prepared: PreparedRL | None = None) -> None:
     prepared = prepared or prepare(config)
     setup, tokenizer = prepared.env, prepared.tokenizer
-    _, client, start_step = start_training_client(config, ctx.resume, ctx)
+    service, client, start_step = start_training_client(config, ctx.resume, ctx)
+    shaping = kl_penalty_shaping(config, service, getattr(ctx, "store", None))
     base_lr = rl_learning_rate(config)
     run_plan = plan(config, prepared)
     total_steps = run_plan.total_steps
@@ -623,7 +667,8 @@ async def train(config: RLConfig, ctx: RunContext, prepared: PreparedRL | None =
     note = sandbox_note(config)
     loop.start(
         f"RL on {config.model}: {prepared.summary()}; {total_steps} steps of {config.groups_per_batch} groups "
-        f"x {config.group_size} samples, loss {config.loss_fn}, lr {base_lr:g}, {schedule_summary(config)}",
+        f"x {config.group_size} samples, loss {config.loss_fn}, lr {base_lr:g}, {schedule_summary(config)}"
+        + (f", KL penalty {config.kl_penalty_coef:g} to {config.kl_reference or 'the base model'}" if shaping else ""),
         *([note] if note else []),
     )
     sampling_client = await client.save_weights_and_get_sampling_client_async()
@@ -638,7 +683,7 @@ async def train(config: RLConfig, ctx: RunContext, prepared: PreparedRL | None =
             metrics = await loop.evaluations_due(step, sampling_client)
             lr = base_lr * lr_multiplier(config.lr_schedule, step, total_steps)
             groups, step_metrics, sampling_client = await train_step(
-                step, setup, client, sampler, sampling_client, config, lr
+                step, setup, client, sampler, sampling_client, config, lr, shaping
             )
             metrics.update(step_metrics)
             log_step(ctx, step, total_steps, groups, metrics, lr, tokenizer, step_started)

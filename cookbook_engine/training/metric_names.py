@@ -7,7 +7,12 @@ Not here: how a metric is labelled or charted (app/charts.py).
 
 from __future__ import annotations
 
-KEY_METRIC: dict[str, str] = {"sl": "train_mean_nll", "dpo": "dpo_loss", "rl": "env/all/reward/total"}
+KEY_METRIC: dict[str, str] = {
+    "sl": "train_mean_nll",
+    "dpo": "dpo_loss",
+    "rl": "env/all/reward/total",
+    "distill": "teacher_kl",
+}
 
 
 def key_metric(kind: str) -> str:

@@ -44,6 +44,10 @@ def loop_module(kind: str) -> ModuleType:
         from cookbook_engine.rl import loop
 
         return loop
+    if kind == "distill":
+        from cookbook_engine.distill import loop as distill
+
+        return distill
     raise ConfigError(f"unknown run kind {kind!r}")
 
 
