@@ -23,6 +23,8 @@ _ALIASES = {
     "env/all/by_group/frac_all_bad": "groups",
     "env/all/by_group/frac_mixed": "groups",
     "optim/entropy": "optim/kl_sample_train",
+    "distill/teacher_logprob": "distill/logprobs",
+    "distill/student_logprob": "distill/logprobs",
 }
 _SPLIT_PREFIXES = ("test/", "eval/", "train/")
 # The charts shown (in this order) when present; every other metric is folded away under "More metrics".
@@ -30,6 +32,9 @@ _PRIMARY = (
     "nll",
     "dpo_loss",
     "env/all/reward/total",
+    "teacher_kl",
+    "distill/logprobs",
+    "kl_policy_base",
     "rewards",
     "accuracy",
     "margin",
@@ -59,6 +64,9 @@ _TITLES = {
     "optim/loss_sum": "Loss (summed)",
     "env/all/ac_tokens_per_turn": "Tokens per reply",
     "env/all/frac_truncated": "Replies cut at max_tokens",
+    "teacher_kl": "Reverse KL to the teacher (per token; falls as the student learns)",
+    "distill/logprobs": "Log-prob per token of the student's replies: teacher and student",
+    "kl_policy_base": "KL to the reference (per token; the KL penalty holds it down)",
 }
 
 
@@ -152,6 +160,7 @@ def _around(fig: go.Figure, value: float) -> None:
 
 # The figures on the run page's metric cards, in this order of preference (the first five present are shown).
 CARD_METRICS = (
+    "teacher_kl",
     "train_mean_nll",
     "test/nll",
     "dpo_loss",
@@ -162,6 +171,7 @@ CARD_METRICS = (
     "test/env/all/correct",
     "env/all/format",
     "optim/kl_sample_train",
+    "kl_policy_base",
     "env/all/ac_tokens_per_turn",
     "learning_rate",
     "optim/lr",

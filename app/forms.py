@@ -406,7 +406,7 @@ def _distill_fields(base: cfg.DistillConfig, put: Put) -> None:
     c1, c2 = st.columns(2)
     put(c1, "teacher", options=teachers, format_func=teacher_labels.get)
     put(c2, "start_checkpoint", options=options, format_func=labels.get)
-    for where, name in zip(st.columns(4), ("max_tokens", "temperature", "top_p", "kl_penalty_coef")):
+    for where, name in zip(st.columns(5), ("max_tokens", "temperature", "top_p", "kl_penalty_coef", "num_epochs")):
         put(where, name)
 
 
@@ -501,7 +501,7 @@ def estimate(config: cfg.CommonConfig, prepared: object) -> str:
     """Tokens the run will process and a rough time, from the loop's own plan (its `plan(config, prepared)`, the step
     count it runs) and this machine's measured speeds for the model (see cookbook_engine/speed.py); the run page then
     corrects it from the run's own step times."""
-    if config.kind != "rl" and not getattr(prepared, "train", None):
+    if config.kind not in SAMPLING_KINDS and not getattr(prepared, "train", None):
         return ""
     rate = speed.speeds(config.model)
     plan = train_loop.loop_module(config.kind).plan(config, prepared)
@@ -512,6 +512,13 @@ def estimate(config: cfg.CommonConfig, prepared: object) -> str:
             f"{plan.tokens:,} sampled tokens"
         )
         seconds = plan.tokens / rate.sample_tok_s + plan.tokens / rate.train_tok_s
+    elif isinstance(config, cfg.DistillConfig):
+        text = (
+            f"{steps} steps × {config.groups_per_batch} prompts × {config.group_size} samples: at most "
+            f"{plan.tokens:,} sampled tokens, each scored by the teacher"
+        )
+        # the student samples, the teacher scores the replies (a forward pass), the student trains on them
+        seconds = plan.tokens / rate.sample_tok_s + plan.tokens / rate.eval_tok_s + plan.tokens / rate.train_tok_s
     else:
         what = "pairs" if config.kind == "dpo" else "examples"
         text = f"{steps} steps × {config.batch_size} {what} ≈ {plan.tokens:,} training tokens"

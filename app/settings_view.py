@@ -13,7 +13,7 @@ from cookbook_engine import config as cfg
 
 REPO = Path(__file__).resolve().parent.parent
 # Settings a kind or backend ignores, left out of what a person reads.
-UNUSED_BY_KIND = {"rl": ("batch_size",)}  # RL batches are groups_per_batch × group_size
+UNUSED_BY_KIND = {"rl": ("batch_size",), "distill": ("batch_size",)}  # their batches are groups × group size
 CLOCKED_ONLY = "clocked."  # the clocked backend's own section
 
 

@@ -17,7 +17,7 @@ from app import state_keys
 from cookbook_engine.training.metric_names import KEY_METRIC, key_metric
 from storage.statuses import RunStatus
 
-KIND_LABEL = {"sl": "SL", "dpo": "DPO", "rl": "RL"}
+KIND_LABEL = {"sl": "SL", "dpo": "DPO", "rl": "RL", "distill": "Distill"}
 BadgeColor = Literal["red", "orange", "yellow", "blue", "green", "violet", "gray", "grey", "primary"]  # st.badge's
 # status -> (badge color, icon, color of its text in the runs table)
 STATUS_STYLE: dict[str, tuple[BadgeColor, str | None, str]] = {

@@ -263,7 +263,8 @@ def _dispatch(argv: list[str]) -> int:
         handler = {"eval": commands.eval_command, "sweep": commands.sweep_command}.get(command)
         return handler(rest) if handler else commands.list_evals()
     return _bad_input(
-        f"unknown command {command!r}; commands: sl, dpo, rl, distill, runs, resume, cancel, studio, eval, evals, sweep, serve"
+        f"unknown command {command!r}; commands: sl, dpo, rl, distill, runs, resume, cancel, studio, eval, evals, "
+        "sweep, serve"
     )
 
 

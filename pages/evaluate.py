@@ -196,13 +196,13 @@ for row in results:
     run = state.store().get_run(row["run_id"])
     if run is None:
         continue
-    c1, c2, c3 = st.columns([6, 1, 1], vertical_alignment="center")
+    c1, *buttons = st.columns([6] + [1] * len(lineage.NEXT_KINDS), vertical_alignment="center")
     chain = lineage.describe(lineage.chain(run["run_id"], state.store()), run["base_model"])
     c1.markdown(f"**{widgets.safe_markdown(row['model'])}**: {widgets.safe_markdown(chain)}")
     state_path = states.get(row["model_path"])
-    for column, kind in ((c2, "dpo"), (c3, "rl")):
+    for column, kind in zip(buttons, lineage.NEXT_KINDS):
         pressed = column.button(
-            f"{kind.upper()} from this checkpoint",
+            "Distil from this checkpoint" if kind == "distill" else f"{kind.upper()} from this checkpoint",
             key=f"next-{kind}-{row['model']}",
             disabled=not state_path,
             help=None if state_path else "no saved state at this step",

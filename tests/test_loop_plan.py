@@ -12,7 +12,8 @@ from tinker import types
 
 from cookbook_engine import speed
 from cookbook_engine.backends.protocol import LocalFuture
-from cookbook_engine.config import CommonConfig, DPOConfig, RLConfig, SLConfig
+from cookbook_engine.config import CommonConfig, DistillConfig, DPOConfig, RLConfig, SLConfig
+from cookbook_engine.distill import loop as distill_loop
 from cookbook_engine.dpo import loop as preference
 from cookbook_engine.rl import envs, loop as rl_loop
 from cookbook_engine.sl import loop as supervised
@@ -31,6 +32,9 @@ class FakeLogger:
 
     def log_checkpoint(self, **record: Any) -> None:
         self.checkpoints.append(record)
+
+    def log_transcripts(self, rows: list[dict]) -> None:
+        pass
 
 
 class FakeContext:
@@ -135,7 +139,7 @@ def fake_rl_steps(monkeypatch: pytest.MonkeyPatch) -> None:
     """RL steps that sample nothing: the loop's frame (step count, saves, the end) is what is measured."""
 
     async def step(
-        step: int, builders: list, sampling_client: Any, client: Any, config: RLConfig, lr: float
+        step: int, builders: list, sampling_client: Any, client: Any, config: RLConfig, lr: float, shaping: Any = None
     ) -> tuple[list, dict[str, float], Any]:
         return [], {}, sampling_client
 
@@ -181,6 +185,31 @@ def test_the_forms_step_count_is_the_loops_plan_and_the_loop_runs_it(
     final = ctx.logger.checkpoints[-1]
     assert (final["name"], final["step"], final["loop_state"]["final"]) == ("final", planned, True)
     assert ctx.logger.metric_steps[-1] == planned  # the final evaluation (held-out data), after the last step
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        DistillConfig(teacher="/t", groups_per_batch=2, num_epochs=2, eval_every=0, save_every=2),
+        DistillConfig(teacher="/t", groups_per_batch=2, max_steps=3, eval_every=0, save_every=0),
+    ],
+)
+def test_a_distillation_runs_the_steps_its_form_shows(config: DistillConfig, monkeypatch: pytest.MonkeyPatch):
+    prompts = [[{"role": "user", "content": f"question {i}"}] for i in range(5)]
+    prepared = distill_loop.PreparedDistill(prompts, "fake", None, 10)
+
+    async def step(step: int, prompts: list, renderer: Any, client: Any, sampling_client: Any, *rest: Any):
+        return [], {"teacher_kl": 1.0}, sampling_client
+
+    monkeypatch.setattr(distill_loop, "distill_step", step)
+    monkeypatch.setattr(distill_loop, "teacher_client", lambda *args: FakeSamplingClient())
+    monkeypatch.setattr(distill_loop.renderers, "get_renderer", lambda *args: None)
+    planned = distill_loop.plan(config, prepared).total_steps
+    assert planned == (config.max_steps or 2 * config.num_epochs)  # 5 prompts in batches of 2: 2 a pass
+    assert form_steps(config, prepared, monkeypatch) == planned
+    ctx = run_loop(distill_loop, config, prepared, monkeypatch)
+    assert [step for step, _ in ctx.progress_calls[1:]] == list(range(1, planned + 1))
+    assert ctx.logger.checkpoints[-1]["name"] == "final"
 
 
 def test_an_rl_run_without_max_steps_makes_num_epochs_passes_over_the_envs_batches():
