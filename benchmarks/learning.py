@@ -43,6 +43,7 @@ class Default:
     target: float  # accuracy on the eval set (per fact for SFT)
     target_text: str
     minutes_budget: float
+    unseen: tuple[str, ...] = ()  # sets of kinds or procedures the run never trained on (reported, no target)
 
 
 DEFAULTS = (
@@ -72,6 +73,7 @@ DEFAULTS = (
         0.6,
         ">= 0.6 greedy, within 10 min; retention loss interval contains 0",
         10.0,
+        ("builtin:arithmetic-fresh", "builtin:arithmetic-subtraction", "builtin:arithmetic-three-digit"),
     ),
 )
 
@@ -96,10 +98,12 @@ def train(default: Default, home: Path) -> tuple[str, float]:
     return run["run_id"], minutes
 
 
-def evaluate(run_id: str, eval_set: str, home: Path) -> dict[str, dict]:
-    """{"base": {...}, "trained": {...}, "retention": {...}}: the target set's accuracy, its interval and the
-    per-example outcomes by reference, and the retention set's accuracies and loss (retention_loss)."""
-    evals = f"evals={eval_set},{RETENTION}"
+def evaluate(run_id: str, default: Default, home: Path) -> dict[str, dict]:
+    """{"base": {...}, "trained": {...}, "unseen": {set: {"base": .., "trained": ..}}, "retention": {...}}: the
+    target set's accuracy, its interval and the per-example outcomes by reference, the unseen sets' accuracies, and
+    the retention set's accuracies and loss (retention_loss)."""
+    eval_set = default.eval_set
+    evals = "evals=" + ",".join([eval_set, *default.unseen, RETENTION])
     rows = json.loads(cookbook(["eval", f"models=base,{run_id}", evals, "--json"], home).stdout)
     os.environ["COOKBOOK_HOME"] = str(home)
     from storage.evals import EvalStore
@@ -107,11 +111,13 @@ def evaluate(run_id: str, eval_set: str, home: Path) -> dict[str, dict]:
     store = EvalStore()
     eval_id = store.list_jobs()[0]["eval_id"]
     examples = store.examples(eval_id, eval_set)
-    found: dict[str, dict] = {}
+    found: dict[str, dict] = {"unseen": {}}
     for row in rows:
+        side = "base" if row["model"] == "base" else "trained"
+        if row["metric"] == "accuracy" and row["eval_set"] in default.unseen:
+            found["unseen"].setdefault(row["eval_set"], {})[side] = {k: row[k] for k in ("value", "low", "high", "n")}
         if row["metric"] != "accuracy" or row["eval_set"] != eval_set:
             continue
-        side = "base" if row["model"] == "base" else "trained"
         mine = examples[examples["model"] == row["model"]]
         found[side] = {
             "accuracy": row["value"],
@@ -183,7 +189,7 @@ def main() -> None:
             "minutes": minutes,
             "load_average_at_start": load,
             "command": "cookbook " + " ".join(default.command),
-            **evaluate(run_id, default.eval_set, home),
+            **evaluate(run_id, default, home),
         }
         result["met"] = met(default, result)
         payload[default.key] = result
@@ -197,6 +203,13 @@ def main() -> None:
                 f"{base['accuracy']:.2f} [{base['low']:.2f}, {base['high']:.2f}]",
                 f"{trained['accuracy']:.2f} [{trained['low']:.2f}, {trained['high']:.2f}]"
                 + (f"; worst fact {worst[1]:.2f} ({worst[0]})" if default.key == "sft" else ""),
+                "; ".join(
+                    f"{name.removeprefix('builtin:')} {pair['base']['value']:.2f} [{pair['base']['low']:.2f}, "
+                    f"{pair['base']['high']:.2f}] -> {pair['trained']['value']:.2f} [{pair['trained']['low']:.2f}, "
+                    f"{pair['trained']['high']:.2f}]"
+                    for name, pair in result["unseen"].items()
+                )
+                or "-",
                 f"{kept['base']:.2f} -> {kept['trained']:.2f}, loss {kept['loss']:+.3f} [{kept['low']:+.3f}, "
                 f"{kept['high']:+.3f}] (n={kept['n']})",
                 f"{minutes:.1f}",
@@ -212,6 +225,7 @@ def main() -> None:
         "target set",
         "base",
         "trained",
+        "unseen sets: base -> trained",
         f"retention ({RETENTION}): base -> trained, loss",
         "train min (wall)",
         "load at start",

@@ -410,3 +410,17 @@ def test_a_run_naming_an_unknown_eval_set_is_refused_before_it_starts(home, caps
     assert main(["sl", "evals=builtin:facts-probes,builtin:nope", "--dry-run"]) == 2
     assert "evals: builtin:nope" in capsys.readouterr().err
     assert short_name("builtin:facts-probes") == "facts-probes" and short_name("/data/my-set.jsonl") == "my-set"
+
+
+def test_fresh_arithmetic_sets_are_drawn_apart_from_the_held_out_set():
+    from cookbook_engine.rl.arithmetic import fresh_problems, held_out_problems, is_held_out
+
+    held = {p.question for p in held_out_problems()}
+    for name, op, low in (("arithmetic-fresh", "+", 10), ("arithmetic-subtraction", "-", 10)):
+        eval_set = sets.load_eval_set(f"builtin:{name}")
+        assert len(eval_set.examples) == 200 and not {e.prompt for e in eval_set.examples} & held
+        assert all(f" {op} " in e.prompt for e in eval_set.examples)
+    three = fresh_problems("+", 100, 999)
+    assert len(set(three)) == 200 and all(p.a >= 100 and p.b >= 100 for p in three)
+    assert not any(is_held_out(p) for p in fresh_problems("+", 10, 99))
+    assert all(p.a >= p.b for p in fresh_problems("-", 10, 99))

@@ -121,6 +121,23 @@ def _arithmetic() -> EvalSet:
     )
 
 
+def _fresh_arithmetic(name: str, op: str, low: int, high: int, what: str) -> Callable[[], EvalSet]:
+    def build() -> EvalSet:
+        from cookbook_engine.rl.arithmetic import fresh_problems
+
+        examples = [GenerationExample(p.question, str(p.answer), "numeric") for p in fresh_problems(op, low, high)]
+        return EvalSet(
+            f"builtin:{name}",
+            "generation",
+            f"{len(examples)} {what}, drawn by another seed and procedure than the arithmetic env's held-out set "
+            "and its training (every ordered pair listed, a sample taken; none held out; grader: numeric).",
+            examples,
+            max_tokens=32,
+        )
+
+    return build
+
+
 def _code() -> EvalSet:
     from cookbook_engine.rl.code_problems import train_test_split
 
@@ -250,6 +267,13 @@ BUILTIN_SETS: dict[str, Callable[[], EvalSet]] = {
     "facts-probes": _facts_probes,
     "facts-nll": _facts_nll,
     "arithmetic": _arithmetic,
+    "arithmetic-fresh": _fresh_arithmetic("arithmetic-fresh", "+", 10, 99, "sums of two two-digit numbers"),
+    "arithmetic-subtraction": _fresh_arithmetic(
+        "arithmetic-subtraction", "-", 10, 99, "differences of two two-digit numbers (transfer: training only adds)"
+    ),
+    "arithmetic-three-digit": _fresh_arithmetic(
+        "arithmetic-three-digit", "+", 100, 999, "sums of two three-digit numbers (transfer: training stays under 100)"
+    ),
     "code": _code,
     "concise-prefs": _concise_prefs,
     "prefs-style-controlled": _prefs_style_controlled,

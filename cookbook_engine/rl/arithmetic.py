@@ -89,6 +89,30 @@ def is_held_out(problem: ArithmeticProblem) -> bool:
     return problem.key in _HELD_OUT_KEYS
 
 
+# Sets drawn by another procedure and seed than the held-out set and training (for builtin:arithmetic-fresh and the
+# transfer sets): every ordered operand pair of the range is listed and FRESH_SIZE of them sampled without
+# replacement, never a held-out problem. Training may draw the same sums (it draws 1..99 afresh each step), as any
+# independent draw would; what differs from the held-out set is who drew them and how.
+FRESH_SEED = 20261125
+FRESH_SIZE = 200
+
+
+def fresh_problems(op: str, low: int, high: int, size: int = FRESH_SIZE) -> list[ArithmeticProblem]:
+    """`size` problems `a op b` with both operands in low..high (subtraction: a >= b), sampled from the list of all
+    ordered pairs with FRESH_SEED, none in the held-out set (fewer when the range has fewer)."""
+    span = high - low + 1
+    picked = random.Random(FRESH_SEED).sample(range(span**2), min(span**2, 3 * size))  # distinct ordered pairs
+    pairs = [(low + index // span, low + index % span) for index in picked]
+    problems: list[ArithmeticProblem] = []
+    for a, b in pairs:
+        problem = ArithmeticProblem(max(a, b), op, min(a, b)) if op == "-" else ArithmeticProblem(a, op, b)
+        if not is_held_out(problem) and problem not in problems:
+            problems.append(problem)
+        if len(problems) == size:
+            break
+    return problems
+
+
 def operand_bound(step: int, total_steps: int) -> int:
     """The largest operand drawn at `step` of a `total_steps` run: CURRICULUM_START_MAX growing to 99."""
     ramp_steps = max(1.0, CURRICULUM_RAMP * total_steps)
