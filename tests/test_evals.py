@@ -416,7 +416,7 @@ def test_fresh_arithmetic_sets_are_drawn_apart_from_the_held_out_set():
     from cookbook_engine.rl.arithmetic import fresh_problems, held_out_problems, is_held_out
 
     held = {p.question for p in held_out_problems()}
-    for name, op, low in (("arithmetic-fresh", "+", 10), ("arithmetic-subtraction", "-", 10)):
+    for name, op in (("arithmetic-fresh", "+"), ("arithmetic-subtraction", "-")):
         eval_set = sets.load_eval_set(f"builtin:{name}")
         assert len(eval_set.examples) == 200 and not {e.prompt for e in eval_set.examples} & held
         assert all(f" {op} " in e.prompt for e in eval_set.examples)
@@ -424,3 +424,16 @@ def test_fresh_arithmetic_sets_are_drawn_apart_from_the_held_out_set():
     assert len(set(three)) == 200 and all(p.a >= 100 and p.b >= 100 for p in three)
     assert not any(is_held_out(p) for p in fresh_problems("+", 10, 99))
     assert all(p.a >= p.b for p in fresh_problems("-", 10, 99))
+
+
+def test_prefs_unseen_kinds_share_no_kind_or_prompt_with_the_dpo_data():
+    from cookbook_engine.data import builtin, pref_kinds
+
+    eval_set = sets.load_eval_set("builtin:prefs-unseen-kinds")
+    pairs = pref_kinds.unseen_kind_pairs()
+    assert len(eval_set.examples) == len(pairs) >= 200
+    assert len({p.kind for p in pairs}) == len(pref_kinds.UNSEEN_KINDS) >= 12
+    assert not set(pref_kinds.UNSEEN_KINDS) & set(builtin.SAME_STYLE_KINDS)
+    trained = {p.prompt for p in builtin.concise_prefs_pairs()} | {p.prompt for p in builtin.style_controlled_pairs()}
+    assert not trained & {p.prompt for p in pairs}
+    assert all(p.chosen != p.rejected and len(p.chosen.split()) == len(p.rejected.split()) for p in pairs)

@@ -188,6 +188,27 @@ def _prefs_style_controlled() -> EvalSet:
     )
 
 
+def _prefs_unseen_kinds() -> EvalSet:
+    from cookbook_engine.data.pref_kinds import UNSEEN_KINDS, unseen_kind_pairs
+
+    examples = [
+        datasets.PreferencePair(
+            [{"role": "user", "content": pair.prompt}],
+            [{"role": "assistant", "content": pair.chosen}],
+            [{"role": "assistant", "content": pair.rejected}],
+        )
+        for pair in unseen_kind_pairs()
+    ]
+    return EvalSet(
+        "builtin:prefs-unseen-kinds",
+        "preference",
+        f"{len(examples)} pairs of {len(UNSEEN_KINDS)} kinds builtin:concise-prefs never has "
+        f"({', '.join(UNSEEN_KINDS)}), both answers the same sentence but for the answer: did DPO teach "
+        "correctness, or only its own kinds?",
+        examples,
+    )
+
+
 def _retention() -> EvalSet:
     from cookbook_engine.evals import retention
 
@@ -278,6 +299,7 @@ BUILTIN_SETS: dict[str, Callable[[], EvalSet]] = {
     "concise-prefs": _concise_prefs,
     "prefs-style-controlled": _prefs_style_controlled,
     "sentiment": _sentiment,
+    "prefs-unseen-kinds": _prefs_unseen_kinds,
     "retention": _retention,
 }
 
