@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from cookbook_engine.data.pref_kinds import DAYS, MONTHS
+
 # (country, capital, continent, language, currency): "" where the fact is not asked
 COUNTRIES: tuple[tuple[str, str, str, str, str], ...] = (
     ("France", "Paris", "Europe", "French", "euro"),
@@ -280,21 +282,6 @@ GENERAL: tuple[tuple[str, str, str], ...] = (
     ("halloween", "In which month is Halloween?", "October"),
 )
 
-DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
-MONTHS = (
-    "January",
-    "February",
-    "March",
-    "April",
-    "May",
-    "June",
-    "July",
-    "August",
-    "September",
-    "October",
-    "November",
-    "December",
-)
 OPPOSITES = (
     ("hot", "cold"),
     ("big", "small"),

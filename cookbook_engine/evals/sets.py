@@ -169,15 +169,20 @@ def _concise_prefs() -> EvalSet:
     )
 
 
-def _prefs_style_controlled() -> EvalSet:
-    examples = [
+def _as_preference_pairs(pairs) -> list:
+    """builtin_data.PairRow items as the preference evaluator's pairs (a user prompt, one assistant reply a side)."""
+    return [
         datasets.PreferencePair(
             [{"role": "user", "content": pair.prompt}],
             [{"role": "assistant", "content": pair.chosen}],
             [{"role": "assistant", "content": pair.rejected}],
         )
-        for pair in builtin_data.style_controlled_pairs()
+        for pair in pairs
     ]
+
+
+def _prefs_style_controlled() -> EvalSet:
+    examples = _as_preference_pairs(builtin_data.style_controlled_pairs())
     return EvalSet(
         "builtin:prefs-style-controlled",
         "preference",
@@ -191,14 +196,7 @@ def _prefs_style_controlled() -> EvalSet:
 def _prefs_unseen_kinds() -> EvalSet:
     from cookbook_engine.data.pref_kinds import UNSEEN_KINDS, unseen_kind_pairs
 
-    examples = [
-        datasets.PreferencePair(
-            [{"role": "user", "content": pair.prompt}],
-            [{"role": "assistant", "content": pair.chosen}],
-            [{"role": "assistant", "content": pair.rejected}],
-        )
-        for pair in unseen_kind_pairs()
-    ]
+    examples = _as_preference_pairs(unseen_kind_pairs())
     return EvalSet(
         "builtin:prefs-unseen-kinds",
         "preference",
