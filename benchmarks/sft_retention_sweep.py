@@ -48,12 +48,13 @@ def train(replay: int, extra: list[str], home: Path) -> tuple[Path, float]:
     return adapters[-1].parent, minutes
 
 
-def measure(adapter: Path | None) -> dict:
+def measure(adapter: Path | None, probes_limit: int = 0, retention_limit: int = 0) -> dict:
+    """facts-probes and retention accuracy of the base model or an adapter (the first N of each when limited)."""
     model, tokenizer, renderer = batched_greedy.load(str(adapter) if adapter else None)
-    probes = builtin_data.FACT_PROBES
+    probes = builtin_data.FACT_PROBES[: probes_limit or None]
     outs = batched_greedy.replies(model, tokenizer, renderer, [q for q, _ in probes], 40)
     facts = [graders.grade("contains", out, key).correct for out, (_, key) in zip(outs, probes, strict=True)]
-    items = retention_items()
+    items = retention_items()[: retention_limit or None]
     outs = batched_greedy.replies(model, tokenizer, renderer, [i["prompt"] for i in items], MAX_TOKENS)
     kept = [
         graders.grade("regex", out, grading_regex(i["key"], i["match"])).correct
