@@ -108,3 +108,17 @@ def _usage(run: dict) -> dict | None:
     if run["status"] not in statuses.ACTIVE or run.get("owner_host") not in (None, socket.gethostname()):
         return None
     return speed.process_usage(run.get("owner_pid"))
+
+
+def eval_progress_text(job: dict, done: int) -> str:
+    """'running: 87 of 240 examples · 2 min 10 s so far, about 3 min 50 s left' (the rate of this evaluation so
+    far; 'time left: known after the first examples' before any is done)."""
+    total = job["total"] or 0
+    text = f"{job['status']}: {done} of {total} examples"
+    elapsed = _seconds_between(job.get("started_at") or job.get("created_at"), None)
+    if elapsed is None:
+        return text
+    text += f" · {speed.clock(elapsed)} so far"
+    if done <= 0 or done >= total:
+        return text + (", time left: known after the first examples" if done <= 0 else "")
+    return text + f", about {speed.clock(elapsed / done * (total - done))} left"

@@ -246,6 +246,18 @@ def gone(what: str, wanted: str) -> NoReturn:
 GONE_NOUN = {"eval": "evaluation"}
 
 
+def answer_columns(table: pd.DataFrame) -> dict:
+    """Column widths for an answers table (prompt, reference, then each model's output and correctness), so two
+    models' answers and their marks fit a 1400 px window: text columns medium, idx and the marks small."""
+    config: dict = {"idx": st.column_config.NumberColumn("#", width="small")}
+    for column in table.columns:
+        if column.endswith("correct"):
+            config[column] = st.column_config.NumberColumn(column.replace(" · correct", " ✓"), width="small")
+        elif column != "idx":
+            config[column] = st.column_config.TextColumn(column, width="medium")
+    return config
+
+
 def notice(message: str, kind: str = "success") -> None:
     """Queue a message to show once at the top of the next page drawn (survives st.switch_page)."""
     st.session_state[state_keys.NOTICE] = (kind, message)

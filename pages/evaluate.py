@@ -6,7 +6,7 @@ Evaluations run in the background and also show up here when started with `cookb
 import plotly.graph_objects as go
 import streamlit as st
 
-from app import actions, state, state_keys, widgets
+from app import actions, state, state_keys, timing, widgets
 from cookbook_engine import lineage
 from cookbook_engine.data import loading as datasets
 from cookbook_engine.evals import jobs, report, sets, targets
@@ -112,7 +112,7 @@ def progress_line() -> None:
     if job["status"] in statuses.ACTIVE:
         done = manager.examples_done(eval_id)
         done = job["done"] if done is None else done
-        st.progress(min(1.0, done / total), text=f"{job['status']}: {done} of {total} examples")
+        st.progress(min(1.0, done / total), text=timing.eval_progress_text(job, done))
         if st.button("Cancel evaluation", icon=":material/stop:"):
             manager.cancel(eval_id)
             st.rerun()
@@ -184,7 +184,7 @@ if compare:
     st.caption(f"{len(table)} of {examples['idx'].nunique()} examples differ between {model_a} and {model_b}.")
 else:
     table = report.answers_side_by_side(examples)
-st.dataframe(table, hide_index=True, width="stretch")
+st.dataframe(table, hide_index=True, width="stretch", column_config=widgets.answer_columns(table))
 
 # ---------------------------------------------------------------------------------------------- lineage
 results = [row for row in store.results([eval_id]) if row.get("run_id")]
@@ -196,16 +196,20 @@ for row in results:
     run = state.store().get_run(row["run_id"])
     if run is None:
         continue
-    c1, *buttons = st.columns([6] + [1] * len(lineage.NEXT_KINDS), vertical_alignment="center")
+    c1, *buttons = st.columns([4] + [1.3] * len(lineage.NEXT_KINDS), vertical_alignment="center")
     chain = lineage.describe(lineage.chain(run["run_id"], state.store()), run["base_model"])
     c1.markdown(f"**{widgets.safe_markdown(row['model'])}**: {widgets.safe_markdown(chain)}")
     state_path = states.get(row["model_path"])
     for column, kind in zip(buttons, lineage.NEXT_KINDS):
         pressed = column.button(
-            "Distil from this checkpoint" if kind == "distill" else f"{kind.upper()} from this checkpoint",
+            "Start distilling" if kind == "distill" else f"Start {kind.upper()}",
+            icon=":material/arrow_forward:",
             key=f"next-{kind}-{row['model']}",
             disabled=not state_path,
-            help=None if state_path else "no saved state at this step",
+            width="stretch",
+            help=f"A {'distillation' if kind == 'distill' else kind.upper()} run starting from this checkpoint"
+            if state_path
+            else "no saved state at this step",
         )
         if pressed and state_path:
             actions.open_new_run(kind, lineage.next_stage(kind, run, state_path), run["name"])

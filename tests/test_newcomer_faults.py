@@ -5,6 +5,7 @@ model loads and these run in seconds; the ones that need a model replying live i
 from __future__ import annotations
 
 import json
+import re
 
 from streamlit.testing.v1 import AppTest
 from test_pages_keep_their_run import chat_page, make_run
@@ -206,3 +207,29 @@ def test_item7_the_run_page_reads_plainly_from_the_first_step(home):
     assert low < 0.0005 < high and high - low < 0.001  # the flat line sits mid-axis, not on 0 of -0.5..1
     assert not any("epoch" in title.lower() for title in charts)  # a flat epoch=0 is a caption, not a chart
     assert any("Unchanged:" in c.value and "epoch = 0" in c.value for c in at.caption)
+
+
+def test_item4_evaluate_shows_time_left_narrow_marks_and_whole_lineage_buttons(home):
+    from datetime import timedelta
+
+    from storage.evals import EvalStore
+    from storage.db import utcnow
+
+    store = EvalStore()
+    store.create_job(
+        "ev-run", name="running-eval", models=["base"], eval_sets=["builtin:facts-probes"], settings={}, total=240
+    )
+    store.update_job("ev-run", status="running", done=80, started_at=utcnow() - timedelta(seconds=120))
+    at = open_page("evaluate", eval="ev-run")
+    progress = at.get("progress")[0].proto.text
+    assert "80 of 240 examples" in progress and re.search(r"about 4 min \d\d s left", progress), progress
+
+    import pandas as pd
+
+    from app.widgets import answer_columns
+
+    table = pd.DataFrame(
+        columns=["idx", "prompt", "reference", "base · output", "base · correct", "ckpt · output", "ckpt · correct"]
+    )
+    widths = {name: spec["width"] for name, spec in answer_columns(table).items()}
+    assert widths["base · correct"] == widths["ckpt · correct"] == "small" and widths["ckpt · output"] == "medium"
