@@ -115,6 +115,9 @@ def smooth(values: list[float], weight: float) -> list[float]:
     return smoothed
 
 
+STEP_AXIS = "step (0 = the first)"  # metrics are logged by step index; progress counts steps done
+
+
 def _layout(fig: go.Figure, title: str, y_title: str = "", log_y: bool = False, height: int = 300) -> go.Figure:
     fig.update_layout(
         title=dict(text=title, font=dict(size=14)),
@@ -123,7 +126,7 @@ def _layout(fig: go.Figure, title: str, y_title: str = "", log_y: bool = False, 
         legend=dict(orientation="h", yanchor="top", y=-0.3, xanchor="left", x=0),  # under the axis
         hovermode="x unified",
     )
-    fig.update_xaxes(title_text="step")
+    fig.update_xaxes(title_text=STEP_AXIS)
     fig.update_yaxes(title_text=y_title, type="log" if log_y else "linear")
     return fig
 

@@ -105,7 +105,7 @@ def live_overview(run_id: str, was_active: bool) -> None:
     if was_active and not active:
         st.rerun()  # finished: redraw the whole page (status, buttons, checkpoints) and stop refreshing
     progress = widgets.progress_fraction(run)
-    label = f"step {widgets.step_text(run)}" if run.get("total_steps") else "starting…"
+    label = f"{run.get('step') or 0} of {run['total_steps']} steps done" if run.get("total_steps") else "starting…"
     if run["status"] == RunStatus.QUEUED:
         label = "queued: waiting for the model worker"
     st.progress(progress, text=label)

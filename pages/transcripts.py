@@ -30,7 +30,11 @@ if not steps:
     st.stop()
 
 c1, c2 = st.columns([3, 2])
-step = steps[0] if len(steps) == 1 else c1.select_slider("Step", steps, value=steps[-1], key=f"step-{run_id}")
+step = (
+    steps[0]
+    if len(steps) == 1
+    else c1.select_slider(charts.STEP_AXIS.capitalize(), steps, value=steps[-1], key=f"step-{run_id}")
+)
 rollouts = store.get_transcripts(run_id, step=step)
 low, high = view.reward_bounds(rollouts)
 reward_range = (low, high)

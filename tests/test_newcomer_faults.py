@@ -205,6 +205,8 @@ def test_item7_the_run_page_reads_plainly_from_the_first_step(home):
     lr = next(spec for title, spec in charts.items() if "earning rate" in title)
     low, high = lr["layout"]["yaxis"]["range"]
     assert low < 0.0005 < high and high - low < 0.001  # the flat line sits mid-axis, not on 0 of -0.5..1
+    assert at.get("progress")[0].proto.text == "2 of 3 steps done"  # a count, beside charts of step indexes
+    assert lr["layout"]["xaxis"]["title"]["text"] == "step (0 = the first)"
     assert not any("epoch" in title.lower() for title in charts)  # a flat epoch=0 is a caption, not a chart
     assert any("Unchanged:" in c.value and "epoch = 0" in c.value for c in at.caption)
 
@@ -212,8 +214,8 @@ def test_item7_the_run_page_reads_plainly_from_the_first_step(home):
 def test_item4_evaluate_shows_time_left_narrow_marks_and_whole_lineage_buttons(home):
     from datetime import timedelta
 
-    from storage.evals import EvalStore
     from storage.db import utcnow
+    from storage.evals import EvalStore
 
     store = EvalStore()
     store.create_job(
@@ -233,3 +235,25 @@ def test_item4_evaluate_shows_time_left_narrow_marks_and_whole_lineage_buttons(h
     )
     widths = {name: spec["width"] for name, spec in answer_columns(table).items()}
     assert widths["base · correct"] == widths["ckpt · correct"] == "small" and widths["ckpt · output"] == "medium"
+
+
+def test_item11_the_run_log_says_when_a_checkpoint_is_saved(tmp_path):
+    import asyncio
+    from types import SimpleNamespace
+
+    from cookbook_engine.training.common import save_checkpoint
+
+    async def saved(path: str):
+        async def result():
+            return SimpleNamespace(path=path)
+
+        return result()
+
+    client = SimpleNamespace(
+        save_state_async=lambda name: saved(f"/state/{name}"), save_weights_for_sampler_async=lambda name: saved("/w")
+    )
+    notes: list[str] = []
+    ctx = SimpleNamespace(logger=SimpleNamespace(log_checkpoint=lambda **_: None), note=notes.append)
+    asyncio.run(save_checkpoint(client, ctx, step=20, name="000020", loop_state={}))
+    asyncio.run(save_checkpoint(client, ctx, step=25, name="final", loop_state={}, final=True))
+    assert notes == ["saved step 20: checkpoint 000020", "saved step 25 (final): checkpoint final"]

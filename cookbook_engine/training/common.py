@@ -123,4 +123,5 @@ async def save_checkpoint(
         sampler_path=sampler.path,
         loop_state={**loop_state, "final": final},
     )
+    ctx.note(f"saved step {step}{' (final)' if final else ''}: checkpoint {name}")  # the log says what the table shows
     return {"state_path": state.path, "sampler_path": sampler.path}
