@@ -1,7 +1,7 @@
 """The studio's Evaluate page under AppTest: stored results read as a leaderboard with intervals and the best
 model marked, every model's answers beside the reference, the disagreements between two models, and an evaluation
 started from the form on the real default model that runs to its leaderboard; a checkpoint's lineage, and its
-"DPO from this checkpoint" button opening the New run form started from it."""
+"Start DPO" button opening the New run form started from it."""
 
 from __future__ import annotations
 
@@ -27,9 +27,10 @@ def open_page(page: str, **query) -> AppTest:
     return at
 
 
-def press(at: AppTest, label: str, query_key: str) -> str:
-    """Click the button and return the id the page put in the URL (query parameter `query_key`)."""
-    [button] = [b for b in at.button if b.label == label]
+def press(at: AppTest, label: str, query_key: str, which: int = 0) -> str:
+    """Click the button (the `which`-th so labelled) and return the id the page put in the URL (query parameter
+    `query_key`)."""
+    button = [b for b in at.button if b.label == label][which]
     button.click().run()
     assert not at.exception, [e.value for e in at.exception]
     value = at.query_params[query_key]
@@ -99,7 +100,7 @@ def test_evaluate_page_shows_leaderboard_answers_and_disagreements(home, default
     assert any("2 of 4 examples differ between base and sft" in c.value for c in at.caption)
 
     assert any(literal("SmolLM2-135M-Instruct → SFT facts-sft (from base)") in m.value for m in at.markdown)
-    [dpo] = [b for b in at.button if b.label == "DPO from this checkpoint"]
+    [dpo] = [b for b in at.button if b.label == "Start DPO"]
     dpo.click().run()
     assert not at.exception, [e.value for e in at.exception]
     assert at.session_state["new_run_base"]["config"]["start_checkpoint"] == "/ckpt/state"
@@ -123,7 +124,7 @@ def test_an_evaluation_started_from_the_form_reaches_the_leaderboard(home, defau
 def test_sweeps_page_refuses_a_bad_member_and_shows_a_sweeps_table(home, default_model_ready):
     at = open_page("sweeps")
     at.text_area[0].set_value("grid: {lora_rank: [8, 0]}\nevals: [builtin:facts-nll]")
-    [start] = [b for b in at.button if b.label == "Start sweep"]
+    [_, start] = [b for b in at.button if b.label == "Start sweep"]  # the form's, then the YAML tab's
     start.click().run()
     shown = [str(e.value) for kind in ("markdown", "error", "caption") for e in getattr(at, kind)]
     assert literal("sweep, member 1: lora_rank=0: must be at least 1") in shown
@@ -149,8 +150,8 @@ def test_sweeps_page_refuses_a_bad_member_and_shows_a_sweeps_table(home, default
     store.update_sweep("sweep-demo", status="completed")
 
     at = open_page("sweeps", sweep="sweep-demo")
-    table = at.dataframe[0].value
-    assert table["learning_rate"].tolist() == [1e-4, 1e-3]
+    table = at.dataframe[-1].value
+    assert table["learning_rate"].tolist() == ["0.0001", "0.001"]  # text: one type per column
     assert table["status"].tolist() == ["failed", "completed"]
     assert table["facts-probes · accuracy"].tolist() == ["", "0.750 [0.301, 0.954]"]
     assert "missing.jsonl" in table["error"].iloc[0]
@@ -166,12 +167,12 @@ def test_a_sweep_of_three_configurations_started_from_the_page_ends_in_its_table
         "grid: {learning_rate: [1.0e-4, 1.0e-3, 3.0e-3]}\n"
         "evals: [builtin:facts-nll]\nmax_examples: 2\ninclude_base: false\n"
     )
-    sweep_id = press(at, "Start sweep", "sweep")
+    sweep_id = press(at, "Start sweep", "sweep", which=1)  # the YAML tab's
     sweep = sweeps.get_sweep_runner().wait(sweep_id, timeout=900)
     assert sweep["status"] == "completed", sweep.get("error")
     at.run()
-    table = at.dataframe[0].value
-    assert table["learning_rate"].tolist() == [1e-4, 1e-3, 3e-3]
+    table = at.dataframe[-1].value
+    assert table["learning_rate"].tolist() == ["0.0001", "0.001", "0.003"]
     assert table["status"].tolist() == ["completed"] * 3
     assert all(text.startswith("train_mean_nll=") for text in table["training metric"])
     assert all(" [" in text for text in table["facts-nll · nll"])

@@ -388,7 +388,7 @@ def test_sl_run_started_from_the_form_completes_and_its_metrics_appear(form_run)
     at = open_page("run", run=form_run["run_id"])
     text = shown_text(at)
     assert "completed" in text
-    assert at.get("progress")[0].proto.text == "step 3/3"
+    assert at.get("progress")[0].proto.text == "3 of 3 steps done"
     assert len(at.get("plotly_chart")) >= 2  # loss and learning rate at least
     assert "train_mean_nll" in [m.label for m in at.metric]
     assert any(code.value.startswith(f"{launcher()} sl ") and "name=facts-from-form" in code.value for code in at.code)
