@@ -4,8 +4,7 @@ A run is an asyncio loop (supervised, DPO or RL) running on a daemon thread of t
 browser session. Everything about it lives in storage (status, metrics, checkpoints) and in its run folder, so any
 process can watch it. Cancelling works across processes: `cancel()` marks the run 'cancelling' in the database and
 the loop, which polls its status between steps, saves a checkpoint and stops. The manager's store is a
-storage.StoreClient: DuckDB runs in a helper process, so the training process never opens the database (its
-per-step metrics, transcripts and progress are buffered there, and the status poll is answered from memory).
+storage.Store: the database's owner process runs its calls, so the training process never opens the database.
 Resume restarts a stopped run from its last saved state with its loop position. This module owns run life cycles;
 the loops themselves live in sl/loop.py, dpo/loop.py and rl/loop.py.
 """
@@ -27,7 +26,7 @@ from typing import Any
 from cookbook_engine import config as cfg, memory, paths, secrets
 from cookbook_engine.training.metric_names import key_metric
 from cookbook_engine.training.run_logger import RunLogger
-from storage import RunStore, StoreClient, statuses
+from storage import RunStore, Store, statuses
 from storage.statuses import RunStatus
 
 ORPHAN_CHECK_EVERY_S = 2.0  # how often a running studio looks for runs whose process died
@@ -56,9 +55,7 @@ class RunContext:
 
     def cancelled(self) -> bool:
         """True once someone asked the run to stop: at once when asked in this process (the event), within about
-        3 s when asked by another process through the database (polled once a second; a StoreClient answers the
-        poll from its helper's last read, at most ~2 s old). A buffered write of the run that failed in the
-        helper is raised here (StorageWriteError), so the run fails with its message."""
+        a second when asked by another process through the database (polled at most once a second)."""
         if self.cancel_event.is_set():
             return True
         now = time.monotonic()
@@ -117,7 +114,7 @@ def preflight(config: cfg.CommonConfig) -> Any:
 
 class RunManager:
     def __init__(self, store: RunStore | None = None):
-        self.store = store or StoreClient.default()
+        self.store = store or Store.default()
         self._threads: dict[str, threading.Thread] = {}
         self._contexts: dict[str, RunContext] = {}
         self._lock = threading.Lock()
@@ -368,7 +365,5 @@ def get_manager() -> RunManager:
     global _manager
     with _manager_lock:
         if _manager is None or _manager.store.path != paths.db_path().resolve():
-            if _manager is not None and not _manager.active_run_ids() and isinstance(_manager.store, StoreClient):
-                _manager.store.close()  # the previous home's helper process (a later call would start it again)
             _manager = RunManager()
         return _manager

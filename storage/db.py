@@ -1,13 +1,12 @@
-"""The studio's DuckDB store: runs, metrics, checkpoints, transcripts and datasets. The only module that runs SQL.
+"""The studio's DuckDB store: runs, metrics, checkpoints, transcripts and datasets. With storage/evals.py, the only
+module that runs SQL.
 
-Concurrency: DuckDB lets one process at a time hold the file, and a CLI run and the studio both write it. So no
-connection lives long: every call opens the file, runs one short transaction and closes it, which releases the
-file lock at once (~15-20 ms per call here, mostly DuckDB's start-up). An open that meets another process's lock
-retries with jittered backoff (5 ms doubling to 200 ms) for up to 30 s, then raises StorageBusyError naming the
-file. Inside one process a per-path RLock serialises threads. DuckDB runs glibc's malloc_trim(0) on every open and
-close, which costs a training process its freed activation memory, so training processes and the studio use
-storage.service.StoreClient (these methods, executed in a helper process that buffers the hot-path writes and
-applies them with `write_batch`); `Store` itself serves short-lived commands, tests and that helper. Both offer
+One process owns the database file (storage/owner.py) and holds the only connection to it; every other process
+(the studio, CLI runs, evaluations, sweeps) makes a `Store(path)`, which holds nothing but the path, and each method
+marked `@in_owner` is run by the owner (storage/client.py sends it there, starting the owner on demand). The owner
+runs one call at a time, each in one transaction on its open connection, so there is no open per call, no lock to
+wait for and no retry. Checks and conversions that need no database (metric values, transcript rows, run fields)
+run in the calling process first, so bad input raises there and tensors never travel. `Store` offers
 storage.interface.RunStore. Not here: metric cleaning (storage/metrics.py), the file layout (storage/home.py,
 cookbook_engine.paths) and the JSON-lines files of a run folder (cookbook_engine.run_logger).
 """
@@ -16,11 +15,8 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import socket
-import threading
-import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,6 +27,7 @@ import pandas as pd
 import pyarrow as pa
 
 from storage import statuses
+from storage.client import in_owner
 from storage.home import db_path
 from storage.metrics import clean_metrics, finite_or_none, json_default, metric_value
 from storage.schema import (
@@ -45,21 +42,17 @@ from storage.schema import (
 )
 from storage.statuses import RunStatus
 
-DEFAULT_LOCK_WAIT_S = 30.0
-_FIRST_BACKOFF_S = 0.005
-_MAX_BACKOFF_S = 0.2
-
-_path_locks: dict[str, threading.RLock] = {}
-_path_locks_guard = threading.Lock()
-_migrated_paths: set[str] = set()
-
 _UPDATABLE_RUN_COLUMNS = frozenset(RUN_COLUMNS) - {"run_id", "created_at"}
+_APPEND_SQL = {  # the rows come from the registered Arrow table `incoming`; parameters: run_id, now
+    "metrics": "INSERT INTO metrics (run_id, step, name, value, logged_at) "
+    "SELECT ?, step, name, CASE WHEN isfinite(value) THEN value END, ? FROM incoming "
+    "ON CONFLICT DO UPDATE SET value = excluded.value, logged_at = excluded.logged_at",
+    "transcripts": "INSERT INTO transcripts (run_id, step, group_idx, sample_idx, prompt, completion, reward, "
+    "advantage, stop_reason, metrics, created_at) SELECT ?, step, group_idx, sample_idx, prompt, completion, "
+    "reward, advantage, stop_reason, metrics, ? FROM incoming",
+}
 _TRANSCRIPT_REQUIRED_KEYS = ("step", "group_idx", "sample_idx", "prompt", "completion")
 _TRANSCRIPT_OPTIONAL_KEYS = ("reward", "advantage", "stop_reason", "metrics")
-
-
-class StorageBusyError(RuntimeError):
-    """Another process kept the database file locked for longer than the store's lock wait."""
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -120,38 +113,19 @@ def _parse_json_column(rows: list[dict[str, Any]], column: str) -> list[dict[str
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Connections: open with retry, one transaction, close
+# Opening the file (the owner does it once) and its migrations
 
 
-def _lock_for(path_key: str) -> threading.RLock:
-    with _path_locks_guard:
-        lock = _path_locks.get(path_key)
-        if lock is None:
-            lock = _path_locks[path_key] = threading.RLock()
-        return lock
-
-
-def _is_lock_conflict(exc: Exception) -> bool:
-    return isinstance(exc, duckdb.IOException) and "lock" in str(exc).lower()
-
-
-def _open_with_retry(path: Path, lock_wait_s: float) -> duckdb.DuckDBPyConnection:
-    deadline = time.monotonic() + lock_wait_s
-    delay_s = _FIRST_BACKOFF_S
-    while True:
-        try:
-            return duckdb.connect(str(path))
-        except duckdb.IOException as exc:
-            if not _is_lock_conflict(exc):
-                raise
-            remaining_s = deadline - time.monotonic()
-            if remaining_s <= 0:
-                raise StorageBusyError(
-                    f"the studio database {path} stayed locked by another process for {lock_wait_s:g} s; "
-                    f"DuckDB said: {exc}"
-                ) from exc
-            time.sleep(min(remaining_s, delay_s * random.uniform(0.5, 1.0)))
-            delay_s = min(delay_s * 2, _MAX_BACKOFF_S)
+def open_database(path: Path) -> duckdb.DuckDBPyConnection:
+    """The one connection to the file, with the schema brought up to date (a file of an older layout is migrated)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    con = duckdb.connect(str(path))
+    try:
+        _migrate(con, path)
+    except BaseException:
+        con.close()
+        raise
+    return con
 
 
 def _migrate(con: duckdb.DuckDBPyConnection, path: Path) -> None:
@@ -174,8 +148,7 @@ def _migrate(con: duckdb.DuckDBPyConnection, path: Path) -> None:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Checked rows and the SQL that writes them (shared by Store's methods and Store.write_batch, which applies the
-# writes that storage.service buffers; the service checks arguments with the same functions before buffering)
+# Checked rows (built in the calling process) and the SQL that writes them (run in the owner)
 
 
 def clean_run_fields(run_id: str, fields: dict[str, Any]) -> dict[str, Any]:
@@ -257,93 +230,61 @@ def transcripts_table(run_id: str, rows: list[dict[str, Any]]) -> pa.Table:
     )
 
 
-def _set_run_fields(con: duckdb.DuckDBPyConnection, path: Path, run_id: str, fields: dict[str, Any]) -> None:
-    columns = sorted(fields)  # names come from the fixed column list (clean_run_fields), values are parameters
-    assignments = ", ".join(f"{column} = ?" for column in columns)
-    updated = con.execute(
-        f"UPDATE runs SET {assignments} WHERE run_id = ? RETURNING run_id",
-        [fields[column] for column in columns] + [run_id],
-    ).fetchall()
-    if not updated:
-        raise KeyError(f"no run {run_id!r} in {path}")
-
-
-def _upsert_metrics(con: duckdb.DuckDBPyConnection, run_id: str, incoming_metrics: pa.Table) -> None:
-    con.register("incoming_metrics", incoming_metrics)  # registering the name again replaces it
-    con.execute(
-        "INSERT INTO metrics (run_id, step, name, value, logged_at) "
-        "SELECT ?, step, name, CASE WHEN isfinite(value) THEN value END, ? FROM incoming_metrics "
-        "ON CONFLICT DO UPDATE SET value = excluded.value, logged_at = excluded.logged_at",
-        [run_id, utcnow()],
-    )
-
-
-def _insert_transcripts(con: duckdb.DuckDBPyConnection, run_id: str, incoming_transcripts: pa.Table) -> None:
-    con.register("incoming_transcripts", incoming_transcripts)
-    con.execute(
-        "INSERT INTO transcripts (run_id, step, group_idx, sample_idx, prompt, completion, reward, "
-        "advantage, stop_reason, metrics, created_at) SELECT ?, step, group_idx, sample_idx, prompt, "
-        "completion, reward, advantage, stop_reason, metrics, ? FROM incoming_transcripts",
-        [run_id, utcnow()],
-    )
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # The store
 
 
 class Store:
-    """One DuckDB file. Cheap to create and to share between threads: it holds a path, never a connection."""
+    """One DuckDB file. Cheap to create and to share between threads and processes: it holds a path; the file's
+    owner process holds the connection (in the owner, `Store.owned` is the instance with that connection)."""
 
-    def __init__(self, path: str | Path, *, lock_wait_s: float = DEFAULT_LOCK_WAIT_S):
+    def __init__(self, path: str | Path):
         self.path = Path(path).expanduser().resolve()
-        self.lock_wait_s = lock_wait_s
-        self._key = str(self.path)
+        self._con: duckdb.DuckDBPyConnection | None = None
 
     @classmethod
     def default(cls) -> Store:
         """The store in the studio home folder (COOKBOOK_HOME)."""
         return cls(db_path())
 
+    @classmethod
+    def owned(cls, path: Path, con: duckdb.DuckDBPyConnection) -> Store:
+        """The owner's store: its methods run on `con` (storage/owner.py makes the one instance)."""
+        store = cls(path)
+        store._con = con
+        return store
+
     def __repr__(self) -> str:
         return f"Store({str(self.path)!r})"
 
     @contextmanager
     def _transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """Open the file (waiting out other processes), run one transaction, close: the lock is held only here."""
-        with _lock_for(self._key):
-            if self._key not in _migrated_paths:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-            con = _open_with_retry(self.path, self.lock_wait_s)
-            try:
-                if self._key not in _migrated_paths:
-                    _migrate(con, self.path)
-                    _migrated_paths.add(self._key)
-                con.execute("BEGIN TRANSACTION")
-                try:
-                    yield con
-                except BaseException:
-                    try:
-                        con.execute("ROLLBACK")
-                    except duckdb.Error:
-                        pass  # closing discards the transaction anyway
-                    raise
-                con.execute("COMMIT")
-            finally:
-                con.close()
+        """One transaction on the owner's connection (the owner runs one call at a time)."""
+        con = self._con
+        if con is None:
+            raise RuntimeError(f"{self!r}: SQL runs in the owner process only (call a method marked @in_owner)")
+        con.execute("BEGIN TRANSACTION")
+        try:
+            yield con
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        con.execute("COMMIT")
 
     def _select(self, sql: str, params: list[Any], *, json_column: str) -> list[dict[str, Any]]:
         """The query's rows as dicts, with `json_column` parsed from its JSON text (one transaction)."""
         with self._transaction() as con:
             return _parse_json_column(_dicts(con.execute(sql, params)), json_column)
 
+    @in_owner
     def schema_version(self) -> int:
-        """The migration level of the file (creating or upgrading it first, like every call)."""
+        """The migration level of the file (the owner brings it up to date when it opens the file)."""
         with self._transaction() as con:
             return _one_value(con.execute("SELECT max(version) FROM schema_version"))
 
     # ---------------------------------------------------------------------------------------------------- runs
 
+    @in_owner
     def create_run(
         self,
         run_id: str,
@@ -398,44 +339,63 @@ class Store:
 
         A terminal status (completed/failed/cancelled/interrupted) also sets finished_at unless it is given.
         """
-        fields = clean_run_fields(run_id, fields)
+        self._set_run_fields(run_id, clean_run_fields(run_id, fields))
+
+    @in_owner
+    def _set_run_fields(self, run_id: str, fields: dict[str, Any]) -> None:
+        columns = sorted(fields)  # names come from the fixed column list (clean_run_fields), values are parameters
+        assignments = ", ".join(f"{column} = ?" for column in columns)
         with self._transaction() as con:
-            _set_run_fields(con, self.path, run_id, fields)
+            updated = con.execute(
+                f"UPDATE runs SET {assignments} WHERE run_id = ? RETURNING run_id",
+                [fields[column] for column in columns] + [run_id],
+            ).fetchall()
+        if not updated:
+            raise KeyError(f"no run {run_id!r} in {self.path}")
 
     def claim_run(self, run_id: str, owner_pid: int | None = None) -> None:
         """Mark a run as running in this process (or in process `owner_pid` of this host): owner pid/host,
         started_at if unset; clears an old error."""
+        self._claim_run(run_id, owner_pid or os.getpid(), socket.gethostname())
+
+    @in_owner
+    def _claim_run(self, run_id: str, owner_pid: int, owner_host: str) -> None:
         now = utcnow()
         with self._transaction() as con:
             updated = con.execute(
                 "UPDATE runs SET status = ?, started_at = coalesce(started_at, ?), finished_at = NULL, "
                 "error = NULL, traceback = NULL, owner_pid = ?, owner_host = ?, updated_at = ? "
                 "WHERE run_id = ? RETURNING run_id",
-                [RunStatus.RUNNING, now, owner_pid or os.getpid(), socket.gethostname(), now, run_id],
+                [RunStatus.RUNNING, now, owner_pid, owner_host, now, run_id],
             ).fetchall()
             if not updated:
                 raise KeyError(f"no run {run_id!r} in {self.path}")
 
+    @in_owner
     def get_run(self, run_id: str) -> dict[str, Any] | None:
         rows = self._select("SELECT * FROM runs WHERE run_id = ?", [run_id], json_column="config")
         return rows[0] if rows else None
 
+    @in_owner
     def run_status(self, run_id: str) -> str | None:
-        """The run's status, None if there is no such run (storage.service answers this from its last read)."""
+        """The run's status, None if there is no such run (a training loop polls it about once a second)."""
         with self._transaction() as con:
             row = con.execute("SELECT status FROM runs WHERE run_id = ?", [run_id]).fetchone()
         return row[0] if row else None
 
+    @in_owner
     def list_runs(self) -> list[dict[str, Any]]:
         """All runs, newest first."""
         return self._select("SELECT * FROM runs ORDER BY created_at DESC, run_id DESC", [], json_column="config")
 
+    @in_owner
     def delete_run(self, run_id: str) -> None:
         """Delete a run's rows from every table (its files stay where they are)."""
         with self._transaction() as con:
             for table in ("metrics", "checkpoints", "transcripts", "runs"):
                 con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
 
+    @in_owner
     def mark_orphans_interrupted(self) -> list[str]:
         """Runs on this host that are running or cancelling (or queued with an owner) whose owner process is gone.
 
@@ -472,7 +432,7 @@ class Store:
         """
         table = metrics_table(run_id, step, metrics)
         if table.num_rows:
-            self._upsert_metrics(run_id, table)
+            self._append("metrics", run_id, table)
 
     def log_metrics_bulk(self, run_id: str, frame: pd.DataFrame) -> None:
         """Store many metric points at once from a long frame with columns step, name, value (last one wins)."""
@@ -487,12 +447,17 @@ class Store:
                 "value": pa.array(pd.to_numeric(frame["value"]).astype("float64"), type=pa.float64(), from_pandas=True),
             }
         )
-        self._upsert_metrics(run_id, table)
+        self._append("metrics", run_id, table)
 
-    def _upsert_metrics(self, run_id: str, incoming_metrics: pa.Table) -> None:
+    @in_owner
+    def _append(self, table: str, run_id: str, rows: pa.Table) -> None:
+        """Add checked rows (metrics_table, transcripts_table) of a run to `table` ("metrics" or "transcripts")."""
         with self._transaction() as con:
-            _upsert_metrics(con, run_id, incoming_metrics)
+            con.register("incoming", rows)
+            con.execute(_APPEND_SQL[table], [run_id, utcnow()])
+            con.unregister("incoming")
 
+    @in_owner
     def get_metrics(self, run_id: str, names: list[str] | None = None) -> pd.DataFrame:
         """Long frame (step, name, value) sorted by step then name; only `names` if given."""
         sql = "SELECT step, name, value FROM metrics WHERE run_id = ?"
@@ -503,6 +468,7 @@ class Store:
         with self._transaction() as con:
             return con.execute(sql + " ORDER BY step, name", params).df()
 
+    @in_owner
     def get_metrics_wide(self, run_id: str) -> pd.DataFrame:
         """One row per step, one column per metric name (sorted), NaN where a step lacks a metric."""
         with self._transaction() as con:
@@ -514,11 +480,13 @@ class Store:
             con.execute("DROP TABLE run_metrics")
         return frame
 
+    @in_owner
     def metric_names(self, run_id: str) -> list[str]:
         with self._transaction() as con:
             rows = con.execute("SELECT DISTINCT name FROM metrics WHERE run_id = ? ORDER BY name", [run_id]).fetchall()
         return [name for (name,) in rows]
 
+    @in_owner
     def last_metrics(self, run_ids: list[str], name: str) -> dict[str, float]:
         """The value of metric `name` at each run's latest step that has one; runs without it are left out."""
         if not run_ids:
@@ -531,10 +499,12 @@ class Store:
             ).fetchall()
         return dict(rows)
 
+    @in_owner
     def max_step(self, run_id: str) -> int | None:
         with self._transaction() as con:
             return _one_value(con.execute("SELECT max(step) FROM metrics WHERE run_id = ?", [run_id]))
 
+    @in_owner
     def delete_metrics_after(self, run_id: str, step: int) -> None:
         """Drop the run's metrics with step > `step` (resume re-runs those steps)."""
         _check_int(step, "step")
@@ -543,6 +513,7 @@ class Store:
 
     # --------------------------------------------------------------------------------------------- checkpoints
 
+    @in_owner
     def add_checkpoint(
         self,
         run_id: str,
@@ -572,6 +543,7 @@ class Store:
                 [run_id, step, name, kind, state_path, sampler_path, loop_state_json, utcnow()],
             )
 
+    @in_owner
     def list_checkpoints(self, run_id: str | None = None) -> list[dict[str, Any]]:
         """Checkpoints of one run, or of all runs if run_id is None; newest first."""
         sql = "SELECT * FROM checkpoints"
@@ -581,6 +553,7 @@ class Store:
             params.append(run_id)
         return self._select(sql + " ORDER BY created_at DESC, step DESC, name DESC", params, json_column="loop_state")
 
+    @in_owner
     def last_checkpoint(self, run_id: str, kind_with_state: bool = True) -> dict[str, Any] | None:
         """The run's checkpoint with the highest step; with kind_with_state only those holding a training state."""
         kinds = ["state", "both"] if kind_with_state else list(CHECKPOINT_KINDS)
@@ -597,12 +570,10 @@ class Store:
     def add_transcripts(self, run_id: str, rows: list[dict[str, Any]]) -> None:
         """Append sampled completions: keys step, group_idx, sample_idx, prompt, completion and optionally
         reward, advantage, stop_reason, metrics (a dict of per-sample values)."""
-        if not rows:
-            return
-        incoming_transcripts = transcripts_table(run_id, rows)
-        with self._transaction() as con:
-            _insert_transcripts(con, run_id, incoming_transcripts)
+        if rows:
+            self._append("transcripts", run_id, transcripts_table(run_id, rows))
 
+    @in_owner
     def get_transcripts(
         self,
         run_id: str,
@@ -636,6 +607,7 @@ class Store:
         frame["metrics"] = [json.loads(text) for text in frame["metrics"]]
         return frame
 
+    @in_owner
     def transcript_steps(self, run_id: str) -> list[int]:
         with self._transaction() as con:
             rows = con.execute(
@@ -643,42 +615,16 @@ class Store:
             ).fetchall()
         return [step for (step,) in rows]
 
+    @in_owner
     def delete_transcripts_after(self, run_id: str, step: int) -> None:
         """Drop the run's transcripts with step > `step` (resume samples those steps again)."""
         _check_int(step, "step")
         with self._transaction() as con:
             con.execute("DELETE FROM transcripts WHERE run_id = ? AND step > ?", [run_id, step])
 
-    # ------------------------------------------------------------------------------------------ batched writes
-
-    def write_batch(self, writes: list[tuple[str, str, Any]], statuses_of: Sequence[str] = ()) -> dict[str, str | None]:
-        """Apply writes in order in one transaction, then read the status of the runs in `statuses_of` (None for a
-        missing run). Each write is ("metrics", run_id, metrics_table(...)), ("transcripts", run_id,
-        transcripts_table(...)) or ("run_fields", run_id, clean_run_fields(...)). storage.service buffers the
-        training loop's writes and applies them here every few seconds; if one fails, none is applied."""
-        with self._transaction() as con:
-            for kind, run_id, payload in writes:
-                if kind == "metrics":
-                    _upsert_metrics(con, run_id, payload)
-                elif kind == "transcripts":
-                    _insert_transcripts(con, run_id, payload)
-                elif kind == "run_fields":
-                    _set_run_fields(con, self.path, run_id, payload)
-                else:
-                    raise ValueError(f"write_batch: unknown write kind {kind!r}")
-            statuses = (
-                dict(
-                    con.execute(
-                        "SELECT run_id, status FROM runs WHERE list_contains(?, run_id)", [list(statuses_of)]
-                    ).fetchall()
-                )
-                if statuses_of
-                else {}
-            )
-        return {run_id: statuses.get(run_id) for run_id in statuses_of}
-
     # ------------------------------------------------------------------------------------------------ datasets
 
+    @in_owner
     def register_dataset(
         self, name: str, *, kind: str, source: str, path: str | Path, num_rows: int | None, meta: dict | None = None
     ) -> None:
@@ -697,9 +643,11 @@ class Store:
                 [name, kind, source, str(path), num_rows, meta_json, utcnow()],
             )
 
+    @in_owner
     def list_datasets(self) -> list[dict[str, Any]]:
         return self._select("SELECT * FROM datasets ORDER BY name", [], json_column="meta")
 
+    @in_owner
     def delete_dataset(self, name: str) -> None:
         with self._transaction() as con:
             con.execute("DELETE FROM datasets WHERE name = ?", [name])

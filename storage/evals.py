@@ -1,8 +1,9 @@
 """Evaluation jobs and sweeps in DuckDB: the SQL behind cookbook_engine/evals (jobs, results, metrics, per-example
 rows) and cookbook_engine/evals/sweeps.py (sweeps and their members).
 
-`EvalStore` wraps a `storage.Store` and uses its short transactions (one open per call, retry on another process's
-lock; see storage/db.py), so an evaluation started from the CLI shows up in an open studio like a run does. Writes
+`EvalStore` wraps a `storage.Store`: its methods marked `@in_owner` run in the database's owner process, in one
+transaction each, like the Store's (storage/db.py, storage/client.py), so an evaluation started from the CLI shows
+up in an open studio like a run does. Writes
 are few and coarse: a job's progress, then one transaction per finished (model, eval set) pair with its metrics and
 examples. Not here: computing anything (the engine) or the tables' definitions (storage/schema.py).
 """
@@ -12,12 +13,14 @@ from __future__ import annotations
 import json
 import math
 import os
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from storage import statuses
-from storage.db import Store, _dicts, _parse_json_column, _to_json, utcnow
+from storage.client import in_owner
+from storage.db import Store, _dicts, _parse_json_column, _pid_alive, _to_json, utcnow
 from storage.statuses import RunStatus
 
 _JOB_FIELDS = frozenset({"status", "started_at", "finished_at", "done", "total", "error", "owner_pid"})
@@ -33,11 +36,17 @@ class EvalStore:
     def __init__(self, store: Store | None = None):
         self.store = store or Store.default()
 
+    @property
+    def path(self) -> Path:
+        """The database file (whose owner runs the @in_owner methods)."""
+        return self.store.path
+
     def _transaction(self):
         return self.store._transaction()
 
     # ------------------------------------------------------------------------------------------------- jobs
 
+    @in_owner
     def create_job(
         self,
         eval_id: str,
@@ -71,6 +80,12 @@ class EvalStore:
             )
 
     def update_job(self, eval_id: str, **fields: Any) -> None:
+        if fields.get("status") == RunStatus.RUNNING:
+            fields.setdefault("owner_pid", os.getpid())  # this process runs it (not the owner, which stores it)
+        self._update_job(eval_id, fields)
+
+    @in_owner
+    def _update_job(self, eval_id: str, fields: dict[str, Any]) -> None:
         unknown = sorted(set(fields) - _JOB_FIELDS)
         if unknown:
             raise ValueError(f"update_job({eval_id!r}): unknown fields {unknown}; allowed: {sorted(_JOB_FIELDS)}")
@@ -79,8 +94,6 @@ class EvalStore:
                 raise ValueError(f"status of evaluation {eval_id!r} must be one of {', '.join(statuses.ALL)}")
             if fields["status"] in statuses.TERMINAL:
                 fields.setdefault("finished_at", utcnow())
-            if fields["status"] == RunStatus.RUNNING:
-                fields.setdefault("owner_pid", os.getpid())
         fields["updated_at"] = utcnow()
         columns = sorted(fields)
         with self._transaction() as con:
@@ -91,11 +104,13 @@ class EvalStore:
         if not updated:
             raise KeyError(f"no evaluation {eval_id!r} in {self.store.path}")
 
+    @in_owner
     def get_job(self, eval_id: str) -> dict | None:
         with self._transaction() as con:
             rows = _dicts(con.execute("SELECT * FROM eval_jobs WHERE eval_id = ?", [eval_id]))
         return self._parse_jobs(rows)[0] if rows else None
 
+    @in_owner
     def list_jobs(self) -> list[dict]:
         """Every evaluation job, newest first."""
         with self._transaction() as con:
@@ -108,15 +123,15 @@ class EvalStore:
             _parse_json_column(rows, column)
         return rows
 
+    @in_owner
     def delete_job(self, eval_id: str) -> None:
         with self._transaction() as con:
             for table in ("eval_examples", "eval_metrics", "eval_results", "eval_jobs"):
                 con.execute(f"DELETE FROM {table} WHERE eval_id = ?", [eval_id])
 
+    @in_owner
     def mark_orphans_interrupted(self) -> list[str]:
         """Jobs marked running by a process of this host that no longer exists become 'interrupted'."""
-        from storage.db import _pid_alive
-
         with self._transaction() as con:
             rows = con.execute(
                 "SELECT eval_id, owner_pid FROM eval_jobs WHERE list_contains(?, status) AND owner_pid IS NOT NULL",
@@ -124,11 +139,12 @@ class EvalStore:
             ).fetchall()
         dead = [eval_id for eval_id, pid in rows if not _pid_alive(int(pid))]
         for eval_id in dead:
-            self.update_job(eval_id, status=RunStatus.INTERRUPTED, error="the process running it ended")
+            self._update_job(eval_id, {"status": RunStatus.INTERRUPTED, "error": "the process running it ended"})
         return dead
 
     # ------------------------------------------------------------------------------------------------ results
 
+    @in_owner
     def save_result(
         self,
         eval_id: str,
@@ -190,12 +206,15 @@ class EvalStore:
                 "CAST(correct AS BOOLEAN), parsed, details FROM incoming_eval_examples",
                 key,
             )
+            con.unregister("incoming_eval_metrics")
+            con.unregister("incoming_eval_examples")
 
     @staticmethod
     def _delete_pair(con, key: list) -> None:
         for table in ("eval_examples", "eval_metrics", "eval_results"):
             con.execute(f"DELETE FROM {table} WHERE eval_id = ? AND model = ? AND eval_set = ?", key)
 
+    @in_owner
     def reuse_result(self, eval_id: str, model: str, eval_set: str, result_key: str, model_spec: str) -> str | None:
         """Copy the newest stored result with this result_key from a completed job into this job; returns the
         source job's id, or None when there is none to reuse."""
@@ -226,6 +245,7 @@ class EvalStore:
                 )
         return source[0]
 
+    @in_owner
     def results(self, eval_ids: list[str]) -> list[dict]:
         """Result rows (one per model x eval set) of these jobs."""
         with self._transaction() as con:
@@ -235,6 +255,7 @@ class EvalStore:
                 )
             )
 
+    @in_owner
     def metrics(self, eval_ids: list[str]) -> pd.DataFrame:
         """Long table: eval_id, model, eval_set, metric, value, n, low, high, details (dicts)."""
         with self._transaction() as con:
@@ -246,6 +267,7 @@ class EvalStore:
         frame["details"] = [json.loads(text) for text in frame["details"]]
         return frame
 
+    @in_owner
     def examples(self, eval_id: str, eval_set: str | None = None) -> pd.DataFrame:
         """Per-example rows of a job (one eval set or all), details as dicts."""
         sql, params = "SELECT * FROM eval_examples WHERE eval_id = ?", [eval_id]
@@ -259,6 +281,7 @@ class EvalStore:
 
     # ------------------------------------------------------------------------------------------------- sweeps
 
+    @in_owner
     def create_sweep(self, sweep_id: str, *, name: str, spec: dict, members: list[dict]) -> None:
         """A sweep and its members (each: kind, settings (the keys that vary), config (the full config))."""
         now = utcnow()
@@ -281,9 +304,11 @@ class EvalStore:
                     ],
                 )
 
+    @in_owner
     def update_sweep(self, sweep_id: str, **fields: Any) -> None:
         self._update("sweeps", _SWEEP_FIELDS, "sweep_id = ?", [sweep_id], fields, f"sweep {sweep_id!r}")
 
+    @in_owner
     def update_member(self, sweep_id: str, index: int, **fields: Any) -> None:
         self._update(
             "sweep_members",
@@ -313,6 +338,7 @@ class EvalStore:
         if not updated:
             raise KeyError(f"{what}: not found in {self.store.path}")
 
+    @in_owner
     def get_sweep(self, sweep_id: str) -> dict | None:
         """The sweep with its members (settings and config as dicts), or None."""
         with self._transaction() as con:
@@ -324,6 +350,7 @@ class EvalStore:
         sweep["members"] = _parse_json_column(_parse_json_column(members, "settings"), "config")
         return sweep
 
+    @in_owner
     def list_sweeps(self) -> list[dict]:
         with self._transaction() as con:
             rows = _dicts(con.execute("SELECT * FROM sweeps ORDER BY created_at DESC, sweep_id DESC"))

@@ -1,10 +1,9 @@
-"""RunStore: the methods every studio store offers, declared once. `storage.Store` (DuckDB in this process) and
-`storage.StoreClient` (the same calls run by a helper process) both implement it, with the same signatures
-(tests/test_storage_interface.py checks each member against this declaration), so the engine and the studio annotate
-what they are handed as `RunStore` and work with either. Defaults here are `...`: each store spells its own (equal).
+"""RunStore: the methods every studio store offers, declared once. `storage.Store` implements it (its calls run in
+the database's owner process, storage/client.py); the engine and the studio annotate what they are handed as
+`RunStore`, so a test may hand them a fake. tests/test_storage_interface.py checks each member of Store against
+this declaration. Defaults here are `...`: the store spells its own.
 
-Not here: what each method does (storage/db.py documents it), and what only one store has (`Store.write_batch`,
-the helper's batched writes; `StoreClient.close` and `helper_pid`, the helper's life cycle).
+Not here: what each method does (storage/db.py documents it).
 """
 
 from __future__ import annotations

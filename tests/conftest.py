@@ -16,6 +16,8 @@ def pytest_configure(config):
     os.environ.setdefault("COOKBOOK_MODEL_CACHE", str(MODEL_CACHE))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # Most tests have a home of their own, each with a storage owner process: stop those soon after the test.
+    os.environ.setdefault("COOKBOOK_STORAGE_IDLE_S", "10")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -103,10 +103,10 @@ def test_read_only_home_gives_one_clear_message_and_writes_nothing(tmp_path, def
 def test_full_home_gives_one_clear_message(tmp_path, default_model_ready):
     home = tmp_path / "full"
     home.mkdir()
-    result = in_own_mount(home, "256k", "", ["sl", "max_steps=1", "batch_size=2"])
+    result = in_own_mount(home, "8k", "", ["sl", "max_steps=1", "batch_size=2"])
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "No space left on device while creating run" in lines[0]
+    assert len(lines) == 1 and f"studio home {home}: " in lines[0] and "No space left on device" in lines[0]
 
 
 def test_home_that_is_a_file_gives_one_clear_message(tmp_path):

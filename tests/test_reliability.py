@@ -24,7 +24,7 @@ from cookbook_engine.rl import graders
 from cookbook_engine.runs import RunManager, get_manager
 from cookbook_engine.sl import loop as supervised
 from cookbook_engine.training.common import datum_from_tokens
-from storage import Store
+from storage import Store, stop_owner
 
 REPO = Path(__file__).resolve().parent.parent
 COOKBOOK = [sys.executable, "-m", "cookbook_engine.cli"]
@@ -324,6 +324,7 @@ def test_secrets_are_never_written_by_a_run_or_an_export_nor_printed(home, defau
     for path in sorted(home.rglob("*")):
         if path.is_file() and path.name != "studio.duckdb":  # the database is searched table by table below
             places[str(path.relative_to(home))] = texts_of(path)
+    stop_owner(home / "studio.duckdb")  # the owner holds the file: let this test open it itself
     with duckdb.connect(str(home / "studio.duckdb"), read_only=True) as connection:
         tables = [row[0] for row in connection.execute("SHOW TABLES").fetchall()]
         for table in tables:

@@ -122,9 +122,7 @@ def test_the_status_check_finds_a_spelled_out_status():
 NOT_BAD_INPUT = {
     "SolutionError": "the RL policy's code raised: a reward of 0, not a message for the person",
     "ProtocolError": "a sandboxed process sent a malformed message",
-    "StorageBusyError": "another process held the database too long: worth a retry, not the input's fault",
-    "StorageServiceError": "the storage helper process failed",
-    "StorageWriteError": "a buffered write failed in the storage helper",
+    "StorageOwnerError": "the database's owner process could not start or died: not the input's fault",
 }
 
 

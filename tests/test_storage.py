@@ -1,5 +1,5 @@
-"""The DuckDB store: round trips for every table, resume semantics, orphan detection, and two processes
-sharing the file without failing on DuckDB's lock."""
+"""The DuckDB store: round trips for every table, resume semantics, orphan detection, and two processes writing and
+reading at once through the file's one owner (its life cycle: tests/test_storage_owner.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from storage import StorageBusyError, Store
+from storage import Store
 from storage.schema import MIGRATIONS
 
 
@@ -272,40 +272,6 @@ def test_mark_orphans_interrupted_only_touches_runs_whose_process_died_on_this_h
     statuses = {run_id: store.get_run(run_id)["status"] for run_id in ("alive", "elsewhere", "unclaimed", "done")}
     assert statuses == {"alive": "running", "elsewhere": "running", "unclaimed": "queued", "done": "completed"}
     assert store.mark_orphans_interrupted() == []
-
-
-HOLD_THE_FILE = """
-import sys, duckdb
-con = duckdb.connect(sys.argv[1])
-print("held", flush=True)
-sys.stdin.readline()
-con.close()
-print("closed", flush=True)
-sys.stdin.readline()
-"""
-
-
-def test_lock_is_released_on_close_and_a_held_lock_gives_a_clear_busy_error(store):
-    make_run(store, "r")
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD_THE_FILE, str(store.path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert holder.stdout.readline().strip() == "held"
-        impatient = Store(store.path, lock_wait_s=0.3)
-        started = time.perf_counter()
-        with pytest.raises(StorageBusyError, match=str(store.path)):
-            impatient.get_run("r")
-        assert time.perf_counter() - started >= 0.3
-
-        holder.stdin.write("\n")
-        holder.stdin.flush()
-        assert holder.stdout.readline().strip() == "closed"
-        # The holder process is still alive: closing its connection alone must free the file.
-        assert Store(store.path, lock_wait_s=0.05).get_run("r")["run_id"] == "r"
-        assert holder.poll() is None
-    finally:
-        holder.communicate("\n", timeout=10)
 
 
 CLI_RUN = """

@@ -1,6 +1,5 @@
-"""storage's seams: both stores offer every RunStore member with the same signature, storage imports nothing from
-the engine, and a metric value is cleaned once and lands the same in metrics.jsonl and in DuckDB (direct store or
-the helper-process client)."""
+"""storage's seams: the store offers every RunStore member with the same signature, storage imports nothing from
+the engine, and a metric value is cleaned once and lands the same in metrics.jsonl and in DuckDB."""
 
 from __future__ import annotations
 
@@ -16,7 +15,7 @@ import torch
 
 from cookbook_engine import paths
 from cookbook_engine.training.run_logger import RunLogger
-from storage import CleanMetrics, RunStore, Store, StoreClient, clean_metrics
+from storage import CleanMetrics, RunStore, Store, clean_metrics
 from storage.db import metrics_table
 
 STORAGE_DIR = Path(__file__).resolve().parent.parent / "storage"
@@ -42,26 +41,19 @@ def test_the_protocol_declares_the_stores_shared_methods():
     assert "path" in RunStore.__annotations__
 
 
-@pytest.mark.parametrize("store_class", [Store, StoreClient])
 @pytest.mark.parametrize("member", protocol_members(RunStore))
-def test_each_store_implements_every_member_with_the_same_signature(store_class, member):
-    implemented = getattr(store_class, member, None)
-    assert callable(implemented), f"{store_class.__name__} lacks RunStore.{member}"
+def test_the_store_implements_every_member_with_the_same_signature(member):
+    implemented = getattr(Store, member, None)
+    assert callable(implemented), f"Store lacks RunStore.{member}"
     declared = inspect.signature(getattr(RunStore, member))
-    assert shape(inspect.signature(implemented)) == shape(declared), f"{store_class.__name__}.{member}"
+    assert shape(inspect.signature(implemented)) == shape(declared), f"Store.{member}"
 
 
-@pytest.mark.parametrize("member", protocol_members(RunStore))
-def test_both_stores_use_the_same_default_values(member):
-    assert inspect.signature(getattr(Store, member)) == inspect.signature(getattr(StoreClient, member))
-
-
-def test_both_stores_pass_as_a_run_store(tmp_path):
+def test_the_store_passes_as_a_run_store(tmp_path):
     def path_of(store: RunStore) -> Path:
         return store.path
 
-    for store in (Store(tmp_path / "a.duckdb"), StoreClient(tmp_path / "b.duckdb")):
-        assert path_of(store).name.endswith(".duckdb")
+    assert path_of(Store(tmp_path / "a.duckdb")).name == "a.duckdb"
 
 
 def engine_imports(path: Path) -> list[str]:
@@ -82,7 +74,7 @@ def test_storage_imports_nothing_from_the_engine():
 
 def test_the_engine_finds_the_database_where_storage_does(tmp_path, monkeypatch):
     monkeypatch.setenv("COOKBOOK_HOME", str(tmp_path / "home"))
-    assert Store.default().path == StoreClient.default().path == paths.db_path() == paths.home() / "studio.duckdb"
+    assert Store.default().path == paths.db_path() == paths.home() / "studio.duckdb"
 
 
 ODD_METRICS = {
@@ -104,9 +96,8 @@ def test_clean_metrics_runs_once():
     assert metrics_table("r", 0, cleaned).column("value").to_pylist() == list(CLEAN.values())
 
 
-@pytest.mark.parametrize("store_class", [Store, StoreClient])
-def test_odd_and_non_finite_values_land_the_same_in_the_file_and_the_store(store_class, tmp_path):
-    store = store_class(tmp_path / "studio.duckdb")
+def test_odd_and_non_finite_values_land_the_same_in_the_file_and_the_store(tmp_path):
+    store = Store(tmp_path / "studio.duckdb")
     store.create_run("r", name="r", kind="sl", backend="local", base_model="m", config={}, log_dir=tmp_path / "r")
     logger = RunLogger(store, "r", tmp_path / "r")
     logger.log_metrics(0, ODD_METRICS)
@@ -118,5 +109,3 @@ def test_odd_and_non_finite_values_land_the_same_in_the_file_and_the_store(store
     direct.create_run("r", name="r", kind="sl", backend="local", base_model="m", config={}, log_dir=tmp_path / "r")
     direct.log_metrics("r", 0, ODD_METRICS)  # straight to the store, not through the logger: the same values
     assert direct.get_metrics("r").equals(store.get_metrics("r"))
-    if isinstance(store, StoreClient):
-        store.close()

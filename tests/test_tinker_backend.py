@@ -26,7 +26,7 @@ from cookbook_engine import cli, config as cfg, models, secrets
 from cookbook_engine.backends import service_client, tinker as hosted
 from cookbook_engine.runs import RunManager
 from cookbook_engine.training.common import start_training_client
-from storage import Store
+from storage import Store, stop_owner
 
 GOOD_KEY = "tml-good-key-0123456789abcdef"
 OFFERED = [models.DEFAULT_MODEL, "meta-llama/Llama-3.1-8B", "Qwen/Qwen3-8B"]
@@ -352,6 +352,7 @@ def all_files_text(folder: Path) -> str:
 
 def database_export_text(db_file: Path, into: Path) -> str:
     """Every table of the studio's DuckDB file exported to CSV, as one text (DuckDB compresses its own file)."""
+    stop_owner(db_file)  # the owner holds the file: let this test open it itself
     with duckdb.connect(str(db_file), read_only=True) as connection:
         connection.execute(f"EXPORT DATABASE '{into}' (FORMAT csv)")
     return all_files_text(into)

@@ -29,7 +29,7 @@ from cookbook_engine.backends.local import LocalSamplingClient, LocalServiceClie
 from storage.statuses import RunStatus, SessionEnd, run_status_after
 
 if TYPE_CHECKING:
-    from storage.service import StoreClient
+    from storage import Store
 
 log = logging.getLogger(__name__)
 RL_LOSSES = {"importance_sampling", "ppo", "cispo", "dro", "gspo", "stable_reinforce"}
@@ -90,7 +90,7 @@ class ServerState:
         self.samplers: dict[str, tuple[Session, LocalSamplingClient]] = {}
         self.futures = Futures()
         self.record = record
-        self._store: StoreClient | None = None
+        self._store: Store | None = None
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
 
@@ -149,11 +149,11 @@ class ServerState:
                 self.finish(session_id, SessionEnd.INTERRUPTED)
 
     # --- recording the session as a studio run ------------------------------------------------------------
-    def _storage(self) -> StoreClient:
+    def _storage(self) -> Store:
         if self._store is None:
-            from storage.service import StoreClient
+            from storage import Store
 
-            self._store = StoreClient.default()
+            self._store = Store.default()
         return self._store
 
     def _write(self, session: Session, method: str, *args, **kwargs) -> None:
