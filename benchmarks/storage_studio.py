@@ -4,10 +4,10 @@
    optim_step) in blocks without writes, and with everything a loop does per step besides training: one step's
    metrics through RunLogger (11 values as the SL loop logs, to metrics.jsonl and the store), an RL step's
    transcripts (8 groups x 8 samples), the progress update (RunContext.progress) and the cancel poll
-   (RunContext.cancelled). "client" makes them through storage.StoreClient as runs do now (DuckDB in a helper
-   process that flushes every 2 s); "direct" through a Store in the training process, as runs did before. The
-   figure is the median step time with writes over the median without, so it includes what the writes do to the
-   next step (and the helper's flushes competing for the two cores), not only their own time.
+   (RunContext.cancelled), through a storage.Store as runs make them (each call run by the home's storage owner
+   process, storage/owner.py). The figure is the median step time with writes over the median without, so it
+   includes what the writes do to the next step (and the owner's work competing for the two cores), not only
+   their own time; the owner's CPU time per step is reported too.
 2. Reads: a store holding 50 finished runs (SL, DPO and RL) of 20,000 metric points each (2,000 steps x 10
    metrics): the data calls of the runs page (list_runs + each kind's key metric) and of one run's charts
    (get_metrics, and get_metrics_wide), and the two pages rendered by Streamlit's AppTest (server side: the
@@ -32,7 +32,7 @@ BENCH_HOME = Path(tempfile.gettempdir()) / "cookbook-bench-home"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("COOKBOOK_MODEL_CACHE", str(BENCH_HOME / "models"))  # converted once, shared
-if "COOKBOOK_STORAGE_BENCH_HOME" not in os.environ:  # a fresh home per run (the helper process inherits it)
+if "COOKBOOK_STORAGE_BENCH_HOME" not in os.environ:  # a fresh home per run
     os.environ["COOKBOOK_STORAGE_BENCH_HOME"] = tempfile.mkdtemp(prefix="cookbook-storage-bench-")
 os.environ["COOKBOOK_HOME"] = os.environ["COOKBOOK_STORAGE_BENCH_HOME"]
 
@@ -46,7 +46,8 @@ from cookbook_engine import (  # noqa: E402
     paths,
 )
 from cookbook_engine.training.run_logger import RunLogger  # noqa: E402
-from storage import Store, StoreClient  # noqa: E402
+from storage import Store, stop_owner  # noqa: E402
+from storage.client import read_owner_info  # noqa: E402
 
 RUNS = 50
 STEPS = 2_000
@@ -139,29 +140,25 @@ def step_transcripts(step: int) -> list[dict]:
     ]
 
 
-def helper_cpu_seconds(pid: int) -> float:
+def owner_cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process so far (Linux /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def writes(repeats: int, per_block: int) -> dict:
-    """Blocks of training steps without writes ("plain"), with a loop's per-step writes through StoreClient
-    ("client") and through a Store in this process ("direct", the design before StoreClient); the first step of
-    each block is left out (it carries the previous block's effects). The client's helper is started before and
-    closed after each client block (outside the timing), so its status reads and last flush never land in another
-    mode's steps."""
+    """Blocks of training steps without writes ("plain") and with a loop's per-step writes through a Store
+    ("store"); the first step of each block is left out (it carries the previous block's effects)."""
     from tinker import types
 
     from cookbook_engine.backends.local import LocalServiceClient
     from cookbook_engine.runs import RunContext
     from cookbook_engine.training.common import datum_from_tokens
 
-    direct = Store.default()
-    client = StoreClient.default()
+    store = Store.default()
     run_id = f"bench-{uuid.uuid4().hex[:8]}"
     log_dir = paths.run_dir(run_id)
-    direct.create_run(
+    store.create_run(
         run_id,
         name="write benchmark",
         kind="sl",
@@ -171,30 +168,25 @@ def writes(repeats: int, per_block: int) -> dict:
         log_dir=log_dir,
         status="running",
     )
-    contexts = {
-        store_name: RunContext(run_id, store, RunLogger(store, run_id, log_dir), log_dir)
-        for store_name, store in (("client", client), ("direct", direct))
-    }
+    ctx = RunContext(run_id, store, RunLogger(store, run_id, log_dir), log_dir)
+    owner_pid = read_owner_info(store.path)["pid"]
     tokenizer = models.load_tokenizer(models.DEFAULT_MODEL)
     batch = common.chat_examples(tokenizer, 8)  # the same batch every step: only the writes differ
     data = [datum_from_tokens(t, w) for t, w in batch]
     trainer = LocalServiceClient().create_lora_training_client(models.DEFAULT_MODEL, rank=32, seed=0).result()
     adam = types.AdamParams(learning_rate=1e-5)
-    seconds: dict[str, list[float]] = {"plain": [], "client": [], "direct": [], "client_calls": [], "direct_calls": []}
-    helper_cpu_per_step: list[float] = []
+    seconds: dict[str, list[float]] = {"plain": [], "store": [], "store_calls": []}
+    owner_cpu_per_step: list[float] = []
     step = 0
-    total = repeats * 3 * (per_block + 1)
-    for mode in ["plain", "client", "direct"] * repeats:
-        if mode == "client":
-            client.get_run(run_id)  # start the helper and wait until it answers
-            cpu_before = helper_cpu_seconds(client.helper_pid())
+    total = repeats * 2 * (per_block + 1)
+    for mode in ["plain", "store"] * repeats:
+        cpu_before = owner_cpu_seconds(owner_pid)
         for index in range(per_block + 1):
             started = time.perf_counter()
             trainer.forward_backward(data, "cross_entropy").result()
             trainer.optim_step(adam).result()
             trained = time.perf_counter()
             if mode != "plain":  # what a loop does after each step besides training
-                ctx = contexts[mode]
                 ctx.logger.log_metrics(step, step_metrics(step))
                 ctx.logger.log_transcripts(step_transcripts(step))
                 ctx.progress(step + 1, total)
@@ -204,24 +196,21 @@ def writes(repeats: int, per_block: int) -> dict:
             if index:
                 seconds[mode].append(time.perf_counter() - started)
             step += 1
-        if mode == "client":
-            pid = client.helper_pid()
-            helper_cpu_per_step.append((helper_cpu_seconds(pid) - cpu_before) / (per_block + 1))
-            client.close()  # its last flush happens here, outside every block
+        if mode == "store":
+            owner_cpu_per_step.append((owner_cpu_seconds(owner_pid) - cpu_before) / (per_block + 1))
     trainer.close()
     medians = {k: common.median(v) for k, v in seconds.items()}
-    stored = direct.get_metrics(run_id, ["train_mean_nll"])["step"].tolist()
+    stored = store.get_metrics(run_id, ["train_mean_nll"])["step"].tolist()
     return {
         "tokens_per_step": sum(len(t) for t, _ in batch),
         "per_block": per_block,
         "repeats": repeats,
         "seconds": seconds,
         "medians": medians,
-        "helper_cpu_seconds_per_step": helper_cpu_per_step,
-        "steps_written": repeats * 2 * (per_block + 1),
+        "owner_cpu_seconds_per_step": owner_cpu_per_step,
+        "steps_written": repeats * (per_block + 1),
         "steps_stored": len(stored),  # equal: none lost
-        "added_share_client": medians["client"] / medians["plain"] - 1,
-        "added_share_direct": medians["direct"] / medians["plain"] - 1,
+        "added_share": medians["store"] / medians["plain"] - 1,
     }
 
 
@@ -264,7 +253,7 @@ def reads(repeats: int) -> dict:
     run_ids = fill(Store.default())
     fill_seconds = time.perf_counter() - started
     one = run_ids[len(run_ids) // 2]
-    store = StoreClient.default()  # the studio reads through its client (DuckDB runs in the helper process)
+    store = Store.default()  # the studio reads through its store (the owner process runs the queries)
 
     def runs_page_data():
         runs = store.list_runs()
@@ -278,7 +267,6 @@ def reads(repeats: int) -> dict:
         "run_charts_get_metrics": timed(lambda: store.get_metrics(one), repeats),
         "run_charts_get_metrics_wide": timed(lambda: store.get_metrics_wide(one), repeats),
     }
-    store.close()
     result.update(render_pages(one, repeats))
     return result
 
@@ -318,9 +306,8 @@ def main() -> None:
     write = writes(args.write_repeats, args.per_block)
     medians = write["medians"]
     print(
-        f"  step {medians['plain']:.3f} s, with writes through StoreClient {medians['client']:.3f} s "
-        f"({write['added_share_client']:+.2%}), through a Store in process {medians['direct']:.3f} s "
-        f"({write['added_share_direct']:+.2%})",
+        f"  step {medians['plain']:.3f} s, with writes through the storage owner {medians['store']:.3f} s "
+        f"({write['added_share']:+.2%})",
         flush=True,
     )
     read = reads(args.repeats)
@@ -331,25 +318,18 @@ def main() -> None:
     rows = [
         ["training step without writes (8 x chat, LoRA r=32)", f"{medians['plain'] * 1e3:.0f} ms", "", ""],
         [
-            "step + metrics, 64 transcripts, progress, cancel poll (StoreClient)",
-            f"{medians['client'] * 1e3:.0f} ms",
-            f"{write['added_share_client']:+.2%} per step",
+            "step + metrics, 64 transcripts, progress, cancel poll (through the storage owner)",
+            f"{medians['store'] * 1e3:.0f} ms",
+            f"{write['added_share']:+.2%} per step",
             "< 1%",
         ],
-        ["  of which the calls in the training process", f"{medians['client_calls'] * 1e3:.1f} ms", "", ""],
+        ["  of which the calls in the training process", f"{medians['store_calls'] * 1e3:.1f} ms", "", ""],
         [
-            "  helper process CPU per step (flushes, status reads)",
-            f"{common.median(write['helper_cpu_seconds_per_step']) * 1e3:.0f} ms",
+            "  owner process CPU per step",
+            f"{common.median(write['owner_cpu_seconds_per_step']) * 1e3:.0f} ms",
             "",
             "",
         ],
-        [
-            "step + the same through a Store in process (before)",
-            f"{medians['direct'] * 1e3:.0f} ms",
-            f"{write['added_share_direct']:+.2%} per step",
-            "< 1%",
-        ],
-        ["  of which the calls in the training process", f"{medians['direct_calls'] * 1e3:.1f} ms", "", ""],
         ["steps written / stored (all writes landed)", f"{write['steps_written']} / {write['steps_stored']}", "", ""],
         ["runs page data (list_runs + key metrics), 50 runs", ms("runs_page_data"), "", "< 1 s"],
         ["one run's charts: get_metrics (20,000 points)", ms("run_charts_get_metrics"), "", "< 1 s"],
@@ -359,6 +339,7 @@ def main() -> None:
     ]
     common.print_table(f"Storage and studio (median of {args.repeats})", ["what", "time", "share", "target"], rows)
     common.write_result("storage_studio", {"load_average_start": load_start, "writes": write, "reads": read})
+    stop_owner(Store.default().path)
     shutil.rmtree(os.environ["COOKBOOK_STORAGE_BENCH_HOME"], ignore_errors=True)  # the throw-away studio home
 
 

@@ -227,8 +227,12 @@ def main(argv: list[str]) -> None:
     try:
         owner, con = start(db)
     except Exception as exc:
-        traceback.print_exc()
         _say(f"error: {type(exc).__name__}: {exc}")
+        try:
+            traceback.print_exc()
+            sys.stderr.flush()
+        except OSError:
+            pass  # the log is on the disk that failed
         os._exit(1)
     signal.signal(signal.SIGTERM, lambda signum, frame: threading.Thread(target=owner.stop, daemon=True).start())
     log(f"owns {db}, listening on {owner.listener.address}")
