@@ -20,8 +20,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cookbook_engine.training.run_logger import RunLogger
 from cookbook_engine.runs import RunContext
+from cookbook_engine.training.run_logger import RunLogger
 from storage import StorageOwnerError, Store, client, stop_owner
 from storage.client import owner_files, read_owner_info
 from storage.evals import EvalStore
