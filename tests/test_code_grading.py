@@ -96,7 +96,7 @@ def test_tests_that_prove_nothing_are_refused_at_the_dataset_check_with_the_prob
     )
     with pytest.raises(ValueError) as error:
         loading.load_rl_problems(str(rows))
-    assert "2" in str(error.value) and "no assertion" in str(error.value), str(error.value)
+    assert "line 2" in str(error.value) and "no assertion" in str(error.value), str(error.value)
 
 
 def test_tests_that_reach_no_assertion_score_zero_with_a_grading_error():
