@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -267,7 +268,10 @@ class Store:
         try:
             yield con
         except BaseException:
-            con.execute("ROLLBACK")
+            try:
+                con.execute("ROLLBACK")
+            except duckdb.Error as exc:  # an invalidated connection (the owner then stops): keep the first error
+                print(f"rollback failed: {exc}", file=sys.stderr)
             raise
         con.execute("COMMIT")
 

@@ -10,8 +10,9 @@ storage.client.connect), it forks once so that it is nobody's child, and then:
    `<db>.owner.json` (mode 0600) for callers to find;
 3. says "ready" (or "error: ..." when it cannot start) on its stdout to the process that started it;
 4. serves each connection on a thread, running one call at a time; it stops after IDLE_S seconds without a call
-   (COOKBOOK_STORAGE_IDLE_S), on SIGTERM or on a "stop" message: it finishes the calls in flight, answers every
-   later one with ("bye",) (not run: the caller sends it to the next owner), closes the database and its files.
+   (COOKBOOK_STORAGE_IDLE_S), on SIGTERM, on a "stop" message or when DuckDB invalidates its connection (a fatal
+   error): it finishes the calls in flight, answers every later one with ("bye",) (not run: the caller sends it to
+   the next owner), closes the database and its files.
 
 Not here: SQL (storage/db.py, storage/evals.py), the calling side (storage/client.py).
 """
@@ -162,6 +163,9 @@ class Owner:
             reply: tuple = ("ok", self._call(qualname, args, kwargs))
         except Exception as exc:
             reply = ("error", exc)
+            if type(exc).__name__ == "FatalException":  # DuckDB invalidated the connection (a disk error, ...)
+                log(f"{qualname}: {exc}; stopping so that the next call reopens the file")
+                threading.Thread(target=self.stop, daemon=True).start()
         try:
             return pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:  # a result or an exception that does not pickle
@@ -240,7 +244,10 @@ def main(argv: list[str]) -> None:
     owner.serve_until_stopped()
     for path in (owner_files(db)["json"], Path(str(owner.listener.address))):
         path.unlink(missing_ok=True)  # before the lock is freed (at exit), so a new owner finds no stale json
-    con.close()
+    try:
+        con.close()
+    except Exception as exc:  # an invalidated database closes with an error; what was committed is in the file
+        log(f"closing the database: {type(exc).__name__}: {exc}")
     log("stopped")
     sys.stderr.flush()
     os._exit(0)  # frees the lock; daemon threads blocked in recv end with the process
