@@ -52,4 +52,5 @@ with st.sidebar:
 
 st.fragment(run_every=3 if notices.watching() else None)(notices.toast_finished_runs)()  # toasts for my runs
 
-page.run()
+with state.page_slot():  # while a run trains here, pages draw one at a time (training keeps a core)
+    page.run()

@@ -67,6 +67,33 @@ def store() -> RunStore:
     return runs.store
 
 
+# ---------------------------------------------------------------------------------------- page slots
+
+PAGE_SLOTS_ENV = "COOKBOOK_PAGE_SLOTS"  # 0: no limit (benchmarks/pages_beside_training.py compares both)
+PAGE_SLOT_WAIT_S = 5.0
+_page_slot = threading.BoundedSemaphore(1)
+
+
+@contextmanager
+def page_slot():
+    """Draw one page at a time while a run trains in this process.
+
+    Pages render on Streamlit's script threads, in the same process as the runs' training; ten pages opened at
+    once took both cores of a 2-core machine from a training step (23.6 s instead of ~4 s). While a run trains, a
+    page waits for the one drawn before it (at most PAGE_SLOT_WAIT_S: a chat reply streaming for a minute holds its
+    slot, and a page must not hang behind it), so page rendering keeps to about one core. With no run training,
+    pages draw side by side as before."""
+    if int(os.environ.get(PAGE_SLOTS_ENV, 1)) <= 0 or not manager().active_run_ids():
+        yield
+        return
+    held = _page_slot.acquire(timeout=PAGE_SLOT_WAIT_S)
+    try:
+        yield
+    finally:
+        if held:
+            _page_slot.release()
+
+
 # ---------------------------------------------------------------------------------------- default model
 
 

@@ -257,3 +257,34 @@ def test_item11_the_run_log_says_when_a_checkpoint_is_saved(tmp_path):
     asyncio.run(save_checkpoint(client, ctx, step=20, name="000020", loop_state={}))
     asyncio.run(save_checkpoint(client, ctx, step=25, name="final", loop_state={}, final=True))
     assert notes == ["saved step 20: checkpoint 000020", "saved step 25 (final): checkpoint final"]
+
+
+def test_item13_while_a_run_trains_pages_draw_one_at_a_time(home, monkeypatch):
+    import threading
+    import time
+
+    from app import state
+
+    monkeypatch.setattr(type(state.manager()), "active_run_ids", lambda self: ["sl-training"])
+    entered: list[float] = []
+
+    def page() -> None:
+        with state.page_slot():
+            entered.append(time.monotonic())
+            time.sleep(0.5)
+
+    threads = [threading.Thread(target=page) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert abs(entered[1] - entered[0]) >= 0.45  # the second page waited for the first
+
+    monkeypatch.setattr(type(state.manager()), "active_run_ids", lambda self: [])
+    entered.clear()
+    threads = [threading.Thread(target=page) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert abs(entered[1] - entered[0]) < 0.3  # nothing training: side by side

@@ -1,0 +1,112 @@
+"""A training step's time with ten studio pages loading beside it, without and with the page slot (issue 27, item 13).
+
+The studio draws pages on Streamlit's script threads in the same process as the runs' training threads. This script
+does the same in one process: it starts a short SL run on the default model through the RunManager (as the New run
+form does), then measures the run's step times (from its `time/total` metric) in three phases of `--steps` steps:
+no pages loading; ten pages loading in parallel and again as each finishes (Streamlit's AppTest, the same page
+scripts) with the page slot off (COOKBOOK_PAGE_SLOTS=0, the studio before the fix); the same with the slot on. It
+prints the median step time and the page load times of each phase as JSON.
+
+    flock /work/wt/heavy.lock .venv/bin/python benchmarks/pages_beside_training.py --steps 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PAGES = ["home", "runs", "run", "chat", "evaluate", "sweeps", "datasets", "checkpoints", "compare", "transcripts"]
+
+
+def load_page(page: str, run_id: str) -> float:
+    from streamlit.testing.v1 import AppTest
+
+    started = time.perf_counter()
+    at = AppTest.from_file(str(REPO / "app" / "main.py"), default_timeout=300)
+    at.run()
+    if page != "home":
+        if page in ("run", "checkpoints"):
+            at.query_params["run"] = run_id
+        at.switch_page(f"../pages/{page}.py").run()
+    return time.perf_counter() - started
+
+
+def step_times(store, run_id: str, after_step: int, steps: int, timeout_s: float = 600) -> list[float]:
+    """Durations of the `steps` steps after `after_step`, waiting for them."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        frame = store.get_metrics(run_id, ["time/total"])
+        points = sorted(zip(frame["step"].astype(int), frame["value"].astype(float)))
+        later = [(s, t) for s, t in points if s >= after_step]
+        if len(later) > steps:
+            return [b - a for (_, a), (_, b) in zip(later, later[1:])][:steps]
+        time.sleep(0.5)
+    raise TimeoutError("the run did not reach the steps in time")
+
+
+def last_step(store, run_id: str) -> int:
+    frame = store.get_metrics(run_id, ["time/total"])
+    return int(frame["step"].max()) if len(frame) else -1
+
+
+def phase(store, run_id: str, steps: int, pages: bool, slots: str) -> dict:
+    os.environ["COOKBOOK_PAGE_SLOTS"] = slots
+    stop = threading.Event()
+    loads: list[float] = []
+
+    def keep_loading(page: str) -> None:
+        while not stop.is_set():
+            loads.append(load_page(page, run_id))
+
+    workers = [threading.Thread(target=keep_loading, args=(p,), daemon=True) for p in PAGES] if pages else []
+    start = last_step(store, run_id)
+    for worker in workers:
+        worker.start()
+    durations = step_times(store, run_id, start + 1, steps)  # the step in flight when pages start is left out
+    stop.set()
+    for worker in workers:
+        worker.join(timeout=300)
+    return {
+        "pages_loading": len(workers),
+        "page_slot": slots != "0",
+        "step_s": [round(d, 2) for d in durations],
+        "median_step_s": round(statistics.median(durations), 2),
+        "page_loads": len(loads),
+        "median_page_load_s": round(statistics.median(loads), 2) if loads else None,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=3, help="steps measured per phase")
+    options = parser.parse_args()
+    os.environ.setdefault("COOKBOOK_HOME", tempfile.mkdtemp(prefix="pages-beside-training-"))
+    from cookbook_engine import models
+    from cookbook_engine.config import SLConfig
+    from cookbook_engine.runs import get_manager
+
+    models.prepare_default_model()
+    manager = get_manager()
+    config = SLConfig(max_steps=200, batch_size=4, save_every=0, eval_every=0, name="beside-pages")
+    run_id = manager.start(config)
+    store = manager.store
+    step_times(store, run_id, 0, 1)  # loaded and past the first step
+    results = [
+        phase(store, run_id, options.steps, pages=False, slots="1"),
+        phase(store, run_id, options.steps, pages=True, slots="0"),
+        phase(store, run_id, options.steps, pages=True, slots="1"),
+    ]
+    manager.cancel(run_id)
+    manager.wait(run_id, timeout=120)
+    print(json.dumps({"cpu_count": os.cpu_count(), "phases": results}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
