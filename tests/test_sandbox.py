@@ -300,7 +300,15 @@ def test_a_run_with_many_busy_sessions_gets_one_core_at_most(capabilities):
     get at most ~2 CPU seconds together, whatever the machine has free."""
     if not capabilities["cpu_cgroup"]:
         pytest.skip(capabilities["cpu_limit"])
-    result = run_python(BUSY_SESSIONS, limits=SandboxLimits(timeout_s=20.0, cpu_s=20))
+    with sandbox.start_python(BUSY_SESSIONS, limits=SandboxLimits(timeout_s=20.0, cpu_s=20)) as process:
+        time.sleep(1.0)
+        group = process.cpu_cgroup
+        assert group is not None
+        # the launcher, the namespace's init, the program and its six children in new sessions: one group
+        assert len((group.path / "cgroup.procs").read_text().split()) >= 8
+        quota = "cpu.max" if group.version == 2 else "cpu.cfs_quota_us"
+        assert (group.path / quota).read_text().split()[0] == "100000"
+        result = process.finish()
     assert result.returncode == 0, result
     assert float(result.stdout) <= 2.0 * 1.2, result.stdout
 
