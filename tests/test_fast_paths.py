@@ -13,7 +13,7 @@ import torch
 from tinker import types
 
 from cookbook_engine import models
-from cookbook_engine.backends import fast_ops, losses, sampler
+from cookbook_engine.backends import compat, fast_ops, losses, sampler
 from cookbook_engine.backends.local import LocalServiceClient
 from cookbook_engine.renderers import get_renderer
 from cookbook_engine.training.common import datum_from_tokens
@@ -279,7 +279,7 @@ def test_greedy_tokens_equal_transformers_generate_for_base_and_lora_snapshot(se
     client.close()
     snapshot = service.create_sampling_client(model_path=path).result()
     ours = snapshot.sample(prompt, 2, greedy).result().sequences
-    reference = _hf_greedy(PeftModel.from_pretrained(plain, path).eval(), prompt, 32)
+    reference = _hf_greedy(PeftModel.from_pretrained(plain, str(compat.resolve(path))).eval(), prompt, 32)
     assert ours[0].tokens == ours[1].tokens == reference
     assert reference != base_tokens
 

@@ -27,7 +27,7 @@ from cookbook_engine.serve.app import create_app
 from cookbook_engine.serve.state import ServerState
 
 try:  # the recipes' fixture and helpers (hub downloads replaced by local data), shared with the in-process tests
-    from test_tinker_recipes import metrics_by_step, recipe_fixture, sl_config  # noqa: F401 (recipe_fixture)
+    from test_tinker_recipes import metrics_by_step, recipe_fixture, run_math_rl, sl_config  # noqa: F401
 except pytest.skip.Exception:  # tinker-cookbook is not installed: the fast tests here still run
 
     @pytest.fixture
@@ -70,10 +70,14 @@ def server(monkeypatch, tmp_path):
 
 # --- the wire format, against the SDK's own codecs ----------------------------------------------------------
 def test_forward_backward_requests_decode_what_the_sdk_encodes():
+    spans = [
+        types.PromptProvenanceSpan(sequence_id="s-1", offset=1, length=2),
+        types.SampledProvenanceSpan(sequence_id="s-1", length=1),
+    ]
     datum = types.Datum(
         model_input=types.ModelInput.from_ints([5, 6, 7]),
         loss_fn_inputs={"target_tokens": [6, 7, 8], "weights": [0.0, 1.0, 0.5]},
-    )
+    ).with_provenance(model_input=spans, loss_fn_inputs=spans)
     request = types.ForwardBackwardRequest(
         model_id="s:train:0",
         seq_id=3,
@@ -88,6 +92,7 @@ def test_forward_backward_requests_decode_what_the_sdk_encodes():
     assert data[0].model_input.to_ints() == [5, 6, 7]
     assert data[0].loss_fn_inputs["target_tokens"].tolist() == [6, 7, 8]
     assert data[0].loss_fn_inputs["weights"].tolist() == [0.0, 1.0, 0.5]
+    assert data[0].model_input_spans == spans and data[0].loss_fn_input_spans == spans  # stable_reinforce's provenance
 
 
 def test_results_encode_to_what_the_sdk_decodes():
@@ -146,6 +151,40 @@ def test_unknown_endpoints_and_ids_answer_404_with_a_reason(server):
 
 def test_status_says_not_running_without_a_server(home):
     assert serve.status() == serve.ServeStatus(False)
+
+
+def test_sessions_whose_heartbeats_stop_expire_free_what_they_held_and_answer_410(home):
+    """No heartbeat or request for session_timeout_s: completed when no work was queued, interrupted (its work
+    cancelled) when some was; a live session that heartbeats stays; a late heartbeat answers 410 Gone."""
+    import concurrent.futures
+
+    from fastapi.testclient import TestClient
+
+    from cookbook_engine.serve.state import SessionEnded
+
+    state = ServerState(record=True, session_timeout_s=3600)
+    quiet, busy, live = (state.new_session(name, None) for name in ("quiet", "busy", "live"))
+    for session in (quiet, busy, live):
+        state.start_run(session, models.DEFAULT_MODEL)
+    queued: concurrent.futures.Future = concurrent.futures.Future()
+    state.futures.add(queued, "forward_backward", session=busy)
+    state.session_timeout_s = 0.3
+    deadline = time.monotonic() + 10
+    while (quiet.session_id in state.sessions or busy.session_id in state.sessions) and time.monotonic() < deadline:
+        state.session(live.session_id)  # what a heartbeat does
+        time.sleep(0.05)
+    state.session_timeout_s = 3600  # the live session stays while the test reads the store
+    store = state._storage()
+    assert store.get_run(quiet.run_id)["status"] == "completed"
+    assert store.get_run(busy.run_id)["status"] == "interrupted" and queued.cancelled()
+    assert live.session_id in state.sessions and store.get_run(live.run_id)["status"] == "running"
+    assert len(state.futures) == 0 and set(state.sessions) == {live.session_id}  # nothing of theirs is kept
+    with pytest.raises(SessionEnded, match="no heartbeat"):
+        state.session(quiet.session_id)
+    answer = TestClient(create_app(state)).post("/api/v1/session_heartbeat", json={"session_id": busy.session_id})
+    assert answer.status_code == 410 and "with work queued" in answer.json()["detail"]
+    state.finish_all()
+    store.close()
 
 
 # --- tinker-cookbook's recipes through the real SDK over HTTP ----------------------------------------------
@@ -208,6 +247,15 @@ def test_rl_loop_runs_unmodified_through_the_sdk_over_http_with_its_samples_reco
     run, store = studio_run(state)
     transcripts = store.get_transcripts(run["run_id"])
     assert len(transcripts) == 2 * 4 and transcripts["completion"].str.len().gt(0).any()
+
+
+@pytest.mark.slow
+def test_math_rl_recipe_runs_with_its_defaults_stable_reinforce_over_http(over_http, tmp_path):
+    model, state = over_http
+    steps = run_math_rl(model, tmp_path / "math-rl-http")
+    assert sorted(steps) == [0, 1]
+    run, store = studio_run(state)
+    assert run["kind"] == "rl"
 
 
 @pytest.mark.slow

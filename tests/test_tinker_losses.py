@@ -1,9 +1,12 @@
 """Every tinker SDK loss function the local backend offers, checked against a direct float64 computation of the formula
 on Tinker's loss pages: the summed loss and its gradient with respect to each token's log-probability (where the
 formula stops gradients, as cispo's clipped ratio and gspo's sequence ratio do, the gradient is the documented one,
-not the derivative of the value). stable_reinforce and custom raise with their reason. The slow test runs each loss
-through a real training client (and a create_custom_loss handle through forward_backward_custom) and recomputes its
-loss:sum from the log-probabilities the client returned."""
+not the derivative of the value), and stable_reinforce against its LOCAL definition (losses.py; the hosted formula is
+unpublished). custom raises with its reason. stable_reinforce's provenance checks (stability.py) refuse data whose
+spans do not name recorded samples, whose tokens differ from the recorded ones, or with advantages on prompt tokens.
+The slow test runs each loss through a real training client (and a create_custom_loss handle through
+forward_backward_custom) and recomputes its loss:sum from the log-probabilities the client returned; stable_reinforce
+there takes its sampler log-probs from the client's own sampling records."""
 
 from __future__ import annotations
 
@@ -44,6 +47,10 @@ def direct(loss_fn: str) -> tuple[float, np.ndarray]:
     if loss_fn == "dro":
         value = -(LOGPROBS * ADVANTAGES - 0.5 * BETA * (LOGPROBS - SAMPLER) ** 2).sum()
         return value, -(ADVANTAGES - BETA * (LOGPROBS - SAMPLER))
+    if loss_fn == "stable_reinforce":  # truncated IS weight to the recorded sampler, on sampled positions, + k3 KL
+        weight = np.clip(ratio, 0.0, HIGH)
+        value = -(MASK * weight * ADVANTAGES * LOGPROBS).sum() + BETA * (MASK * (ratio - 1 - np.log(ratio))).sum()
+        return value, -MASK * weight * ADVANTAGES + BETA * MASK * (ratio - 1)
     if loss_fn == "gspo":
         s = math.exp(float((LOGPROBS - SAMPLER)[MASK != 0].mean()))
         s_clipped = min(max(s, LOW), HIGH)
@@ -58,8 +65,9 @@ CONFIG = {
     "cispo": {"clip_low_threshold": LOW, "clip_high_threshold": HIGH},
     "gspo": {"clip_low_threshold": LOW, "clip_high_threshold": HIGH},
     "dro": {"beta": BETA},
+    "stable_reinforce": {"clip_high_threshold": HIGH, "kl_coeff": BETA},
 }
-COMPUTED = ("cross_entropy", "importance_sampling", "ppo", "cispo", "dro", "gspo")
+COMPUTED = ("cross_entropy", "importance_sampling", "ppo", "cispo", "dro", "gspo", "stable_reinforce")
 
 
 @pytest.mark.parametrize("loss_fn", COMPUTED)
@@ -70,6 +78,7 @@ def test_each_loss_and_its_gradient_match_the_documented_formula_in_float64(loss
         "advantages": torch.tensor(ADVANTAGES),
         "weights": torch.tensor(WEIGHTS),
         "sequence_ratio_mask": torch.tensor(MASK),
+        "sampled_mask": torch.tensor(MASK),
     }
     loss = losses.datum_loss(loss_fn, logprobs, inputs, CONFIG.get(loss_fn))
     loss.backward()
@@ -83,10 +92,66 @@ def test_the_test_data_exercise_clipping_on_both_sides():
     assert (ratio < LOW).any() and (ratio > HIGH).any() and ((ratio >= LOW) & (ratio <= HIGH)).any()
 
 
-@pytest.mark.parametrize("loss_fn", ["stable_reinforce", "custom"])
-def test_losses_the_local_backend_cannot_compute_raise_with_the_reason(loss_fn):
-    with pytest.raises(NotImplementedError, match=loss_fn):
-        losses.check_inputs(loss_fn, 0, {}, 1)
+def test_custom_is_not_a_forward_backward_loss_and_says_so():
+    with pytest.raises(NotImplementedError, match="forward_backward_custom"):
+        losses.check_inputs("custom", 0, {}, 1)
+
+
+def recorded(records, sequence_id="seq-a", prompt=(1, 5, 6), sampled=(7, 8, 2), logprobs=(-0.5, -1.0, -0.2)):
+    from cookbook_engine.backends.stability import SequenceRecord
+
+    records.add(sequence_id, SequenceRecord("session-1", list(prompt), list(sampled), list(logprobs)))
+    return sequence_id
+
+
+def provenance_datum(sequence_id="seq-a", targets=(5, 6, 7, 8, 2), advantages=(0, 0, 1.0, 1.0, 1.0)) -> types.Datum:
+    """The prompt + sampled tokens, shifted by one, with spans as tinker-cookbook's rl_loop builds them."""
+    datum = types.Datum(
+        model_input=types.ModelInput.from_ints([1, 5, 6, 7, 8]),
+        loss_fn_inputs={"target_tokens": list(targets), "advantages": list(advantages), "logprobs": [0.0] * 5},
+    )
+    return datum.with_provenance(
+        model_input=[
+            types.PromptProvenanceSpan(sequence_id=sequence_id, length=3),
+            types.SampledProvenanceSpan(sequence_id=sequence_id, length=2),
+        ],
+        loss_fn_inputs=[
+            types.PromptProvenanceSpan(sequence_id=sequence_id, offset=1, length=2),
+            types.SampledProvenanceSpan(sequence_id=sequence_id, length=3),
+        ],
+    )
+
+
+def test_stable_reinforce_takes_the_recorded_sampler_logprobs_of_the_sampled_positions():
+    from cookbook_engine.backends.stability import StabilityRecords, loss_inputs
+
+    records = StabilityRecords()
+    recorded(records)
+    inputs = loss_inputs(provenance_datum(), 0, records)
+    assert inputs["sampled_mask"].tolist() == [0, 0, 1, 1, 1]
+    assert inputs["logprobs"].tolist() == pytest.approx([0.0, 0.0, -0.5, -1.0, -0.2])
+    assert records.forget_session("session-1") == 1 and len(records) == 0
+
+
+def test_stable_reinforce_refuses_data_its_records_do_not_back():
+    from cookbook_engine.backends.stability import StabilityRecords, loss_inputs
+
+    records = StabilityRecords()
+    with pytest.raises(ValueError, match="record_stability_info"):  # never recorded
+        loss_inputs(provenance_datum(), 0, records)
+    recorded(records)
+    with pytest.raises(ValueError, match="target_tokens differ"):
+        loss_inputs(provenance_datum(targets=(5, 6, 7, 9, 2)), 0, records)
+    with pytest.raises(ValueError, match="sampled tokens only"):
+        loss_inputs(provenance_datum(advantages=(0, 1.0, 1.0, 1.0, 1.0)), 0, records)
+    bare = types.Datum(model_input=types.ModelInput.from_ints([1]), loss_fn_inputs={"target_tokens": [5]})
+    with pytest.raises(ValueError, match="provenance"):
+        loss_inputs(bare, 3, records)
+    small = StabilityRecords(max_records=1)
+    recorded(small, "old")
+    recorded(small, "new")
+    with pytest.raises(ValueError, match="'old'"):
+        small.get("old")
 
 
 def test_gspo_needs_a_marked_token():
@@ -120,12 +185,39 @@ def test_every_loss_through_the_training_client_reports_the_formulas_value(defau
     sampler_lp = [-1.0, -2.5, -0.3, -4.0, -1.2, -0.8, -2.2, -0.6]
     advantages = [0.0, 0.0, 1.0, 1.0, -0.5, -0.5, 2.0, 2.0]
     datum = rl_datum(tokens, sampler_lp, advantages)
-    for loss_fn in COMPUTED:
+    for loss_fn in COMPUTED[:-1]:
         out = client.forward([datum], loss_fn, CONFIG.get(loss_fn)).result()
         trainer = torch.tensor(out.loss_fn_outputs[0]["logprobs"].to_numpy(), dtype=torch.float64)
         inputs = {k: v.to_torch().double() for k, v in datum.loss_fn_inputs.items()}
         want = losses.datum_loss(loss_fn, trainer, inputs, CONFIG.get(loss_fn))
         assert out.metrics["loss:sum"] == pytest.approx(float(want), rel=1e-4, abs=1e-4), loss_fn
+
+    # stable_reinforce: sample with records, train on the sample with its provenance
+    sampler = client.save_weights_and_get_sampling_client(record_stability_info=True).result()
+    prompt = [1, 9690, 314, 253]
+    seq = sampler.sample(types.ModelInput.from_ints(prompt), 1, types.SamplingParams(max_tokens=5, seed=1)).result()
+    seq = seq.sequences[0]
+    full = prompt + seq.tokens
+    sr_datum = types.Datum(
+        model_input=types.ModelInput.from_ints(full[:-1]),
+        loss_fn_inputs={"target_tokens": full[1:], "advantages": [0.0] * 3 + [1.0] * len(seq.tokens)},
+    ).with_provenance(
+        model_input=[
+            types.PromptProvenanceSpan(sequence_id=seq.sequence_id, length=len(prompt)),
+            types.SampledProvenanceSpan(sequence_id=seq.sequence_id, length=len(seq.tokens) - 1),
+        ],
+        loss_fn_inputs=[
+            types.PromptProvenanceSpan(sequence_id=seq.sequence_id, offset=1, length=len(prompt) - 1),
+            types.SampledProvenanceSpan(sequence_id=seq.sequence_id, length=len(seq.tokens)),
+        ],
+    )
+    out = client.forward_backward([sr_datum], "stable_reinforce").result()
+    trainer = out.loss_fn_outputs[0]["logprobs"].to_numpy()
+    # on policy, right after sampling: the weight is 1 and the loss is plain REINFORCE's, -sum(A * logprobs)
+    assert out.metrics["loss:sum"] == pytest.approx(-float(trainer[3:].sum()), rel=1e-3, abs=1e-3)
+    np.testing.assert_allclose(trainer[3:], seq.logprobs, atol=2e-3)  # the recorded sampler agrees with the trainer
+    with pytest.raises(ValueError, match="provenance"):
+        client.forward_backward([datum], "stable_reinforce").result()
 
     def per_datum(logprobs, advantages):
         return -(logprobs * advantages).sum(), {"custom/adv:sum": advantages.sum()}
@@ -135,6 +227,4 @@ def test_every_loss_through_the_training_client_reports_the_formulas_value(defau
     trainer = torch.tensor(out.loss_fn_outputs[0]["logprobs"].to_numpy(), dtype=torch.float64)
     assert out.metrics["loss:sum"] == pytest.approx(-2 * float((trainer * torch.tensor(advantages)).sum()), rel=1e-4)
     assert out.metrics["custom/adv:sum"] == pytest.approx(2 * sum(advantages))
-    with pytest.raises(NotImplementedError, match="stable_reinforce"):
-        client.forward_backward([datum], "stable_reinforce").result()
     service.close()

@@ -4,7 +4,10 @@ downloads are replaced, by the fixture below: the dataset loader returns small l
 GSM8K-shaped arithmetic for RL), the tokenizer comes from the default model, and the recipe's renderer lookup answers
 qwen3_instruct (plain ChatML, SmolLM2's format). The SL loss falls, a run interrupted mid-way resumes through the
 recipe's own checkpoints.jsonl with the same numbers as an uninterrupted run, and RL trains through sampling. The same
-recipes run over HTTP through `cookbook serve` in tests/test_serve.py (which reuses `recipe_fixture`)."""
+recipes run over HTTP through `cookbook serve` in tests/test_serve.py (which reuses `recipe_fixture`).
+`recipes/math_rl/train.py` runs with its defaults (env arithmetic, loss_fn stable_reinforce with provenance checked on
+every datum, group_size 4, max_tokens 5, LoRA rank 32) except the model, the log path and a short run (2 steps of 4
+groups)."""
 
 from __future__ import annotations
 
@@ -177,3 +180,26 @@ def test_rl_loop_runs_unmodified_in_process(in_process, tmp_path, loss_fn):
     assert all(0.0 <= row["reward/total"] <= 1.0 for row in steps.values())
     final = [json.loads(line) for line in (log_path / "checkpoints.jsonl").read_text().splitlines()][-1]
     assert final["name"] == "final" and final["sampler_path"] and final["state_path"]
+
+
+def run_math_rl(model: str, log_path: Path, **overrides) -> dict[int, dict]:
+    """recipes/math_rl/train.py's own cli_main with its defaults, on the default model, for 2 steps of 4 groups."""
+    import asyncio
+
+    from tinker_cookbook.recipes.math_rl import train as math_rl
+
+    torch.manual_seed(0)
+    settings = dict(model_name=model, log_path=str(log_path), groups_per_batch=4, max_steps=2)
+    config = math_rl.CLIConfig(**{**settings, **overrides})
+    assert config.loss_fn == "stable_reinforce" and config.env == "arithmetic"  # the recipe's defaults
+    asyncio.run(math_rl.cli_main(config))
+    return metrics_by_step(log_path)
+
+
+@pytest.mark.slow
+def test_math_rl_recipe_runs_with_its_defaults_stable_reinforce_in_process(in_process, tmp_path):
+    steps = run_math_rl(in_process, tmp_path / "math-rl")
+    assert sorted(steps) == [0, 1]
+    assert all(0.0 <= row["env/all/reward/total"] <= 1.0 for row in steps.values())
+    final = [json.loads(line) for line in (tmp_path / "math-rl" / "checkpoints.jsonl").read_text().splitlines()][-1]
+    assert final["name"] == "final" and final["state_path"].startswith("tinker://")

@@ -340,6 +340,8 @@ def _run_clock(service_ref: weakref.ref[ClockedServiceClient], period_s: float) 
 class ClockedTrainingClient(QueuedTrainingCalls):
     """A local training client whose requests wait for the clock."""
 
+    LOCAL_CHECKPOINTS = True  # its checkpoints are the local client's folders
+
     def __init__(self, service: ClockedServiceClient, local: LocalTrainingClient):
         self.service, self.local = service, local
         self.model_id = local.model_id

@@ -4,7 +4,17 @@ Every public method of `tinker.ServiceClient`, `tinker.TrainingClient` and `tink
 implemented by the local backend with a compatible signature (tests/test_tinker_signatures.py checks this against the
 installed SDK, method by method) or listed in `UNSUPPORTED` below with the reason. A listed method raises
 `NotImplementedError` with that reason when called; options of supported methods that cannot be honoured raise the
-same way or warn once (`warn_once`). Also here: `tinker://` checkpoint paths and their mapping to local folders.
+same way or warn once (`warn_once`). Also here: `tinker://` checkpoint paths and their mapping to local folders
+(saving returns the tinker:// form in process as over HTTP; the studio records local checkpoints by folder).
+
+`stable_reinforce` is supported with a LOCAL definition; the hosted service's exact formula is unpublished, and
+results on the hosted service will differ. Locally: a sampling client made with record_stability_info=True records
+each sampled sequence (prompt tokens, sampled tokens, sampler log-probs) under its sequence_id (stability.py); a
+datum's provenance spans must name recorded sequences whose tokens equal the datum's, and only sampled target
+positions may carry a nonzero advantage. Over those sampled positions, with mu the RECORDED sampler log-probs,
+r = exp(logprobs - mu) and w = stop_gradient(clip(r, clip_low_threshold=0, clip_high_threshold=2)):
+    loss = -sum(w * advantages * logprobs) + kl_coeff * sum(r - 1 - log r)      (kl_coeff defaults to 0)
+i.e. REINFORCE with a truncated importance weight to the recorded sampler (losses.py holds the code).
 
 Not here: the clients themselves (local.py), the REST client (rest.py), the HTTP server (serve/).
 """
@@ -56,6 +66,7 @@ def warn_once(key: str, message: str) -> None:
 # tinker://<training_run_id>/sampler_weights/<name> (sampler weights). Locally the training run id is the training
 # client's model_id and the folder is <home>/checkpoints/<model_id>/{state,sampler}/<name>.
 KIND_FOLDERS = {"weights": "state", "sampler_weights": "sampler"}
+KIND_OF_FOLDER = {folder: kind for kind, folder in KIND_FOLDERS.items()}
 CHECKPOINT_META = "checkpoint.json"  # in each checkpoint folder: time, expires_at, user_metadata
 RUN_META = "run.json"  # in each training run's folder: base model, LoRA settings, session, user metadata
 
@@ -92,6 +103,12 @@ def resolve(path: str) -> Path:
     parsed = parse_tinker_path(path)
     kind, name = parsed.checkpoint_id.split("/", 1)
     return checkpoint_root() / parsed.training_run_id / KIND_FOLDERS[kind] / name
+
+
+def local_folder(client: object, path: str) -> str:
+    """Where the studio records a checkpoint its loop saved: the folder for a client whose checkpoints live on this
+    machine (LOCAL_CHECKPOINTS), the path as returned (a hosted tinker:// name) otherwise."""
+    return str(resolve(path)) if getattr(client, "LOCAL_CHECKPOINTS", False) else path
 
 
 def to_tinker_path(folder: str | Path) -> str | None:

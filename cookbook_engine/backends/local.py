@@ -5,9 +5,9 @@ model (forward/backward, optimizer steps, sampling, saving) strictly in submissi
 instead of fighting for the CPU. Each training client is a named LoRA adapter with its own AdamW optimizer; each
 sampling client is a frozen copy of adapter weights (or the base model) loaded into a sampler slot when it samples.
 Checkpoints are folders on disk in PEFT's adapter format (adapter_model.safetensors + adapter_config.json) plus
-optimizer.pt for full states and checkpoint.json (time, expiry from ttl_seconds, user metadata). In process their paths
-are the folders; the tinker:// names the hosted service uses (and `cookbook serve` returns) resolve to the same
-folders, and both are accepted wherever a path is.
+optimizer.pt for full states and checkpoint.json (time, expiry from ttl_seconds, user metadata). Saving returns their
+tinker:// names, the one path form the hosted service and `cookbook serve` return too; those resolve to the folders
+(compat.resolve), and both forms are accepted wherever a path is.
 
 The classes follow the installed SDK's signatures: create_* return futures of clients, requests return futures, the
 `*_async` variants exist, and options the local backend cannot honour raise or warn once (compat.py holds the one
@@ -36,7 +36,7 @@ from tinker import types
 from tinker.lib.public_interfaces.custom_loss import LossHandle
 
 from cookbook_engine import compute_lease, device, models
-from cookbook_engine.backends import compat, fast_ops, losses, sampler
+from cookbook_engine.backends import compat, fast_ops, losses, sampler, stability
 from cookbook_engine.backends.protocol import ClientFuture, LocalFuture
 from storage.statuses import SessionEnd
 
@@ -287,9 +287,11 @@ class LocalSamplingClient:
         model_path: str | None = None,
         retry_config: Any = None,
         record_stability_info: bool = False,
+        session_id: str | None = None,
     ):
         self._worker, self._snapshot, self.model_path = worker, snapshot, model_path
-        _sampling_options_note(retry_config, record_stability_info)
+        self.record_stability_info, self.session_id = record_stability_info, session_id
+        _sampling_options_note(retry_config)
         self._handle = f"local-sampler:{uuid.uuid4().hex}"
         _samplers[self._handle] = self
 
@@ -349,17 +351,42 @@ class LocalSamplingClient:
         prompt_alt_tokens_k: int = 0,
         prompt_logprobs_last_n: int | None = None,
     ) -> LocalFuture:  # target_prompt_logprobs: refused
+        return self.sample_as(
+            prompt,
+            num_samples,
+            sampling_params,
+            include_prompt_logprobs,
+            prompt_logprobs_last_n,
+            topk_prompt_logprobs=topk_prompt_logprobs,
+            topk_sample_logprobs=topk_sample_logprobs,
+            target_prompt_logprobs=target_prompt_logprobs,
+            prompt_alt_tokens_k=prompt_alt_tokens_k,
+        )
+
+    def sample_as(
+        self,
+        prompt: types.ModelInput,
+        num_samples: int,
+        sampling_params: types.SamplingParams,
+        include_prompt_logprobs: bool = False,
+        prompt_logprobs_last_n: int | None = None,
+        *,
+        sequence_ids: list[str] | None = None,
+        record_stability_info: bool | None = None,
+        **refused: Any,
+    ) -> LocalFuture:
+        """sample, with the sequence ids chosen by the caller (cookbook serve fixes them when the request arrives)
+        and record_stability_info per request (the SDK's SampleRequest field; None: this client's setting)."""
         _reject_unsupported(
             "sample",
-            {
-                "topk_prompt_logprobs": topk_prompt_logprobs,
-                "topk_sample_logprobs": topk_sample_logprobs,
-                "target_prompt_logprobs": target_prompt_logprobs,
-                "prompt_alt_tokens_k": prompt_alt_tokens_k,
-            },
+            refused,
         )
         _check_last_n(prompt_logprobs_last_n, include_prompt_logprobs)
         tokens = prompt.to_ints()
+        if sequence_ids is not None and len(sequence_ids) != num_samples:
+            raise ValueError(f"sample: {len(sequence_ids)} sequence ids for {num_samples} samples")
+        ids = sequence_ids or [uuid.uuid4().hex for _ in range(num_samples)]
+        record = self.record_stability_info if record_stability_info is None else record_stability_info
         weights_key = self._snapshot if self._snapshot is not None else sampler.BASE_WEIGHTS
 
         def fn():
@@ -376,12 +403,16 @@ class LocalSamplingClient:
             sequences = [
                 types.SampledSequence(
                     stop_reason=row.stop_reason,
-                    sequence_id=uuid.uuid4().hex,
+                    sequence_id=sequence_id,
                     _tokens_list=row.tokens,
                     _logprobs_list=row.logprobs,
                 )
-                for row in rows
+                for row, sequence_id in zip(rows, ids)
             ]
+            if record:
+                for seq in sequences:
+                    record_ = stability.SequenceRecord(self.session_id, tokens, seq.tokens, list(seq.logprobs or []))
+                    stability.RECORDS.add(seq.sequence_id, record_)
             return types.SampleResponse(
                 sequences=sequences, _prompt_logprobs_list=_last_n(prompt_lp, prompt_logprobs_last_n)
             )
@@ -458,23 +489,19 @@ def _last_n(logprobs: list | None, last_n: int | None) -> list | None:
     return [None] * keep + list(logprobs[keep:])
 
 
-def _sampling_options_note(retry_config: Any, record_stability_info: bool) -> None:
+def _sampling_options_note(retry_config: Any) -> None:
     if retry_config is not None:
         compat.warn_once(
             "retry_config",
             "retry_config has no effect on the local backend: requests run in this process and are never retried.",
-        )
-    if record_stability_info:
-        compat.warn_once(
-            "record_stability_info",
-            "record_stability_info=True: the local backend keeps no sampling "
-            "records, and its loss stable_reinforce is not supported.",
         )
 
 
 class LocalTrainingClient:
     """tinker.TrainingClient on this machine: one LoRA adapter with its own AdamW on the base model's worker.
     Every request runs on the worker in submission order and returns a future at once."""
+
+    LOCAL_CHECKPOINTS = True  # its tinker:// paths name folders on this machine (compat.resolve)
 
     def __init__(
         self,
@@ -496,7 +523,11 @@ class LocalTrainingClient:
     def get_info(self) -> types.GetInfoResponse:
         return types.GetInfoResponse(
             model_id=self.model_id,
-            model_data=types.ModelData(model_name=self._worker.base_model),
+            # tokenizer_id: where the SDK's own get_tokenizer() loads it from (AutoTokenizer.from_pretrained): the
+            # model's local folder for the default and folder models, so it works offline over HTTP too
+            model_data=types.ModelData(
+                model_name=self._worker.base_model, tokenizer_id=models.resolve(self._worker.base_model).location
+            ),
             optimizer_config=types.AdamOptimizerConfig(),
             is_lora=True,
             lora_rank=self.rank,
@@ -613,17 +644,22 @@ class LocalTrainingClient:
         self._check(data, loss_fn)
         self._worker.activate(self.adapter)
         total = {"loss": 0.0}
+        inputs_D = [
+            stability.loss_inputs(datum, i)
+            if loss_fn == "stable_reinforce"
+            else {k: v.to_torch() for k, v in datum.loss_fn_inputs.items()}
+            for i, datum in enumerate(data)
+        ]
 
         def on_microbatch(indices, logprobs):
             loss = torch.zeros(())  # a 0-d tensor adds to log-probs on any device
             for i, lp in zip(indices, logprobs):
-                inputs = {k: v.to_torch() for k, v in data[i].loss_fn_inputs.items()}
-                loss = loss + losses.datum_loss(loss_fn, lp, inputs, loss_fn_config)
+                loss = loss + losses.datum_loss(loss_fn, lp, inputs_D[i], loss_fn_config)
             if backward and loss.requires_grad:  # not when no position of this micro-batch has a loss weight
                 loss.backward()
             total["loss"] += float(loss.detach())
 
-        grad_rows_D = [_grad_rows(loss_fn, datum) for datum in data] if backward else None
+        grad_rows_D = [_grad_rows(loss_fn, datum, loss_fn_config) for datum in data] if backward else None
         if backward:
             self._worker.model.train()
         try:
@@ -765,7 +801,7 @@ class LocalTrainingClient:
         if with_optimizer:
             torch.save(self._ensure_optimizer().state_dict(), folder / "optimizer.pt")
         write_checkpoint_meta(folder, ttl_seconds, user_metadata)
-        return str(folder)
+        return compat.tinker_path(self.model_id, compat.KIND_OF_FOLDER[kind], folder.name)
 
     def save_state(
         self,
@@ -774,8 +810,9 @@ class LocalTrainingClient:
         overwrite: bool = False,
         user_metadata: dict[str, str] | None = None,
     ) -> LocalFuture:
-        """Weights and optimizer state for resuming. The path is the checkpoint's folder; its tinker:// name
-        (tinker://<model_id>/weights/<name>) is accepted everywhere a path is."""
+        """Weights and optimizer state for resuming. The path is its tinker:// name
+        (tinker://<model_id>/weights/<name>), as the hosted service and `cookbook serve` return; its folder
+        (compat.resolve) is accepted everywhere a path is too."""
         return self._submit(
             lambda: types.SaveWeightsResponse(
                 path=self._save("state", name, True, ttl_seconds, user_metadata, overwrite)
@@ -862,7 +899,10 @@ class LocalTrainingClient:
 
         def fn():
             path = self._save("sampler", name, False) if name else None
-            return LocalSamplingClient(self._worker, self._snapshot(), path, retry_config, record_stability_info)
+            session_id = self._service.session_id if self._service is not None else None
+            return LocalSamplingClient(
+                self._worker, self._snapshot(), path, retry_config, record_stability_info, session_id
+            )
 
         return ClientFuture(self._submit(fn).future())
 
@@ -878,7 +918,8 @@ class LocalTrainingClient:
     def create_sampling_client(
         self, model_path: str, retry_config: Any = None, record_stability_info: bool = False
     ) -> ClientFuture:
-        return LocalServiceClient().create_sampling_client(
+        service = self._service if self._service is not None else LocalServiceClient()
+        return service.create_sampling_client(
             model_path, retry_config=retry_config, record_stability_info=record_stability_info
         )
 
@@ -959,6 +1000,7 @@ class LocalServiceClient:
             self.close_status, self.close_detail = status, detail
             for client in self._training_clients:
                 client.close()
+            stability.RECORDS.forget_session(self.session_id)
         return LocalFuture.completed(None)
 
     def get_telemetry(self) -> None:
@@ -1146,11 +1188,13 @@ class LocalServiceClient:
             state, config = read_adapter_folder(model_path)
             worker = get_worker(config["base_model_name_or_path"], self.device_name)
             snapshot = WeightsSnapshot(state, int(config["r"]), config["target_modules"])
-            return LocalSamplingClient(worker, snapshot, model_path, retry_config, record_stability_info)
+            return LocalSamplingClient(
+                worker, snapshot, model_path, retry_config, record_stability_info, self.session_id
+            )
         if not base_model:
             raise ValueError("create_sampling_client needs model_path or base_model")
         return LocalSamplingClient(
-            get_worker(base_model, self.device_name), None, None, retry_config, record_stability_info
+            get_worker(base_model, self.device_name), None, None, retry_config, record_stability_info, self.session_id
         )
 
     def create_sampling_client(
@@ -1231,10 +1275,11 @@ def _per_datum_loss(handle: LossHandle) -> Callable:
     return loss_fn
 
 
-def _grad_rows(loss_fn: str, datum: types.Datum) -> torch.Tensor:
+def _grad_rows(loss_fn: str, datum: types.Datum, config: dict | None = None) -> torch.Tensor:
     """Positions whose log-prob the built-in loss depends on: elsewhere its gradient is exactly zero (weight 0 for
-    cross_entropy, advantage 0 for the policy-gradient losses); dro's quadratic term reaches every position."""
-    if loss_fn == "dro":
+    cross_entropy, advantage 0 for the policy-gradient losses); dro's quadratic term, and stable_reinforce's KL term
+    when kl_coeff is set, reach every position."""
+    if loss_fn == "dro" or (loss_fn == "stable_reinforce" and (config or {}).get("kl_coeff")):
         return torch.ones(datum.model_input.length, dtype=torch.bool)
     key = "weights" if loss_fn == "cross_entropy" else "advantages"
     return datum.loss_fn_inputs[key].to_torch() != 0

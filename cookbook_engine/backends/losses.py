@@ -10,10 +10,17 @@ the formulas on Tinker's loss pages (ratio = exp(logprobs - sampler_logprobs), A
 - dro: -sum(logprobs * A - beta / 2 * (logprobs - sampler_logprobs) ** 2)
 - gspo (GSPO-token): s = exp(mean over sequence_ratio_mask of sg(logprobs) - sampler_logprobs); each token's ratio is
   s * exp(logprobs - sg(logprobs)) (s's value, its own gradient); then PPO's clipped objective on that ratio.
+- stable_reinforce (the LOCAL definition; the hosted service's exact formula is unpublished): a REINFORCE objective
+  with a truncated importance weight to the RECORDED sampler: over the sampled target positions only (sampled_mask,
+  from the datum's provenance), with mu = the sampler log-probs recorded when the sequence was sampled,
+  r = exp(logprobs - mu) and w = sg(clip(r, clip_low_threshold, clip_high_threshold)) (defaults 0 and 2: truncated
+  IS, no lower bound), loss = -sum(mask * w * A * logprobs) + kl_coeff * sum(mask * (r - 1 - log r)) (kl_coeff
+  default 0; r - 1 - log r is the k3 estimate of KL(sampler || policy)). On-policy (r = 1) its gradient is plain
+  REINFORCE's, -sum(A * grad logprobs); off-policy each token's weight is capped at clip_high_threshold.
+  stability.py supplies mu and the mask after checking the provenance against the records.
 Config defaults where Tinker's docs name none: clip thresholds 0.8 / 1.2 (ratio bounds), dro beta 0.05 (the docs'
-example value). `stable_reinforce` (alpha at Tinker) depends on sampling records the service keeps and its formula
-is not published, and `custom` names losses created with `create_custom_loss` (run by forward_backward_custom):
-both raise a clear error here. This module is math only: no model, no batching.
+example value). `custom` names losses created with `create_custom_loss` (run by forward_backward_custom): it raises a
+clear error here. This module is math only: no model, no batching.
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ import torch
 PPO_DEFAULT_CLIP_LOW = 0.8
 PPO_DEFAULT_CLIP_HIGH = 1.2
 DRO_DEFAULT_BETA = 0.05
+STABLE_REINFORCE_CLIP_LOW = 0.0
+STABLE_REINFORCE_CLIP_HIGH = 2.0
 
 RL_INPUTS = ("target_tokens", "logprobs", "advantages")
 REQUIRED_INPUTS = {
@@ -32,11 +41,9 @@ REQUIRED_INPUTS = {
     "cispo": RL_INPUTS,
     "dro": RL_INPUTS,
     "gspo": RL_INPUTS + ("sequence_ratio_mask",),
+    "stable_reinforce": ("target_tokens", "advantages"),  # sampler log-probs come from the sampling records
 }
 UNSUPPORTED = {
-    "stable_reinforce": "stable_reinforce is Tinker's alpha loss: it needs the sampling records the hosted service "
-    "keeps (record_stability_info) and its formula is not published, so the local backend cannot "
-    "compute it. Use importance_sampling, ppo, cispo, gspo or dro (e.g. rl_loop's loss_fn=cispo).",
     "custom": "loss_fn='custom' runs a loss made by create_custom_loss; pass that handle (or a callable) to "
     "forward_backward_custom instead.",
 }
@@ -50,6 +57,8 @@ def datum_loss(
     if loss_fn == "cross_entropy":
         return -(inputs["weights"] * logprobs_T).sum()
     sampler_T, advantages_T = inputs["logprobs"].to(logprobs_T.dtype), inputs["advantages"].to(logprobs_T.dtype)
+    if loss_fn == "stable_reinforce":
+        return _stable_reinforce(logprobs_T, sampler_T, advantages_T, inputs["sampled_mask"], config)
     if loss_fn == "dro":
         beta = float(config.get("beta", DRO_DEFAULT_BETA))
         return -(logprobs_T * advantages_T - 0.5 * beta * (logprobs_T - sampler_T) ** 2).sum()
@@ -65,6 +74,21 @@ def datum_loss(
         return -(torch.clamp(ratio_T, low, high).detach() * logprobs_T * advantages_T).sum()
     clipped_T = torch.clamp(ratio_T, low, high)  # ppo and gspo
     return -torch.minimum(ratio_T * advantages_T, clipped_T * advantages_T).sum()
+
+
+def _stable_reinforce(
+    logprobs_T: torch.Tensor, sampler_T: torch.Tensor, advantages_T: torch.Tensor, mask_T: torch.Tensor, config: dict
+) -> torch.Tensor:
+    mask_T = mask_T.to(logprobs_T.dtype)
+    low = float(config.get("clip_low_threshold", STABLE_REINFORCE_CLIP_LOW))
+    high = float(config.get("clip_high_threshold", STABLE_REINFORCE_CLIP_HIGH))
+    log_ratio_T = (logprobs_T - sampler_T) * mask_T
+    weight_T = torch.clamp(torch.exp(log_ratio_T.detach()), low, high)
+    loss = -(mask_T * weight_T * advantages_T * logprobs_T).sum()
+    kl_coeff = float(config.get("kl_coeff", 0.0))
+    if kl_coeff:
+        loss = loss + kl_coeff * (mask_T * (torch.exp(log_ratio_T) - 1 - log_ratio_T)).sum()
+    return loss
 
 
 def _gspo_ratio(logprobs_T: torch.Tensor, sampler_T: torch.Tensor, mask_T: torch.Tensor) -> torch.Tensor:

@@ -22,7 +22,7 @@ T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 
 # what the local backend computes
-LOSS_FUNCTIONS = ("cross_entropy", "importance_sampling", "ppo", "cispo", "dro", "gspo")
+LOSS_FUNCTIONS = ("cross_entropy", "importance_sampling", "ppo", "cispo", "dro", "gspo", "stable_reinforce")
 
 
 class LocalFuture(Generic[T]):

@@ -28,7 +28,7 @@ from cookbook_engine.backends import compat
 from cookbook_engine.backends.protocol import LocalFuture
 
 CHECKPOINT_META, RUN_META = compat.CHECKPOINT_META, compat.RUN_META
-KIND_OF_FOLDER = {folder: kind for kind, folder in compat.KIND_FOLDERS.items()}
+KIND_OF_FOLDER = compat.KIND_OF_FOLDER
 
 
 def _read_json(path: Path) -> dict:

@@ -27,7 +27,7 @@ from cookbook_engine.backends import compat
 from cookbook_engine.backends.protocol import map_future
 from cookbook_engine.backends.rest import LocalRestClient
 from cookbook_engine.serve import wire
-from cookbook_engine.serve.state import ServerState
+from cookbook_engine.serve.state import ServerState, SessionEnded
 from storage.statuses import SessionEnd
 
 LONG_POLL_S = 10.0  # under the SDK's 45 s poll timeout; each try_again answer logs a warning in the SDK
@@ -51,8 +51,8 @@ def _observed(future: concurrent.futures.Future, observe) -> concurrent.futures.
     return map_future(future, lambda value: (observe(value), value)[1])
 
 
-def _tinker_path(folder: str) -> str:
-    return compat.to_tinker_path(folder) or folder
+def _tinker_path(path: str) -> str:
+    return path if path.startswith("tinker://") else compat.to_tinker_path(path) or path
 
 
 def create_app(state: ServerState | None = None) -> FastAPI:
@@ -63,6 +63,10 @@ def create_app(state: ServerState | None = None) -> FastAPI:
     @app.exception_handler(KeyError)
     async def unknown(_: Request, exc: KeyError) -> JSONResponse:
         return JSONResponse({"detail": str(exc.args[0] if exc.args else exc)}, status_code=404)
+
+    @app.exception_handler(SessionEnded)
+    async def ended(_: Request, exc: SessionEnded) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=410)  # Gone: the SDK stops heartbeating on 410
 
     @app.exception_handler(ValueError)
     async def bad(_: Request, exc: ValueError) -> JSONResponse:
@@ -149,7 +153,7 @@ def _training_routes(app: FastAPI, state: ServerState) -> None:
         def created(client):
             return types.CreateModelResponse(model_id=state.add_model(session, body.model_seq_id, client))
 
-        return _json(state.futures.add(map_future(future, created), "create_model"))
+        return _json(state.futures.add(map_future(future, created), "create_model", session=session))
 
     @app.post("/api/v1/get_info")
     async def get_info(request: Request):
@@ -167,12 +171,13 @@ def _training_routes(app: FastAPI, state: ServerState) -> None:
         model_id, loss_fn, config, data, forward_only = wire.parse_forward_backward(await request.body())
         session, client = state.model(model_id)
         if forward_only:
-            return _json(state.futures.add(client.forward(data, loss_fn, config).future(), "forward"))
+            state.on_forward(session, data)
+            return _json(state.futures.add(client.forward(data, loss_fn, config).future(), "forward", session=session))
         future = _observed(
             client.forward_backward(data, loss_fn, config).future(),
             lambda output: state.on_forward_backward(session, loss_fn, data, output),
         )
-        return _json(state.futures.add(future, "forward_backward"))
+        return _json(state.futures.add(future, "forward_backward", session=session))
 
     @app.post("/api/v1/optim_step")
     async def optim_step(request: Request):
@@ -181,7 +186,7 @@ def _training_routes(app: FastAPI, state: ServerState) -> None:
         future = _observed(
             client.optim_step(body.optim_params).future(), lambda response: state.on_optim_step(session, response)
         )
-        return _json(state.futures.add(future, "optim_step"))
+        return _json(state.futures.add(future, "optim_step", session=session))
 
     @app.post("/api/v1/save_weights")
     async def save_weights(request: Request):
@@ -195,7 +200,7 @@ def _training_routes(app: FastAPI, state: ServerState) -> None:
             state.on_checkpoint(session, name, "state", path)
             return types.SaveWeightsResponse(path=path)
 
-        return _json(state.futures.add(map_future(future, done), "save_weights"))
+        return _json(state.futures.add(map_future(future, done), "save_weights", session=session))
 
     @app.post("/api/v1/save_weights_for_sampler")
     async def save_weights_for_sampler(request: Request):
@@ -210,13 +215,13 @@ def _training_routes(app: FastAPI, state: ServerState) -> None:
                 state.on_checkpoint(session, name, "sampler", path)
                 return types.SaveWeightsForSamplerResponseInternal(path=path)
 
-            return _json(state.futures.add(map_future(future, saved), "save_weights_for_sampler"))
+            return _json(state.futures.add(map_future(future, saved), "save_weights_for_sampler", session=session))
         future = client.save_weights_and_get_sampling_client(kind=body.kind).future()
 
         def snapshot(sampler):  # unnamed: a sampling session on the weights as they are now
             return types.SaveWeightsForSamplerResponseInternal(sampling_session_id=state.add_sampler(session, sampler))
 
-        return _json(state.futures.add(map_future(future, snapshot), "save_weights_for_sampler"))
+        return _json(state.futures.add(map_future(future, snapshot), "save_weights_for_sampler", session=session))
 
     @app.post("/api/v1/load_weights")
     async def load_weights(request: Request):
@@ -233,14 +238,14 @@ def _training_routes(app: FastAPI, state: ServerState) -> None:
             future = create(body.path, body.base_model, body.user_metadata, body.weights_access_token).future()
 
             def created(client):
-                model_id = state.add_model(session, body.model_seq_id, client)
+                model_id = state.add_model(session, body.model_seq_id, client, parent=body.path)
                 return types.LoadWeightsResponse(path=body.path, model_id=model_id)
 
-            return _json(state.futures.add(map_future(future, created), "load_weights"))
-        _, client = state.model(body.model_id)
+            return _json(state.futures.add(map_future(future, created), "load_weights", session=session))
+        session, client = state.model(body.model_id)
         call = client.load_state_with_optimizer if body.optimizer else client.load_state
         future = call(body.path, body.weights_access_token).future()
-        return _json(state.futures.add(future, "load_weights"))
+        return _json(state.futures.add(future, "load_weights", session=session))
 
 
 def _sampling_routes(app: FastAPI, state: ServerState) -> None:
@@ -270,23 +275,26 @@ def _sampling_routes(app: FastAPI, state: ServerState) -> None:
         if not body.sampling_session_id:
             raise ValueError("asample: cookbook serve samples through sampling sessions (sampling_session_id)")
         session, client = state.sampler(body.sampling_session_id)
-        future = client.sample(
+        # The ids are fixed now: the SDK stamps them onto the sequences (the result does not repeat them), and the
+        # sampling records stable_reinforce trains on are kept under them.
+        sequence_ids = [f"{body.sampling_session_id}-{uuid.uuid4().hex[:12]}" for _ in range(body.num_samples)]
+        future = client.sample_as(
             body.prompt,
             body.num_samples,
             body.sampling_params,
             bool(body.prompt_logprobs),
-            body.topk_prompt_logprobs,
-            body.topk_sample_logprobs,
-            body.target_prompt_logprobs,
-            body.prompt_alt_tokens_k,
             body.prompt_logprobs_last_n,
+            sequence_ids=sequence_ids,
+            record_stability_info=bool(body.record_stability_info),
+            topk_prompt_logprobs=body.topk_prompt_logprobs,
+            topk_sample_logprobs=body.topk_sample_logprobs,
+            target_prompt_logprobs=body.target_prompt_logprobs,
+            prompt_alt_tokens_k=body.prompt_alt_tokens_k,
         ).future()
         future = _observed(
             future, lambda response: state.on_sample(session, client.get_tokenizer(), body.prompt, response)
         )
-
-        sequence_ids = [f"{body.sampling_session_id}-{uuid.uuid4().hex[:12]}" for _ in range(body.num_samples)]
-        return _json(state.futures.add(future, "asample", sequence_ids))
+        return _json(state.futures.add(future, "asample", sequence_ids, session=session))
 
 
 def _future_routes(app: FastAPI, state: ServerState) -> None:

@@ -44,6 +44,17 @@ def _model_input(chunks) -> types.ModelInput:
     return types.ModelInput(chunks=pieces)
 
 
+def _spans(messages) -> list | None:
+    """Provenance spans (the inverse of request_conv._write_provenance_span); None when the datum has none."""
+    spans: list = []
+    for msg in messages:
+        arm = msg.WhichOneof("span")
+        kind = types.SampledProvenanceSpan if arm == "sampled_tokens" else types.PromptProvenanceSpan
+        body = getattr(msg, arm or "prompt_tokens")
+        spans.append(kind(sequence_id=body.sequence_id, offset=body.offset, length=body.length))
+    return spans or None
+
+
 def parse_forward_backward(body: bytes) -> tuple[str, str, dict | None, list[types.Datum], bool]:
     """(model_id, loss_fn, loss_fn_config, data, forward_only) of a protobuf forward_backward request."""
     msg = pb.ForwardBackwardRequest()
@@ -53,7 +64,10 @@ def parse_forward_backward(body: bytes) -> tuple[str, str, dict | None, list[typ
         config[key] = value.text if value.WhichOneof("value") == "text" else value.number
     data = [
         types.Datum(
-            model_input=_model_input(d.model_input), loss_fn_inputs={k: _tensor(v) for k, v in d.loss_fn_inputs.items()}
+            model_input=_model_input(d.model_input),
+            loss_fn_inputs={k: _tensor(v) for k, v in d.loss_fn_inputs.items()},
+            model_input_spans=_spans(d.model_input_spans),
+            loss_fn_input_spans=_spans(d.loss_fn_input_spans),
         )
         for d in msg.data
     ]

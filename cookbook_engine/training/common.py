@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from tinker import types
 
 from cookbook_engine import models
-from cookbook_engine.backends import service_client
+from cookbook_engine.backends import compat, service_client
 from cookbook_engine.config import CommonConfig
 
 if TYPE_CHECKING:
@@ -115,13 +115,10 @@ async def save_checkpoint(
     """Save the full state (weights + optimizer, for resuming) and sampler weights, and record both."""
     state = await (await client.save_state_async(name))
     sampler = await (await client.save_weights_for_sampler_async(name))
-    ctx.logger.log_checkpoint(
-        step=step,
-        name=name,
-        kind="both",
-        state_path=state.path,
-        sampler_path=sampler.path,
-        loop_state={**loop_state, "final": final},
-    )
+    paths = {  # local checkpoints by folder (export, delete and evals read them there), hosted ones by tinker:// name
+        "state_path": compat.local_folder(client, state.path),
+        "sampler_path": compat.local_folder(client, sampler.path),
+    }
+    ctx.logger.log_checkpoint(step=step, name=name, kind="both", loop_state={**loop_state, "final": final}, **paths)
     ctx.note(f"saved step {step}{' (final)' if final else ''}: checkpoint {name}")  # the log says what the table shows
-    return {"state_path": state.path, "sampler_path": sampler.path}
+    return paths
