@@ -64,7 +64,8 @@ def server(monkeypatch, tmp_path):
     yield url, state
     uv.should_exit = True
     thread.join(15)
-    if state._store is not None:
+    state.finish_all()
+    if hasattr(state._store, "close"):
         state._store.close()
 
 
@@ -184,7 +185,6 @@ def test_sessions_whose_heartbeats_stop_expire_free_what_they_held_and_answer_41
     answer = TestClient(create_app(state)).post("/api/v1/session_heartbeat", json={"session_id": busy.session_id})
     assert answer.status_code == 410 and "with work queued" in answer.json()["detail"]
     state.finish_all()
-    store.close()
 
 
 # --- tinker-cookbook's recipes through the real SDK over HTTP ----------------------------------------------
