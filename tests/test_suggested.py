@@ -57,14 +57,17 @@ def test_a_run_says_how_many_passes_its_steps_make():
 
 
 def test_the_check_warns_when_a_run_may_overwrite_what_the_model_knew():
+    from cookbook_engine.data.builtin import FACTS_REPLAY_ROWS
+
     facts = suggested.MEASURED[("sl", "builtin:facts")]
     config = SLConfig(dataset="builtin:facts")
     rows = facts.steps * facts.batch_size
-    assert suggested.overwrite_note(config, facts.learning_rate, facts.steps, rows) == ""  # the demo: replay inside
+    demo = suggested.overwrite_note(config, facts.learning_rate, facts.steps, rows)
+    assert (demo == "") == bool(FACTS_REPLAY_ROWS)  # the demo warns until its data mixes in replay rows
     note = suggested.overwrite_note(SLConfig(dataset="builtin:facts", num_epochs=3), 2e-3, 3 * facts.steps, rows)
     assert "3 passes at rate 0.002" in note and "What is the capital of France?" in note and "builtin:retention" in note
     mine = SLConfig(dataset="my.jsonl")
-    assert suggested.overwrite_note(mine, 2e-3, 25, 200) != ""  # a small dataset at the demo's rate, no replay known
+    assert "1 pass at rate 0.002 over 200 examples" in suggested.overwrite_note(mine, 2e-3, 25, 200)
     assert suggested.overwrite_note(mine, 5e-4, 25, 200) == ""  # a low rate
     assert suggested.overwrite_note(mine, 2e-3, 250, 2000) == ""  # a large dataset
     assert suggested.overwrite_note(DPOConfig(), 2e-3, 100, 200) == ""  # SL only
