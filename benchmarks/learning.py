@@ -64,6 +64,7 @@ DEFAULTS = (
         0.85,
         ">= 0.85, above base outside both intervals; retention loss interval contains 0",
         10.0,
+        ("builtin:prefs-unseen-kinds",),
     ),
     Default(
         "rl",
