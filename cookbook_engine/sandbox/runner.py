@@ -16,16 +16,19 @@ which of the plans below works here, caches the answer, and `sandbox_capabilitie
   RLIMIT_NPROC caps the count (threads included); it binds because the child runs as a fresh unprivileged uid
   (chosen at random per call from an unused range), so concurrent sandboxes do not share the budget. A fork
   bomb stops at `max_processes` and dies with the run.
-- Files: a fresh mount namespace in which every mount is read-only, /tmp, /var/tmp, /dev/shm, /run, /root and
-  /home are replaced by empty tmpfs, and the only writable place is the work folder, a size-capped tmpfs
-  (4 x max_file_mb) that disappears with the namespace. The child cannot write to any host folder, and
-  cannot read root's home. The interpreter's own prefix is bound back read-only where it lived.
+- Files: a private root (launcher.py, root.py): a fresh mount namespace whose root is an empty tmpfs holding,
+  read-only, only the interpreter, its standard library (site-packages hidden) and the shared libraries they
+  load, at their host paths; a /dev of harmless devices, the PID namespace's /proc, and the work folder, the only
+  writable place, a size-capped tmpfs (4 x max_file_mb) that disappears with the namespace. The old root is
+  detached: the project's source, the studio home, /work, other homes, socket files and the grader's own files
+  do not exist for the child (an allow-list, not a list of hidden folders).
 - Resources: RLIMIT_CPU, RLIMIT_FSIZE, RLIMIT_NOFILE, no core dumps; a wall-clock timeout that SIGKILLs the whole
   process group; stdout/stderr capped while reading (a flood is killed). Memory: a fresh memory cgroup per run
-  (kernel_limits.py) caps all of the run's processes together, counting shared memory, memfd and tmpfs pages too;
-  where no cgroup can be made, RLIMIT_AS caps each process instead.
+  (limits.py) caps all of the run's processes together, counting shared memory, memfd and tmpfs pages too;
+  where no cgroup can be made, RLIMIT_AS caps each process instead. CPU: a fresh CPU cgroup per run schedules all
+  of its processes as one group capped at one core, however many sessions they start.
 - Kernel surface: a seccomp filter refuses SysV IPC, memfd, new user namespaces, mount, ptrace, bpf, io_uring and
-  a few more (kernel_limits.py); /dev holds only null, zero, full, random and urandom; /dev/shm is read-only.
+  a few more (limits.py); /dev holds only null, zero, full, random and urandom; /dev/shm is read-only.
 - Environment: built from scratch (PATH, LANG, HOME, PYTHONDONTWRITEBYTECODE, PYTHONHASHSEED), so no API key
   or token of the studio reaches the child. Python runs with `-I -S -B`: isolated mode, no site-packages
   (standard library only), no bytecode files. The work folder is not on sys.path.
@@ -34,9 +37,9 @@ which of the plans below works here, caches the answer, and `sandbox_capabilitie
   then finish), which the code grader uses to keep a solution and its tests in two separate sandboxes.
 
 What it does NOT do (be honest in UIs and logs about these):
-- It is not a proof against a determined attacker: the host kernel is shared, the seccomp filter is a deny-list,
-  and everything world-readable on the host (outside the hidden folders above) can be read.
-- CPU time is limited per process; the wall-clock timeout bounds the total.
+- It is not a proof against a determined attacker: the host kernel is shared and the seccomp filter is a
+  deny-list. Without a mount namespace (the last two plans below) everything world-readable on the host can be read.
+- Without a CPU cgroup, CPU time is limited per process only; the wall-clock timeout bounds the total.
 - PYTHONHASHSEED is ignored by the `-I` child itself (isolated mode ignores PYTHON* variables), so set
   ordering of strings may differ between runs.
 - Where the probe finds less than the full plan (no root, no namespaces), it falls back to a user namespace
