@@ -37,9 +37,15 @@ def rl_runs(runs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return [run for run in runs if run["kind"] == "rl"]
 
 
+HEDGED_FLAG = "hedged answer"
+
+
 def hack_flags(details: Any) -> list[str]:
-    """The reward-hacking patterns the grader found in the sample's code (rl/hack_flags.py)."""
-    return list(details.get("suspicious") or []) if isinstance(details, dict) else []
+    """The reward-hacking patterns the grader found in the sample's code (rl/hack_flags.py), and "hedged answer" when
+    a text grader found several candidate answers with the right one among them (rl/text_graders.py)."""
+    if not isinstance(details, dict):
+        return []
+    return list(details.get("suspicious") or []) + ([HEDGED_FLAG] if details.get("hedged") else [])
 
 
 def network_exposed(details: Any) -> bool:

@@ -10,7 +10,7 @@
     cookbook evals                  (list evaluations; see cookbook_engine/evals/commands.py)
     cookbook sweep FILE [--dry-run] (train each configuration, evaluate each)   cookbook sweep --resume SWEEP_ID
     cookbook studio [--port 8501] [--address 127.0.0.1]
-    cookbook serve [--port 8600]    (a Tinker API server here: TINKER_BASE_URL=http://127.0.0.1:8600)
+    cookbook serve [--port 8600] [--allow-path DIR] [--max-request-mb 64]   (a Tinker API server here)
 
 `--dry-run` validates everything (settings, model, renderer, data) and prints the resolved config without
 training. learning_rate=auto (the default) uses the model's suggested rate. Bad input exits with code 2 and a
@@ -213,13 +213,33 @@ def serve(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="cookbook serve")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
     parser.add_argument("--no-record", action="store_true", help="do not record sessions as studio runs")
+    parser.add_argument(
+        "--max-request-mb", type=int, default=None, help="largest request body accepted, in MiB (default 64)"
+    )
+    parser.add_argument(
+        "--allow-path",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a folder outside the studio home whose checkpoints and models requests may name (repeatable)",
+    )
     try:
         options = parser.parse_args(argv)
     except SystemExit as exc:
         return EXIT_BAD_INPUT if exc.code else 0
     if not 0 < options.port < 65536:
         return _bad_input(f"--port must be between 1 and 65535, got {options.port}")
-    run_server(options.port, record=not options.no_record)
+    if options.max_request_mb is not None and not 0 < options.max_request_mb <= 65536:
+        return _bad_input(f"--max-request-mb must be between 1 and 65536, got {options.max_request_mb}")
+    missing = [folder for folder in options.allow_path if not os.path.isdir(folder)]
+    if missing:
+        return _bad_input(f"--allow-path: no such folder: {', '.join(missing)}")
+    run_server(
+        options.port,
+        record=not options.no_record,
+        max_request_mb=options.max_request_mb,
+        allow_paths=tuple(options.allow_path),
+    )
     return 0
 
 

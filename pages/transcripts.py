@@ -48,7 +48,8 @@ if flagged and st.toggle(
     key=f"hacks-{run_id}-{step}",
     help="Code that touches what reward hacks use: sys.modules, __main__, gc, frames, "
     "os._exit, atexit, builtins, json patches, objects that equal everything. The "
-    "grader keeps the tests out of reach; the flag shows a policy drifting that way.",
+    "grader keeps the tests out of reach; the flag shows a policy drifting that way. "
+    "Text replies are flagged when they hedge: several candidate answers, the right one among them.",
 ):
     shown = view.only_flagged(shown)
 

@@ -10,7 +10,6 @@ from cookbook_engine.rl.graders import (
     GRADERS,
     extract_code_block,
     grade,
-    last_number,
     run_unit_tests,
     validate_answer,
 )
@@ -39,14 +38,6 @@ def test_extract_code_block_prefers_python_then_bare():
     assert extract_code_block("```python\nunclosed") is None
 
 
-def test_last_number_reads_the_final_number():
-    assert last_number("7 + 5 = 12") == 12
-    assert last_number("It costs $1,234.50 in total.") == 1234.5
-    assert last_number("from -3 to -2.5") == -2.5
-    assert last_number("about 2e3 people") == 2000
-    assert last_number("no digits here") is None
-
-
 # ---------------------------------------------------------------- simple graders
 
 
@@ -57,24 +48,31 @@ def test_exact_ignores_case_and_whitespace_only():
     assert grade("exact", "The answer is Paris", "Paris").reward == 0.0
 
 
-def test_numeric_compares_the_last_number_with_relative_tolerance():
-    assert grade("numeric", "7 + 5 makes 12", "12").correct
+def test_numeric_grades_the_committed_number():
+    assert grade("numeric", "7 + 5 = 12", "12").correct
     assert grade("numeric", "so the total is 1,000", "1000").correct
-    assert grade("numeric", "x = 3.0000000001", "3").correct
+    assert grade("numeric", "The answer is 3.0", "3").correct  # the same value: integers compare by value, exactly
+    assert not grade("numeric", "x = 3.0000000001", "3").correct  # no tolerance for an integer answer
+    assert grade("numeric", "x = 3.0000001", "3.0").correct  # a float answer: relative tolerance 1e-6
     assert not grade("numeric", "12 then 13", "12").correct
+    assert not grade("numeric", "7 + 5 makes 12", "12").correct  # three numbers and no "answer", "=" or "is"
     missing = grade("numeric", "I don't know", "12")
     assert missing.reward == 0.0 and missing.details["found"] is None
     assert grade("numeric", "0", "0").correct
 
 
-def test_contains_is_case_insensitive():
+def test_contains_is_case_insensitive_on_whole_words():
     assert grade("contains", "The capital is PARIS, France.", "paris").correct
     assert not grade("contains", "The capital is Lyon.", "paris").correct
+    assert not grade("contains", "Parisian food", "paris").correct
 
 
-def test_regex_searches_the_response():
+def test_regex_matches_the_whole_reply():
     assert grade("regex", "Answer: 42", r"Answer:\s*\d+").correct
+    assert grade("regex", "  Answer: 42\n", r"Answer:\s*\d+").correct  # surrounding whitespace is stripped
     assert not grade("regex", "Answer: none", r"Answer:\s*\d+").correct
+    assert not grade("regex", "Answer: 42, or 41", r"Answer:\s*\d+").correct
+    assert grade("regex", "Well. Answer: 42", r"(?s).*Answer:\s*\d+").correct
     assert grade("regex", "YES", r"(?i)^yes$").correct
 
 

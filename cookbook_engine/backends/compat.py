@@ -71,6 +71,32 @@ CHECKPOINT_META = "checkpoint.json"  # in each checkpoint folder: time, expires_
 RUN_META = "run.json"  # in each training run's folder: base model, LoRA settings, session, user metadata
 
 
+NAME_MAX = 128  # characters in a checkpoint name or a training run id
+
+
+def check_name(what: str, name: object, *, extra: str = "") -> str:
+    """`name` if it is a safe folder name: letters, digits, '-', '_', '.' (and the characters in `extra`), at most
+    NAME_MAX, not starting with '.'. So never empty, '.', '..', a separator or a hidden name; ValueError otherwise.
+    An allow-list: a checkpoint or run name only ever names one folder inside its parent."""
+    allowed = "-_." + extra
+    if (
+        not isinstance(name, str)
+        or not 0 < len(name) <= NAME_MAX
+        or name.startswith(".")
+        or not all(c.isalnum() or c in allowed for c in name)
+    ):
+        raise ValueError(
+            f"{what} {name!r} is not a valid name: use 1-{NAME_MAX} letters, digits, '-', '_' or '.'"
+            f"{' or ' + repr(extra) if extra else ''}, not starting with '.' (so not '.', '..' or a path)"
+        )
+    return name
+
+
+def check_run_id(run_id: object) -> str:
+    """A training run id: a safe name that may also hold ':' (the SDK's model ids are "<session>:train:<n>")."""
+    return check_name("training run", run_id, extra=":")
+
+
 def checkpoint_root() -> Path:
     root = paths.home() / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
@@ -91,8 +117,11 @@ def parse_tinker_path(path: str) -> types.ParsedCheckpointTinkerPath:
             f"checkpoint path {path!r}: expected tinker://<training_run_id>/weights/<name> or "
             "tinker://<training_run_id>/sampler_weights/<name>"
         ) from exc
-    if parsed.checkpoint_id.split("/", 1)[0] not in KIND_FOLDERS:
+    kind, name = parsed.checkpoint_id.split("/", 1)
+    if kind not in KIND_FOLDERS:
         raise ValueError(f"checkpoint path {path!r}: only weights/ and sampler_weights/ checkpoints exist locally")
+    check_run_id(parsed.training_run_id)
+    check_name("checkpoint", name)
     return parsed
 
 

@@ -781,6 +781,7 @@ class LocalTrainingClient:
     # --- checkpoints ----------------------------------------------------------------------------------------
     def _folder(self, kind: str, name: str) -> Path:
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(name)) or "checkpoint"
+        compat.check_name("checkpoint", safe)  # never '.', '..' or a hidden name: one folder inside kind/
         return compat.checkpoint_root() / self.model_id / kind / safe
 
     def _save(

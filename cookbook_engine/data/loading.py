@@ -88,6 +88,7 @@ class RLProblem:
     prompt: str
     answer: str
     grader: str
+    tolerance: float | None = None  # numeric grader, float answers: the row's relative tolerance (default 1e-6)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -791,7 +792,19 @@ def _problem_from_row(row: dict, default_grader: str) -> RLProblem:
     problem = _answer_problem(grader, answer)
     if problem:
         raise _RowError(f"answer {answer!r} does not suit grader '{grader}': {problem}")
-    return RLProblem(prompt=prompt, answer=answer, grader=grader)
+    tolerance = row.get("tolerance")
+    if tolerance is not None and not (isinstance(tolerance, float) and tolerance != tolerance):  # NaN: an empty cell
+        from cookbook_engine.rl.text_graders import validate_tolerance
+
+        if grader != "numeric":
+            raise _RowError(f"'tolerance' is a setting of the numeric grader, not of '{grader}'")
+        try:
+            tolerance = validate_tolerance(answer, tolerance)
+        except ValueError as error:
+            raise _RowError(str(error)) from None
+    else:
+        tolerance = None
+    return RLProblem(prompt=prompt, answer=answer, grader=grader, tolerance=tolerance)
 
 
 def _answer_problem(grader: str, answer: str) -> str | None:

@@ -11,7 +11,9 @@ answer earns 0, a rambling one cut off at max_tokens earns -0.1. Per-sample metr
 tests_passed / tests_total for code); logs carry what a person reading a transcript wants (the expected answer, the
 sandbox's error).
 
-- arithmetic: "What is 47 + 38? Answer with just the number."; the last number in the reply is graded. The problems
+- arithmetic: "What is 47 + 38? Answer with just the number."; the reply's one committed number is graded by the
+  numeric grader's rule (rl/text_graders.py: "85", "47 + 38 = 85", "The answer is 85"; a hedge such as "84 or 85"
+  scores 0 and is marked hedged). The problems
   are rl/arithmetic.py's: a fixed held-out set of two-digit problems (the built-in eval set `builtin:arithmetic`)
   and a training curriculum whose operands grow from 1..20 to 1..99 over the first half of the run, never drawing a
   held-out problem.
@@ -35,7 +37,7 @@ from cookbook_engine.config import RLConfig
 from cookbook_engine.data import loading as datasets
 from cookbook_engine.rl import arithmetic, code_problems, graders
 from cookbook_engine.rl.arithmetic import ArithmeticProblem
-from cookbook_engine.rl.metrics import SUSPICIOUS_METRIC
+from cookbook_engine.rl.metrics import HEDGED_METRIC, SUSPICIOUS_METRIC
 from cookbook_engine.rl.types import Env, EnvGroupBuilder, RLDataset, StepResult
 
 FORMAT_COEF = 0.1
@@ -86,9 +88,10 @@ class ArithmeticEnv(ProblemEnv):
         self.problem = problem
 
     def grade(self, response: str) -> Graded:
-        found = graders.last_number(response)
-        correct = found is not None and found == self.problem.answer
-        return Graded(float(correct), correct, found is not None, logs={"answer": self.problem.answer, "found": found})
+        graded = _from_grade(graders.grade("numeric", response, str(self.problem.answer)))
+        graded.format_ok = graded.logs.get("found") is not None
+        graded.logs["answer"] = self.problem.answer
+        return graded
 
 
 # ------------------------------------------------------------------------------------------------ code
@@ -109,13 +112,27 @@ class CodeEnv(ProblemEnv):
 
 
 class CustomEnv(ProblemEnv):
-    def __init__(self, renderer, problem: datasets.RLProblem, format_coef: float = FORMAT_COEF):
+    def __init__(
+        self,
+        renderer,
+        problem: datasets.RLProblem,
+        format_coef: float = FORMAT_COEF,
+        other_answers: tuple[str, ...] = (),
+    ):
         super().__init__(renderer, problem.prompt, format_coef)
-        self.problem = problem
+        self.problem, self.other_answers = problem, other_answers
         self.grade_in_thread = problem.grader == "python_tests"
 
     def grade(self, response: str) -> Graded:
-        graded = _from_grade(graders.grade(self.problem.grader, response, self.problem.answer))
+        graded = _from_grade(
+            graders.grade(
+                self.problem.grader,
+                response,
+                self.problem.answer,
+                tolerance=self.problem.tolerance,
+                other_answers=self.other_answers,
+            )
+        )
         if self.problem.grader != "python_tests":
             graded.logs["answer"] = self.problem.answer
         return graded
@@ -128,6 +145,8 @@ def _from_grade(grade: graders.Grade) -> Graded:
     metrics = {key: float(details.pop(key)) for key in ("tests_passed", "tests_total") if key in details}
     if "suspicious" in details:  # code graders: the hack patterns stay in the logs for Transcripts' badge
         metrics[SUSPICIOUS_METRIC] = float(bool(details["suspicious"]))
+    if "hedged" in details:  # text graders: a reply holding several candidate answers, the right one among them
+        metrics[HEDGED_METRIC] = float(bool(details["hedged"]))
     return Graded(float(grade.reward), bool(grade.correct), format_ok, metrics, details)
 
 
@@ -254,8 +273,13 @@ def build_env(config: RLConfig, renderer) -> EnvSetup:
             )
         test = test[: config.num_eval_problems]
 
+        answers = tuple(sorted({p.answer for p in train + test if p.grader == "contains"}))
+
         def make(problem, size):
-            return ProblemGroupBuilder(lambda: CustomEnv(renderer, problem), size, (problem.grader,))
+            others = tuple(a for a in answers if a != problem.answer) if problem.grader == "contains" else ()
+            return ProblemGroupBuilder(
+                lambda: CustomEnv(renderer, problem, other_answers=others), size, (problem.grader,)
+            )
 
         graders_used = sorted({p.grader for p in train + test})
         description = (

@@ -2,18 +2,14 @@
 
 A user's dataset file holds prompts with reference answers and names one grader:
 
-- `exact`: the response equals the answer, ignoring case and runs of whitespace.
-- `numeric`: the last number in the response equals the answer (relative tolerance 1e-6).
-- `contains`: the answer appears in the response, ignoring case and runs of whitespace.
-- `regex`: the answer is a regular expression that must match somewhere in the response (`re.search`;
-  anchor it with ^...$ to match the whole response, prefix (?i) to ignore case).
+- `exact`, `numeric`, `contains`, `regex`: text graders, each reading one committed answer from the reply by the rule
+  rl/text_graders.py states (a hedge such as "41 or 42 or 43" scores 0 and is marked `hedged`).
 - `python_tests`: the answer is Python test code (asserts). The response's first ```python block is graded by
   rl/code_grading.py: the solution and the tests run in two separate sandboxes and the tests call the solution's
   functions through this process, so the solution can never reach the tests; the reward is the fraction passed.
 
 What it is not: the dataset loader (it calls `validate_answer` on every row) or the RL environment (which
-turns a Grade into a reward and the env/all/correct, env/all/format metrics). Regexes run in this process
-without a time limit: a pathological pattern can be slow on a long response.
+turns a Grade into a reward and the env/all/correct, env/all/format metrics).
 
 How python_tests counts tests (rl/code_grading.py, `plan_tests`): top-level asserts (statements grouped up to
 each assert), pytest-style `def test_*():` functions, unittest.TestCase methods and `def check(candidate)` (with
@@ -27,27 +23,21 @@ returned argument, generators item by item, printed output).
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
 
-from cookbook_engine.rl import hack_flags
+from cookbook_engine.rl import hack_flags, text_graders
 from cookbook_engine.rl.code_grading import TestPlan, plan_tests, run_code_tests, snippet_plan
+from cookbook_engine.rl.text_graders import (
+    Grade as Grade,  # re-exported: every grader returns one
+    grade_contains,
+    grade_exact,
+    grade_numeric,
+    grade_regex,
+)
 from cookbook_engine.sandbox import SandboxLimits
 
-
-@dataclass
-class Grade:
-    reward: float
-    correct: bool
-    details: dict = field(default_factory=dict)
-
-
-# ---------------------------------------------------------------- text helpers
-
 _CODE_BLOCK = re.compile(r"```[ \t]*(?P<lang>[A-Za-z0-9_+-]*)[^\n]*\n(?P<code>.*?)```", re.DOTALL)
-_NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?|[-+]?\.\d+(?:[eE][-+]?\d+)?")
 
 
 def extract_code_block(text: str) -> str | None:
@@ -60,57 +50,6 @@ def extract_code_block(text: str) -> str | None:
         if lang == "" and bare is None:
             bare = match.group("code")
     return bare
-
-
-def last_number(text: str) -> float | None:
-    """The last number written in the text ("1,234.5", "-3", "2e5", ".5"), or None when there is none."""
-    matches = _NUMBER.findall(text)
-    if not matches:
-        return None
-    return float(matches[-1].replace(",", ""))
-
-
-def _normalise(text: str) -> str:
-    return " ".join(text.split()).casefold()
-
-
-def _parse_number(answer: str) -> float:
-    try:
-        return float(answer.strip().replace(",", ""))
-    except ValueError:
-        raise ValueError(f"numeric grader: the answer {answer!r} is not a number") from None
-
-
-# ---------------------------------------------------------------- the simple graders
-
-
-def grade_exact(response: str, answer: str) -> Grade:
-    correct = _normalise(response) == _normalise(answer)
-    return Grade(float(correct), correct, {})
-
-
-def grade_numeric(response: str, answer: str) -> Grade:
-    expected = _parse_number(answer)
-    found = last_number(response)
-    correct = found is not None and math.isclose(found, expected, rel_tol=1e-6, abs_tol=1e-12)
-    return Grade(float(correct), correct, {"found": found, "expected": expected})
-
-
-def grade_contains(response: str, answer: str) -> Grade:
-    correct = _normalise(answer) in _normalise(response)
-    return Grade(float(correct), correct, {})
-
-
-def grade_regex(response: str, answer: str) -> Grade:
-    correct = _compile_regex(answer).search(response) is not None
-    return Grade(float(correct), correct, {})
-
-
-def _compile_regex(pattern: str) -> re.Pattern:
-    try:
-        return re.compile(pattern)
-    except re.error as error:
-        raise ValueError(f"regex grader: the answer {pattern!r} is not a valid regular expression: {error}") from None
 
 
 # ---------------------------------------------------------------- python tests
@@ -175,7 +114,7 @@ def run_unit_tests(code: str, tests: list[str] | TestPlan, *, limits: SandboxLim
 
 # ---------------------------------------------------------------- registry
 
-GRADERS: dict[str, Callable[[str, str], Grade]] = {
+GRADERS: dict[str, Callable[..., Grade]] = {
     "exact": grade_exact,
     "numeric": grade_numeric,
     "contains": grade_contains,
@@ -190,11 +129,24 @@ def _check_grader(grader: str) -> Callable[[str, str], Grade]:
     return GRADERS[grader]
 
 
-def grade(grader: str, response: str, answer: str) -> Grade:
-    """Grade one response with the named grader. Unknown grader or malformed answer -> ValueError."""
+def grade(
+    grader: str,
+    response: str,
+    answer: str,
+    *,
+    tolerance: float | None = None,
+    other_answers: Iterable[str] = (),
+) -> Grade:
+    """Grade one response with the named grader. Unknown grader or malformed answer -> ValueError. `tolerance`: the
+    numeric grader's relative tolerance for float answers; `other_answers`: the other rows' answers, which a
+    `contains` reply must not also hold (text_graders.py)."""
     function = _check_grader(grader)
     if not isinstance(response, str) or not isinstance(answer, str):
         raise TypeError("grade: response and answer must be str")
+    if grader == "numeric":
+        return function(response, answer, tolerance=tolerance)
+    if grader == "contains":
+        return function(response, answer, other_answers=other_answers)
     return function(response, answer)
 
 
@@ -203,9 +155,7 @@ def validate_answer(grader: str, answer: str) -> None:
     _check_grader(grader)
     if not isinstance(answer, str) or not answer.strip():
         raise ValueError(f"{grader} grader: the answer must be a non-empty string, got {answer!r}")
-    if grader == "numeric":
-        _parse_number(answer)
-    elif grader == "regex":
-        _compile_regex(answer)
-    elif grader == "python_tests":
+    if grader == "python_tests":
         plan_tests(answer)
+    else:
+        text_graders.validate_text_answer(grader, answer)

@@ -13,6 +13,10 @@ GOOD_THRESHOLD = 0.5
 # Per-rollout metric of code envs (1.0 when rl/hack_flags.py flagged the code), logged per step as its mean.
 SUSPICIOUS_METRIC = "hack_flagged"
 SUSPICIOUS_FRAC = "env/code/suspicious_frac"
+# Per-rollout metric of text graders (1.0 when the reply hedged: several candidate answers, the right one among
+# them; rl/text_graders.py), logged per step as its mean.
+HEDGED_METRIC = "hedged"
+HEDGED_FRAC = "env/text/hedged_frac"
 
 
 def rollout_metrics(groups_P: list[RolloutGroup]) -> dict[str, float]:
@@ -30,6 +34,9 @@ def rollout_metrics(groups_P: list[RolloutGroup]) -> dict[str, float]:
     flags = [r.metrics[SUSPICIOUS_METRIC] for g in groups_P for r in g.rollouts_G if SUSPICIOUS_METRIC in r.metrics]
     if flags:
         metrics[SUSPICIOUS_FRAC] = sum(flags) / len(flags)
+    hedged = [r.metrics[HEDGED_METRIC] for g in groups_P for r in g.rollouts_G if HEDGED_METRIC in r.metrics]
+    if hedged:
+        metrics[HEDGED_FRAC] = sum(hedged) / len(hedged)
     return metrics
 
 
@@ -46,7 +53,7 @@ def _metrics(groups_P: list[RolloutGroup]) -> dict[str, float]:
     values: dict[str, list[float]] = defaultdict(list)
     for rollout in rollouts:
         for key, value in rollout.metrics.items():
-            if key != SUSPICIOUS_METRIC:  # logged once, as SUSPICIOUS_FRAC
+            if key not in (SUSPICIOUS_METRIC, HEDGED_METRIC):  # logged once, as SUSPICIOUS_FRAC / HEDGED_FRAC
                 values[key].append(float(value))
     metrics.update({key: sum(vals) / len(vals) for key, vals in values.items()})
     mixed = good = bad = 0

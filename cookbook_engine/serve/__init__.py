@@ -7,7 +7,10 @@
 FastAPI routes (app.py) answer the endpoints the SDK 0.38 calls with its own types; the work runs on the local
 backend's model worker (one FIFO per base model, shared with the studio's runs in this process); each SDK session
 is recorded as a studio run in the same DuckDB (state.py). The server binds 127.0.0.1 only and accepts any API key:
-it is for this machine's user, not a network service. While it runs, `<home>/serve.json` names its address and pid;
+it is for this machine's user, not a network service. So it refuses what is not its own (guard.py): a Host other
+than its address (DNS rebinding), a foreign Origin, bodies that are not JSON (or the SDK's protobuf), bodies over
+`--max-request-mb`, checkpoint and run names that are not one plain folder name, and paths outside the studio home
+unless `--allow-path DIR` names their folder. While it runs, `<home>/serve.json` names its address and pid;
 `status()` reads it and probes /api/v1/healthz, which is how the studio's Home shows whether it is up.
 
 Not here: authentication, multiple machines, the hosted service's projects, billing or console.
@@ -59,17 +62,26 @@ def status(timeout_s: float = 0.5) -> ServeStatus:
     return ServeStatus(healthy, url if healthy else None, info.get("pid") if healthy else None)
 
 
-def run_server(port: int = DEFAULT_PORT, *, record: bool = True, log_level: str = "warning") -> None:
+def run_server(
+    port: int = DEFAULT_PORT,
+    *,
+    record: bool = True,
+    log_level: str = "warning",
+    max_request_mb: int | None = None,
+    allow_paths: tuple[str, ...] = (),
+) -> None:
     """Serve until interrupted (Ctrl-C); then the open sessions' runs are marked interrupted."""
     import uvicorn
 
     from cookbook_engine.log import setup_logging
+    from cookbook_engine.serve import guard
     from cookbook_engine.serve.app import create_app
     from cookbook_engine.serve.state import ServerState
 
     setup_logging()  # also when called without the CLI; uvicorn's own lines take the same format (log_config=None)
     state = ServerState(record=record)
-    app = create_app(state)
+    limit_mb = max_request_mb if max_request_mb is not None else guard.DEFAULT_MAX_REQUEST_MB
+    app = create_app(state, max_request_bytes=limit_mb << 20, allow_paths=allow_paths)
     url = f"http://{HOST}:{port}"
     _status_path().write_text(json.dumps({"url": url, "pid": os.getpid()}))
     print(

@@ -8,7 +8,11 @@ config turns off the JWT exchange, so any API key the SDK accepts (`tml-...`) wo
 names of local checkpoint folders. REST: training runs and checkpoints (list, get, delete, ttl) through the local
 REST client. Any other /api/v1 path answers 404 naming what is not implemented.
 
-Not here: sessions, futures and run recording (state.py), starting the server (serve/__init__.py).
+Every request passes guard.py first (Host, Origin, content type, size), and every name or path a route turns into a
+folder is checked there (`guard.*`, `policy.*`): a hostile or malformed request gets a 4xx with a reason, never a 500.
+
+Not here: sessions, futures and run recording (state.py), starting the server (serve/__init__.py), the request
+checks (guard.py).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from cookbook_engine import models
 from cookbook_engine.backends import compat
 from cookbook_engine.backends.protocol import map_future
 from cookbook_engine.backends.rest import LocalRestClient
-from cookbook_engine.serve import wire
+from cookbook_engine.serve import guard, wire
 from cookbook_engine.serve.state import ServerState, SessionEnded
 from storage.statuses import SessionEnd
 
@@ -55,10 +59,23 @@ def _tinker_path(path: str) -> str:
     return path if path.startswith("tinker://") else compat.to_tinker_path(path) or path
 
 
-def create_app(state: ServerState | None = None) -> FastAPI:
+def create_app(
+    state: ServerState | None = None,
+    *,
+    max_request_bytes: int = guard.DEFAULT_MAX_REQUEST_MB << 20,
+    allow_paths: tuple[str, ...] = (),
+) -> FastAPI:
+    """The app; `allow_paths`: folders outside the studio home that requests may name (cookbook serve --allow-path)."""
     state = state or ServerState()
+    policy = guard.PathPolicy(allow_paths)
     app = FastAPI(title="cookbook serve", description="The tinker SDK's API, served by the local backend")
     app.state.server = state
+    app.state.paths = policy
+    app.add_middleware(guard.GuardMiddleware, max_request_bytes=max_request_bytes)
+
+    @app.exception_handler(guard.Refused)
+    async def refused(_: Request, exc: guard.Refused) -> JSONResponse:
+        return guard.refusal(exc)
 
     @app.exception_handler(KeyError)
     async def unknown(_: Request, exc: KeyError) -> JSONResponse:
@@ -73,8 +90,8 @@ def create_app(state: ServerState | None = None) -> FastAPI:
         return JSONResponse({"detail": str(exc)}, status_code=400)
 
     _service_routes(app, state)
-    _training_routes(app, state)
-    _sampling_routes(app, state)
+    _training_routes(app, state, policy)
+    _sampling_routes(app, state, policy)
     _future_routes(app, state)
     _rest_routes(app, state)
 
@@ -129,15 +146,19 @@ def _service_routes(app: FastAPI, state: ServerState) -> None:
 
     @app.post("/api/v1/sessions/{session_id}/finish")
     async def finish(session_id: str, request: Request):
-        body = await request.json()
-        await asyncio.to_thread(state.finish, session_id, (body.get("reason") or {}).get("type", SessionEnd.SUCCESS))
+        reason = (await request.json()).get("reason") or {}
+        end = reason.get("type", SessionEnd.SUCCESS) if isinstance(reason, dict) else None
+        if end not in set(SessionEnd):
+            raise guard.Refused(400, f"finish: reason.type {end!r} is not one of {', '.join(SessionEnd)}")
+        await asyncio.to_thread(state.finish, session_id, end)
         return Response(status_code=200)
 
 
-def _training_routes(app: FastAPI, state: ServerState) -> None:
+def _training_routes(app: FastAPI, state: ServerState, policy: guard.PathPolicy) -> None:
     @app.post("/api/v1/create_model")
     async def create_model(request: Request):
         body = types.CreateModelRequest.model_validate(await request.json())
+        policy.base_model(body.base_model)
         session = state.session(body.session_id)
         lora = body.lora_config or types.LoraConfig(rank=32)
         future = session.service.create_lora_training_client(
@@ -163,7 +184,7 @@ def _training_routes(app: FastAPI, state: ServerState) -> None:
 
     @app.post("/api/v1/weights_info")
     async def weights_info(request: Request):
-        path = (await request.json())["tinker_path"]
+        path = policy.checkpoint("weights_info", (await request.json()).get("tinker_path"))
         return _json(LocalRestClient().get_weights_info_by_tinker_path(path).result())
 
     @app.post("/api/v1/forward_backward")
@@ -191,6 +212,8 @@ def _training_routes(app: FastAPI, state: ServerState) -> None:
     @app.post("/api/v1/save_weights")
     async def save_weights(request: Request):
         body = types.SaveWeightsRequest.model_validate(await request.json())
+        if body.path is not None:
+            guard.checkpoint_name("save_weights: checkpoint", body.path)
         session, client = state.model(body.model_id)
         name = body.path or f"state-{session.step:06d}"
         future = client.save_state(name, body.ttl_seconds, body.overwrite, body.user_metadata).future()
@@ -205,6 +228,8 @@ def _training_routes(app: FastAPI, state: ServerState) -> None:
     @app.post("/api/v1/save_weights_for_sampler")
     async def save_weights_for_sampler(request: Request):
         body = types.SaveWeightsForSamplerRequest.model_validate(await request.json())
+        if body.path is not None:
+            guard.checkpoint_name("save_weights_for_sampler: checkpoint", body.path)
         session, client = state.model(body.model_id)
         if body.path:  # named, persistent sampler weights
             name = body.path
@@ -226,6 +251,8 @@ def _training_routes(app: FastAPI, state: ServerState) -> None:
     @app.post("/api/v1/load_weights")
     async def load_weights(request: Request):
         body = types.LoadWeightsRequest.model_validate(await request.json())
+        body.path = policy.checkpoint("load_weights", body.path)
+        policy.base_model(body.base_model)
         if body.model_id is None:  # a new training client from a checkpoint (create_training_client_from_state*)
             if body.session_id is None:
                 raise ValueError("load_weights: a new training client needs the session_id it belongs to")
@@ -248,10 +275,13 @@ def _training_routes(app: FastAPI, state: ServerState) -> None:
         return _json(state.futures.add(future, "load_weights", session=session))
 
 
-def _sampling_routes(app: FastAPI, state: ServerState) -> None:
+def _sampling_routes(app: FastAPI, state: ServerState, policy: guard.PathPolicy) -> None:
     @app.post("/api/v1/create_sampling_session")
     async def create_sampling_session(request: Request):
         body = types.CreateSamplingSessionRequest.model_validate(await request.json())
+        if body.model_path is not None:
+            body.model_path = policy.checkpoint("create_sampling_session", body.model_path)
+        policy.base_model(body.base_model)
         session = state.session(body.session_id)
         future = session.service.create_sampling_client(body.model_path, body.base_model)
         client = await asyncio.wrap_future(future.future())
@@ -318,7 +348,7 @@ def _future_routes(app: FastAPI, state: ServerState) -> None:
 
     @app.post("/api/v1/cancel_future")
     async def cancel_future(request: Request):
-        entry = state.futures.get((await request.json()).get("request_id", ""))
+        entry = state.futures.get(str((await request.json()).get("request_id", "")))
         if entry is not None:
             entry[0].cancel()
         return {}
@@ -349,6 +379,7 @@ def _rest_routes(app: FastAPI, state: ServerState) -> None:
     rest = LocalRestClient()
 
     def local_id(run_id: str) -> str:
+        run_id = guard.run_id(run_id)
         return state.models[run_id][1].model_id if run_id in state.models else run_id
 
     @app.get("/api/v1/training_runs")
@@ -365,12 +396,16 @@ def _rest_routes(app: FastAPI, state: ServerState) -> None:
 
     @app.delete("/api/v1/training_runs/{run_id}/checkpoints/{kind}/{name}")
     async def delete_checkpoint(run_id: str, kind: str, name: str):
+        kind, name = guard.checkpoint_kind(kind), guard.checkpoint_name("checkpoint", name)
         rest.delete_checkpoint(local_id(run_id), f"{kind}/{name}").result()
         return Response(status_code=200)
 
     @app.put("/api/v1/training_runs/{run_id}/checkpoints/{kind}/{name}/ttl")
     async def set_ttl(run_id: str, kind: str, name: str, request: Request):
+        kind, name = guard.checkpoint_kind(kind), guard.checkpoint_name("checkpoint", name)
         ttl = (await request.json()).get("ttl_seconds")
+        if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int) or not 0 <= ttl <= 10**10):
+            raise guard.Refused(400, f"ttl_seconds must be a whole number of seconds (0 to 1e10) or null, got {ttl!r}")
         rest.set_checkpoint_ttl_from_tinker_path(compat.tinker_path(local_id(run_id), kind, name), ttl).result()
         return Response(status_code=200)
 

@@ -56,7 +56,17 @@ def _spans(messages) -> list | None:
 
 
 def parse_forward_backward(body: bytes) -> tuple[str, str, dict | None, list[types.Datum], bool]:
-    """(model_id, loss_fn, loss_fn_config, data, forward_only) of a protobuf forward_backward request."""
+    """(model_id, loss_fn, loss_fn_config, data, forward_only) of a protobuf forward_backward request; a body that
+    is not one (corrupt wire format, tensors of the wrong size or type) -> ValueError naming why (a 400)."""
+    try:
+        return _parse_forward_backward(body)
+    except ValueError:
+        raise
+    except Exception as exc:  # DecodeError, TypeError, ...: all mean a malformed request, never a server fault
+        raise ValueError(f"forward_backward: the body is not a valid ForwardBackwardRequest ({exc})") from None
+
+
+def _parse_forward_backward(body: bytes) -> tuple[str, str, dict | None, list[types.Datum], bool]:
     msg = pb.ForwardBackwardRequest()
     msg.ParseFromString(body)
     config: dict = {k: v for k, v in msg.loss_fn_config.items()}
