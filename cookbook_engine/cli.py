@@ -9,7 +9,7 @@
     cookbook eval models=base,RUN_ID[@STEP] evals=builtin:facts-probes,file.jsonl [max_examples=N]
     cookbook evals                  (list evaluations; see cookbook_engine/evals/commands.py)
     cookbook sweep FILE [--dry-run] (train each configuration, evaluate each)   cookbook sweep --resume SWEEP_ID
-    cookbook studio [--port 8501] [--address 127.0.0.1]
+    cookbook studio [--port 8501] [--address 127.0.0.1] [--allowed-host NAME]
     cookbook serve [--port 8600] [--allow-path DIR] [--max-request-mb 64]   (a Tinker API server here)
 
 `--dry-run` validates everything (settings, model, renderer, data) and prints the resolved config without
@@ -173,6 +173,23 @@ def cancel_run(run_id: str) -> int:
     return 0
 
 
+STUDIO_LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")  # also in .streamlit/config.toml
+
+
+def studio_allowed_hosts(address: str, extra: list[str]) -> list[str]:
+    """The Host names Streamlit's websocket accepts (server.allowedHosts, against DNS rebinding): localhost, the
+    address it listens on, this machine's names when it listens on every interface, and the --allowed-host names."""
+    import socket
+
+    hosts = list(STUDIO_LOCAL_HOSTS)
+    if address in ("0.0.0.0", "::"):
+        hosts += [socket.gethostname(), socket.getfqdn()]
+    else:
+        hosts.append(address)
+    hosts += extra
+    return list(dict.fromkeys(h for h in hosts if h))
+
+
 def studio(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="cookbook studio")
     parser.add_argument("--port", type=int, default=8501)
@@ -180,6 +197,13 @@ def studio(argv: list[str]) -> int:
         "--address",
         default="127.0.0.1",
         help="interface to listen on; 127.0.0.1 (default) keeps the studio private to this machine",
+    )
+    parser.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a host name browsers may use to reach the studio besides localhost and --address (repeatable)",
     )
     options = parser.parse_args(argv)
     from pathlib import Path
@@ -202,6 +226,8 @@ def studio(argv: list[str]) -> int:
         "--browser.gatherUsageStats",
         "false",
     ]
+    for host in studio_allowed_hosts(options.address, options.allowed_host):
+        command += ["--server.allowedHosts", host]
     os.execv(sys.executable, command)
     return 0
 

@@ -112,7 +112,7 @@ def step(env, text: str, stopped: bool = True):
     return asyncio.run(env.step(reply_tokens(env.renderer, text, stopped)))
 
 
-def test_arithmetic_env_rewards_the_right_last_number_with_a_small_format_term(renderer):
+def test_arithmetic_env_rewards_the_committed_number_with_a_small_format_term(renderer):
     problem = envs.ArithmeticProblem(7, "*", 3)
     env = envs.ArithmeticEnv(renderer, problem)
     prompt, stop = asyncio.run(env.initial_observation())
@@ -120,12 +120,14 @@ def test_arithmetic_env_rewards_the_right_last_number_with_a_small_format_term(r
     assert "What is 7 * 3? Answer with just the number." in text and text.endswith("assistant\n")
     assert stop == renderer.get_stop_sequences()
     assert step(env, "7 * 3 = 21").reward == 1.0
-    assert step(env, "21").metrics == {"correct": 1.0, "format": 1.0}
+    assert step(env, "21").metrics == {"correct": 1.0, "format": 1.0, "hedged": 0.0}
+    hedge = step(env, "20 or 21 or 22")  # several candidates: no committed number (rl/text_graders.py), flagged
+    assert hedge.metrics == {"correct": 0.0, "format": 1.0, "hedged": 1.0} and hedge.reward == 0.0
     wrong = step(env, "7 * 3 = 24")
     assert wrong.reward == 0.0 and wrong.metrics["correct"] == 0.0 and wrong.logs["answer"] == 21
     assert step(env, "It is twenty-one.").reward == pytest.approx(-0.1)  # no number: bad format
     cut = step(env, "Let me think about 7 * 3 = 21 and", stopped=False)  # hit max_tokens
-    assert cut.metrics == {"correct": 1.0, "format": 0.0} and cut.reward == pytest.approx(0.9)
+    assert cut.metrics == {"correct": 1.0, "format": 0.0, "hedged": 0.0} and cut.reward == pytest.approx(0.9)
 
 
 def problems_of(builders) -> list:

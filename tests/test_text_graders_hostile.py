@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from app import transcripts_view
-from cookbook_engine import datasets
+from cookbook_engine.data import loading as datasets
 from cookbook_engine.rl import envs, metrics
 from cookbook_engine.rl.arithmetic import ArithmeticProblem
 from cookbook_engine.rl.graders import grade, validate_answer

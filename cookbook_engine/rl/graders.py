@@ -123,7 +123,7 @@ GRADERS: dict[str, Callable[..., Grade]] = {
 }
 
 
-def _check_grader(grader: str) -> Callable[[str, str], Grade]:
+def _check_grader(grader: str) -> Callable[..., Grade]:
     if grader not in GRADERS:
         raise ValueError(f"unknown grader {grader!r}; choose one of: {', '.join(GRADERS)}")
     return GRADERS[grader]

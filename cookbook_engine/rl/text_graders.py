@@ -244,7 +244,7 @@ def grade_contains(response: str, answer: str, *, other_answers: Iterable[str] =
 @functools.lru_cache(maxsize=256)
 def compile_regex(pattern: str):
     """The pattern compiled by RE2; ValueError naming why it is refused."""
-    import re2
+    import re2  # type: ignore[import-untyped]
 
     if len(pattern) > MAX_PATTERN_CHARS:
         raise ValueError(f"regex grader: the pattern is over {MAX_PATTERN_CHARS} characters")
