@@ -122,7 +122,7 @@ def test_arithmetic_env_rewards_the_committed_number_with_a_small_format_term(re
     assert step(env, "7 * 3 = 21").reward == 1.0
     assert step(env, "21").metrics == {"correct": 1.0, "format": 1.0, "hedged": 0.0}
     hedge = step(env, "20 or 21 or 22")  # several candidates: no committed number (rl/text_graders.py), flagged
-    assert hedge.metrics == {"correct": 0.0, "format": 1.0, "hedged": 1.0} and hedge.reward == 0.0
+    assert hedge.metrics == {"correct": 0.0, "format": 0.0, "hedged": 1.0} and hedge.reward == pytest.approx(-0.1)
     wrong = step(env, "7 * 3 = 24")
     assert wrong.reward == 0.0 and wrong.metrics["correct"] == 0.0 and wrong.logs["answer"] == 21
     assert step(env, "It is twenty-one.").reward == pytest.approx(-0.1)  # no number: bad format
