@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from cookbook_engine import models, paths
+from cookbook_engine import models, paths, shutdown
 from cookbook_engine.runs import RunManager, get_manager
 from storage import RunStore
 
@@ -156,6 +156,10 @@ def start_default_model_preparation(retry: bool = False) -> None:
         _prep_error = None
         _prep_thread = threading.Thread(target=_prepare_in_background, name="prepare-default-model", daemon=True)
         _prep_thread.start()
+        thread = _prep_thread
+        shutdown.register(
+            "default model preparation", shutdown.PREPARATION, lambda timeout_s: shutdown.join_thread(thread, timeout_s)
+        )
 
 
 def default_model_status() -> tuple[ModelState, str]:

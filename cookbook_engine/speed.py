@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cookbook_engine import models, paths
+from cookbook_engine import models, paths, shutdown
 
 if TYPE_CHECKING:
     import psutil
@@ -122,6 +122,9 @@ def calibrate_in_background(model: str = models.DEFAULT_MODEL) -> bool:
         thread = threading.Thread(target=_calibrate_quietly, args=(model,), name=f"calibrate:{key}", daemon=True)
         _calibrating[key] = thread
         thread.start()
+        shutdown.register(
+            f"calibration of {key}", shutdown.CLIENTS, lambda timeout_s: shutdown.join_thread(thread, timeout_s)
+        )
         return True
 
 

@@ -35,7 +35,7 @@ from safetensors.torch import load_file, save_file
 from tinker import types
 from tinker.lib.public_interfaces.custom_loss import LossHandle
 
-from cookbook_engine import compute_lease, device, models
+from cookbook_engine import compute_lease, device, models, shutdown
 from cookbook_engine.backends import compat, fast_ops, losses, sampler, stability
 from cookbook_engine.backends.protocol import ClientFuture, LocalFuture
 from storage.statuses import SessionEnd
@@ -50,6 +50,19 @@ _workers: dict[tuple[str, str], ModelWorker] = {}  # (base model, device) -> its
 device_choice = device.choose  # the constructor's `device` argument shadows the module inside __init__
 _workers_lock = threading.Lock()
 _ids = itertools.count(1)
+_STOP = object()  # put on a worker's queue: finish what came before, then end the thread
+
+
+def stop_workers(timeout_s: float) -> None:
+    """Stop every model worker of this process (shutdown.py runs this at exit, after their clients stopped)."""
+    with _workers_lock:
+        workers = list(_workers.values())
+    deadline = time.monotonic() + timeout_s
+    for worker in workers:
+        worker.stop(max(0.5, deadline - time.monotonic()))
+
+
+shutdown.register("model workers", shutdown.WORKERS, stop_workers)
 
 
 def get_worker(base_model: str, device_name: str = "auto") -> ModelWorker:
@@ -85,12 +98,30 @@ class ModelWorker:
         self.adapters: dict[str, dict] = {}  # adapter name -> lora settings
         self._sampler_snapshot: object | None = None  # identity of the weights now in the sampler slot
         self.busy_seconds = 0.0
-        threading.Thread(target=self._loop, name=f"model-worker:{base_model}", daemon=True).start()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._loop, name=f"model-worker:{base_model}", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float) -> None:
+        """End the worker thread: the request in flight finishes, requests still queued are cancelled."""
+        self._stopping = True
+        while True:
+            try:
+                _, future = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if future is not None:
+                future.cancel()
+        self._queue.put((_STOP, None))
+        shutdown.join_thread(self._thread, timeout_s)
 
     # --- the queue ------------------------------------------------------------------------------------------
     def submit(self, fn: Callable[[], Any]) -> LocalFuture:
         future: concurrent.futures.Future = concurrent.futures.Future()
-        self._queue.put((fn, future))
+        if self._stopping:
+            future.cancel()  # the process is exiting (stop): nothing new runs
+        else:
+            self._queue.put((fn, future))
         return LocalFuture(future)
 
     def call(self, fn: Callable[[], Any]) -> Any:
@@ -106,6 +137,8 @@ class ModelWorker:
             self._load_error = exc
         while True:
             fn, future = self._queue.get()
+            if fn is _STOP:
+                return
             if not future.set_running_or_notify_cancel():
                 continue
             if self._load_error is not None:
