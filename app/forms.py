@@ -21,6 +21,7 @@ from app.setting_inputs import setting_input
 from cookbook_engine import config as cfg, models, renderers, speed
 from cookbook_engine.data import loading as datasets
 from cookbook_engine.data.builtin import BUILTIN
+from cookbook_engine.runs import loop_module
 from cookbook_engine.sl import suggested as suggested_settings
 from cookbook_engine.training import skeleton as train_loop
 from storage import statuses
@@ -504,7 +505,7 @@ def estimate(config: cfg.CommonConfig, prepared: object) -> str:
     if config.kind not in SAMPLING_KINDS and not getattr(prepared, "train", None):
         return ""
     rate = speed.speeds(config.model)
-    plan = train_loop.loop_module(config.kind).plan(config, prepared)
+    plan = loop_module(config.kind).plan(config, prepared)
     steps = plan.total_steps
     if isinstance(config, cfg.RLConfig):
         text = (

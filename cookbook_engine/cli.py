@@ -25,14 +25,10 @@ import os
 import sys
 import time
 
-EXIT_BAD_INPUT = 2
+from cookbook_engine.exit_codes import EXIT_BAD_INPUT, bad_input as _bad_input
+
 BAR_READ_EVERY_S = 2.0  # the progress bar of `cookbook sl|dpo|rl` reads the run this often
 USAGE = __doc__.split("\n\n")[1]
-
-
-def _bad_input(message: str) -> int:
-    print(f"cookbook: error: {message}", file=sys.stderr)
-    return EXIT_BAD_INPUT
 
 
 def run_training(kind: str, args: list[str]) -> int:

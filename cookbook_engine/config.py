@@ -20,6 +20,7 @@ from typing import Any
 
 from cookbook_engine import device
 from cookbook_engine.backends.clocked_settings import ClockedConfig
+from cookbook_engine.data.loading import DEFAULT_SEED, DEFAULT_TEST_FRACTION
 from cookbook_engine.models import DEFAULT_MODEL
 from cookbook_engine.rl.suggested import ARITHMETIC as RL_MEASURED
 from cookbook_engine.settings import (
@@ -157,7 +158,7 @@ class CommonConfig:
         "", help="Eval sets run every eval_every steps and at the end, logged as test/<set>/<metric> (comma-separated)"
     )
     seed: int = setting(
-        0,
+        DEFAULT_SEED,
         min=0,
         max=2**31 - 1,
         widget="number",
@@ -194,7 +195,7 @@ class SLConfig(CommonConfig):
     )
     test_dataset: str = setting("", help="A held-out data file (empty: test_fraction of the training data)")
     test_fraction: float = setting(
-        0.1,
+        DEFAULT_TEST_FRACTION,
         min=0,
         max=1,
         max_open=True,
@@ -236,7 +237,7 @@ class SLConfig(CommonConfig):
 @dataclass
 class DPOConfig(CommonConfig):
     dataset: str = setting("builtin:concise-prefs", help="Preference pairs: builtin:NAME, a file, or hf:owner/name")
-    test_fraction: float = redefault(SLConfig, "test_fraction", 0.1)
+    test_fraction: float = redefault(SLConfig, "test_fraction", DEFAULT_TEST_FRACTION)
     dpo_beta: float = setting(
         0.1,
         min=0,
@@ -590,7 +591,7 @@ def validate(config: CommonConfig) -> list[str]:
         except device.DeviceError as exc:
             problems.append(str(exc))
     if config.evals:
-        from cookbook_engine.evals.in_training import problems as eval_set_problems
+        from cookbook_engine.evals.sets import problems as eval_set_problems
 
         problems.extend(eval_set_problems(config.evals))
     if isinstance(config, SLConfig) and not config.dataset.strip():

@@ -17,89 +17,47 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from cookbook_engine import config as cfg, memory, paths, secrets
-from cookbook_engine.training.metric_names import key_metric
+from cookbook_engine.training.context import RunContext as RunContext, step_line as step_line
 from cookbook_engine.training.run_logger import RunLogger
 from storage import RunStore, Store, statuses
 from storage.statuses import RunStatus
 
 ORPHAN_CHECK_EVERY_S = 2.0  # how often a running studio looks for runs whose process died
-STEP_LINE_METRICS = ("test/nll", "accuracy", "env/all/correct", "learning_rate", "optim/lr")  # after the key one
-STEP_LINES_PER_RUN = 20  # the run log gets a line with the key metrics every total/20 steps (and at the last)
 
 
 class RunCancelled(Exception):
     """Raised inside a loop when its run was asked to stop."""
 
 
-@dataclass
-class RunContext:
-    """What a loop gets besides its config: where to log, whether to stop, where to resume from."""
-
-    run_id: str
-    store: RunStore
-    logger: RunLogger
-    log_dir: Path
-    cancel_event: threading.Event = field(default_factory=threading.Event)
-    resume: dict | None = None  # the checkpoint row to resume from (with its loop_state)
-    echo: Callable[[str], None] | None = None  # the CLI prints notes here
-    training_client: Any = None  # set once the loop has its training client (chat snapshots the live weights)
-    kind: str = ""  # "sl" | "dpo" | "rl": which key metric the log's step lines quote
-    _last_poll: float = 0.0
-
-    def cancelled(self) -> bool:
-        """True once someone asked the run to stop: at once when asked in this process (the event), within about
-        a second when asked by another process through the database (polled at most once a second)."""
-        if self.cancel_event.is_set():
-            return True
-        now = time.monotonic()
-        if now - self._last_poll > 1.0:
-            self._last_poll = now
-            if self.store.run_status(self.run_id) == RunStatus.CANCELLING:
-                self.cancel_event.set()
-        return self.cancel_event.is_set()
-
-    def progress(self, step: int, total: int) -> None:
-        """`step` steps of `total` are done; every total/20 steps (and at the last) the log gets a line with the
-        key metrics of the step just finished."""
-        self.store.update_run(self.run_id, step=step, total_steps=total)
-        every = max(1, total // STEP_LINES_PER_RUN)
-        if step > 0 and (step % every == 0 or step == total) and self.logger.latest:
-            self.note(step_line(step, total, self.kind, self.logger.latest))
-
-    def note(self, message: str) -> None:
-        """A line for the run's log (shown in the studio and printed by the CLI)."""
-        message = secrets.redact(message)
-        stamp = datetime.now(UTC).strftime("%H:%M:%S")
-        with open(self.log_dir / "log.txt", "a", encoding="utf-8") as handle:
-            handle.write(f"{stamp} {message}\n")
-        if self.echo:
-            self.echo(message)
-
-
-def step_line(step: int, total: int, kind: str, metrics: dict[str, float]) -> str:
-    """'step 40/200 · train_mean_nll=1.2345 · learning_rate=0.0008 · 2.1 s/step' for the run log."""
-    names = [key_metric(kind), *STEP_LINE_METRICS]
-    parts = [f"step {step}/{total}"] + [f"{name}={metrics[name]:.4g}" for name in names if name in metrics]
-    if "time/step" in metrics:
-        parts.append(f"{metrics['time/step']:.1f} s/step")
-    return " · ".join(parts)
-
-
 def new_run_id(kind: str) -> str:
     return f"{kind}-{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
 
 
-def _loop_for(kind: str) -> ModuleType:
-    from cookbook_engine.training.skeleton import loop_module
+def loop_module(kind: str) -> ModuleType:
+    """The module of a run kind's loop, with its prepare(), plan() and train()."""
+    if kind == "sl":
+        from cookbook_engine.sl import loop as sl_loop
 
-    return loop_module(kind)
+        return sl_loop
+    if kind == "dpo":
+        from cookbook_engine.dpo import loop as dpo_loop
+
+        return dpo_loop
+    if kind == "rl":
+        from cookbook_engine.rl import loop as rl_loop
+
+        return rl_loop
+    if kind == "distill":
+        from cookbook_engine.distill import loop as distill_loop
+
+        return distill_loop
+    raise cfg.ConfigError(f"unknown run kind {kind!r}")
 
 
 def preflight(config: cfg.CommonConfig) -> Any:
@@ -107,7 +65,7 @@ def preflight(config: cfg.CommonConfig) -> Any:
     Returns what the loop prepared (e.g. the tokenized dataset) so it is not done twice."""
     cfg.check(config)
     paths.home()  # an unwritable home folder fails here, with its own clear message
-    prepared = _loop_for(config.kind).prepare(config)
+    prepared = loop_module(config.kind).prepare(config)
     memory.check_fits(config, prepared)  # a run that would not fit in memory says so now, not when it swaps or dies
     return prepared
 
@@ -314,7 +272,7 @@ class RunManager:
         store, run_id = self.store, context.run_id
         try:
             store.claim_run(run_id)
-            asyncio.run(_loop_for(config.kind).train(config, context, prepared))
+            asyncio.run(loop_module(config.kind).train(config, context, prepared))
             # a stop asked for after the last step still leaves a completed run
             stopped_early = context.cancel_event.is_set() and not _all_steps_done(store.get_run(run_id))
             status = RunStatus.CANCELLED if stopped_early else RunStatus.COMPLETED

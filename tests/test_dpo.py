@@ -16,7 +16,7 @@ from cookbook_engine import models, renderers
 from cookbook_engine.cli import main
 from cookbook_engine.config import DPOConfig, SLConfig, parse_overrides
 from cookbook_engine.data import loading as datasets
-from cookbook_engine.dpo import loop as preference
+from cookbook_engine.dpo import data as dpo_data, loop as preference
 from cookbook_engine.runs import RunManager, preflight
 from storage import Store
 from storage.evals import EvalStore
@@ -61,7 +61,7 @@ def test_pairs_in_common_layouts_are_scored_on_the_replies_only(renderer, tmp_pa
     }
     spec = write_jsonl(tmp_path / "pairs.jsonl", [hh_messages, prompt_text, hh_text])
     pairs, _ = datasets.load_preference_dataset(spec, test_fraction=0.0)
-    rendered, truncated, dropped = preference.render_pairs(pairs, renderer, max_length=512)
+    rendered, truncated, dropped = dpo_data.render_pairs(pairs, renderer, max_length=512)
     assert (truncated, dropped) == (0, 0)
     scored = {scored_text(renderer, p.chosen): scored_text(renderer, p.rejected) for p in rendered}
     assert scored == {
@@ -85,7 +85,7 @@ def test_pairs_too_long_for_max_length_are_truncated_or_dropped(renderer):
             [{"role": "assistant", "content": "No."}],
         ),
     ]
-    rendered, truncated, dropped = preference.render_pairs(pairs, renderer, max_length=64)
+    rendered, truncated, dropped = dpo_data.render_pairs(pairs, renderer, max_length=64)
     assert (len(rendered), truncated, dropped) == (1, 1, 1)
     assert rendered[0].chosen.model_input.length == 63
 

@@ -14,9 +14,10 @@ from cookbook_engine import speed
 from cookbook_engine.backends.protocol import LocalFuture
 from cookbook_engine.config import CommonConfig, DistillConfig, DPOConfig, RLConfig, SLConfig
 from cookbook_engine.distill import loop as distill_loop
-from cookbook_engine.dpo import loop as preference
+from cookbook_engine.dpo import data as dpo_data, loop as preference
 from cookbook_engine.rl import envs, loop as rl_loop
-from cookbook_engine.sl import loop as supervised
+from cookbook_engine.runs import loop_module
+from cookbook_engine.sl import data as sl_data, loop as supervised
 from cookbook_engine.training import skeleton as train_loop
 from cookbook_engine.training.common import datum_from_tokens
 
@@ -99,15 +100,15 @@ def datums(count: int) -> list[types.Datum]:
     return [datum_from_tokens([1, 2, 3, 4 + i], [0.0, 1.0, 1.0, 1.0]) for i in range(count)]
 
 
-def sl_prepared(count: int) -> supervised.PreparedSL:
+def sl_prepared(count: int) -> sl_data.PreparedSL:
     train = datums(count)
-    return supervised.PreparedSL(train, datums(2), 0, 0, "fake", sum(d.model_input.length for d in train))
+    return sl_data.PreparedSL(train, datums(2), 0, 0, "fake", sum(d.model_input.length for d in train))
 
 
-def dpo_prepared(count: int) -> preference.PreparedDPO:
-    pairs = [preference.PairDatums(chosen, rejected) for chosen, rejected in zip(datums(count), datums(count))]
-    held_out = [preference.PairDatums(chosen, rejected) for chosen, rejected in zip(datums(2), datums(2))]
-    return preference.PreparedDPO(pairs, held_out, 0, 0, "fake", 2 * sum(p.chosen.model_input.length for p in pairs))
+def dpo_prepared(count: int) -> dpo_data.PreparedDPO:
+    pairs = [dpo_data.PairDatums(chosen, rejected) for chosen, rejected in zip(datums(count), datums(count))]
+    held_out = [dpo_data.PairDatums(chosen, rejected) for chosen, rejected in zip(datums(2), datums(2))]
+    return dpo_data.PreparedDPO(pairs, held_out, 0, 0, "fake", 2 * sum(p.chosen.model_input.length for p in pairs))
 
 
 def rl_prepared(config: RLConfig) -> rl_loop.PreparedRL:
@@ -171,7 +172,7 @@ def test_the_forms_step_count_is_the_loops_plan_and_the_loop_runs_it(
         "dpo": lambda: dpo_prepared(count),
         "rl": lambda: rl_prepared(config),
     }[kind]()
-    module = train_loop.loop_module(kind)
+    module = loop_module(kind)
     if kind == "dpo":
         monkeypatch.setattr(preference, "reference_sampling_client", lambda *args: FakeSamplingClient())
     if kind == "rl":
@@ -248,7 +249,7 @@ def test_a_stopped_run_of_any_loop_ends_with_a_checkpoint_of_the_steps_it_comple
         monkeypatch.setattr(preference, "reference_sampling_client", lambda *args: FakeSamplingClient())
     if kind == "rl":
         fake_rl_steps(monkeypatch)
-    ctx = run_loop(train_loop.loop_module(kind), config, prepared, monkeypatch, stop_after=3)
+    ctx = run_loop(loop_module(kind), config, prepared, monkeypatch, stop_after=3)
     completed = 4 if kind == "sl" else 3
     assert [step for step, _ in ctx.progress_calls] == list(range(completed + 1))
     if kind != "rl":  # the fake RL steps log nothing

@@ -19,7 +19,7 @@ from tinker import types
 from cookbook_engine import models, renderers
 from cookbook_engine.backends.local import LocalServiceClient
 from cookbook_engine.data.loading import PreferencePair
-from cookbook_engine.dpo import loop as preference
+from cookbook_engine.dpo import data as dpo_data, loop as preference
 
 SEQUENCES = [
     [1, 9690, 198, 2683, 314, 216, 34, 1232, 216, 35, 47, 2, 198, 1, 520, 9531, 198, 33, 34, 2],
@@ -173,7 +173,7 @@ def test_dpo_through_forward_backward_custom_matches_direct_computation(base_mod
             [{"role": "assistant", "content": "hot"}],
         ),
     ]
-    rendered, _, dropped = preference.render_pairs(pairs, renderer, max_length=256)
+    rendered, _, dropped = dpo_data.render_pairs(pairs, renderer, max_length=256)
     assert dropped == 0
     data = preference.interleave(rendered)
 

@@ -45,6 +45,9 @@ FILE_TYPES = (".jsonl", ".json", ".csv", ".parquet")
 MAX_LINE_BYTES = 1_000_000
 MAX_SHOWN_PROBLEMS = 5
 HUB_PROBE_TIMEOUT_S = 3.0
+# The held-out share and the seed SL and DPO split their data with unless set (config.py's defaults are these).
+DEFAULT_TEST_FRACTION = 0.1
+DEFAULT_SEED = 0
 
 # ShareGPT's `from` values, mapped to roles.
 SHAREGPT_ROLES = {
@@ -99,9 +102,9 @@ class RLProblem:
 def load_chat_dataset(
     spec: str,
     *,
-    test_fraction: float = 0.1,
+    test_fraction: float = DEFAULT_TEST_FRACTION,
     test_spec: str | None = None,
-    seed: int = 0,
+    seed: int = DEFAULT_SEED,
     max_examples: int | None = None,
 ) -> ChatDataset:
     """Conversations for SL, split into train and held-out test (or test from `test_spec`)."""
@@ -116,7 +119,11 @@ def load_chat_dataset(
 
 
 def load_preference_dataset(
-    spec: str, *, test_fraction: float = 0.1, seed: int = 0, max_examples: int | None = None
+    spec: str,
+    *,
+    test_fraction: float = DEFAULT_TEST_FRACTION,
+    seed: int = DEFAULT_SEED,
+    max_examples: int | None = None,
 ) -> tuple[list[PreferencePair], list[PreferencePair]]:
     """(train, test) preference pairs for DPO."""
     source = _read_source(spec)

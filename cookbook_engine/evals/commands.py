@@ -13,7 +13,7 @@ import json
 import sys
 import time
 
-from cookbook_engine.cli import _bad_input
+from cookbook_engine.exit_codes import bad_input as _bad_input
 from storage import statuses
 from storage.input_error import BAD_INPUT
 from storage.statuses import RunStatus

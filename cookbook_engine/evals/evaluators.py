@@ -14,7 +14,7 @@ together, up to `concurrency` in flight, so the model worker's queue never runs 
   label found -> that label, none or several -> unparseable, counted and shown); accuracy, macro-F1, per-label
   precision/recall, the unparseable share and the confusion matrix.
 - preference: the summed log-probability of each side's reply. `accuracy` counts pairs where the model's
-  log-likelihood of chosen exceeds rejected's by more than preference.TIE_TOLERANCE (strict, as TRL and
+  log-likelihood of chosen exceeds rejected's by more than dpo/data.py's TIE_TOLERANCE (strict, as TRL and
   tinker-cookbook count it); `ties` counts the rest within the tolerance; `margin` is the mean difference. With a
   reference client (the base model) the same three are also given on DPO's implicit reward (policy minus reference
   log-ratio): `reward_accuracy`, `reward_ties`, `reward_margin`.
@@ -274,7 +274,7 @@ def _text_of(messages) -> str:
 
 
 async def _preference(client, renderer, eval_set, settings, progress, reference_client):
-    from cookbook_engine.dpo.loop import TIE_TOLERANCE, side_tokens
+    from cookbook_engine.dpo.data import TIE_TOLERANCE, side_tokens
 
     async def work(index, pair):
         sides = [side_tokens(renderer, pair.prompt, side) for side in (pair.chosen, pair.rejected)]

@@ -17,26 +17,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cookbook_engine.evals import evaluators, sets
+from cookbook_engine.evals.sets import problems as problems, split_names
 
 if TYPE_CHECKING:
     from cookbook_engine.config import CommonConfig
 
 HeldOut = Callable[[Any], Awaitable[dict[str, float]]]  # a loop's own held-out metrics on a client's weights
-
-
-def split_names(evals: str) -> list[str]:
-    return [name.strip() for name in (evals or "").split(",") if name.strip()]
-
-
-def problems(evals: str) -> list[str]:
-    """What is wrong with each named eval set (config validation shows these before a run exists)."""
-    found = []
-    for name in split_names(evals):
-        try:
-            sets.load_eval_set(name)
-        except (ValueError, FileNotFoundError) as exc:
-            found.append(f"evals: {str(exc).splitlines()[0]}")
-    return found
 
 
 def short_name(spec: str) -> str:

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, is_dataclass
 
 from cookbook_engine.data import builtin as builtin_data, loading as datasets
+from cookbook_engine.data.loading import DEFAULT_SEED, DEFAULT_TEST_FRACTION
 from storage.input_error import InputError
 
 KINDS = ("generation", "classification", "preference", "nll")
@@ -154,11 +155,8 @@ def _code() -> EvalSet:
 
 
 def _concise_prefs() -> EvalSet:
-    from cookbook_engine.config import DPOConfig
-
-    defaults = DPOConfig()
-    _, test = datasets.load_preference_dataset(
-        "builtin:concise-prefs", test_fraction=defaults.test_fraction, seed=defaults.seed
+    _, test = datasets.load_preference_dataset(  # DPO's default split (config.py's defaults are these)
+        "builtin:concise-prefs", test_fraction=DEFAULT_TEST_FRACTION, seed=DEFAULT_SEED
     )
     return EvalSet(
         "builtin:concise-prefs",
@@ -392,3 +390,18 @@ def _classification_file(spec: str, rows: list[dict]) -> EvalSet:
         labels=sorted(labels),
         max_tokens=16,
     )
+
+
+def split_names(evals: str) -> list[str]:
+    return [name.strip() for name in (evals or "").split(",") if name.strip()]
+
+
+def problems(evals: str) -> list[str]:
+    """What is wrong with each named eval set (config validation shows these before a run exists)."""
+    found = []
+    for name in split_names(evals):
+        try:
+            load_eval_set(name)
+        except (ValueError, FileNotFoundError) as exc:
+            found.append(f"evals: {str(exc).splitlines()[0]}")
+    return found

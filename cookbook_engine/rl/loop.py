@@ -61,7 +61,7 @@ from cookbook_engine.training.skeleton import LoopPlan, LoopSkeleton
 
 if TYPE_CHECKING:
     from cookbook_engine.backends.protocol import ResultFuture, SamplingClient, TrainingClient
-    from cookbook_engine.runs import RunContext
+    from cookbook_engine.training.context import RunContext
 
 
 @dataclass

@@ -12,77 +12,40 @@ is training/skeleton.py's, shared with DPO and RL.
 
 from __future__ import annotations
 
-import random
 import time
 from typing import TYPE_CHECKING
 
 from tinker import types
 
-from cookbook_engine import renderers
-from cookbook_engine.config import CommonConfig, SLConfig
-from cookbook_engine.data import loading as datasets
+from cookbook_engine.config import SLConfig
 from cookbook_engine.evals.in_training import NamedEvals, PeriodicEvals
 from cookbook_engine.sl import suggested
+from cookbook_engine.sl.data import (  # re-exported: tests render with it
+    PreparedSL,
+    prepare,
+    render_examples as render_examples,
+)
 from cookbook_engine.training.common import (
     adam_params,
-    datum_from_tokens,
-    fit_length,
     learning_rate_for,
     lr_multiplier,
     start_training_client,
-    tokenizer_for,
 )
 from cookbook_engine.training.skeleton import (
-    Item,
     LoopPlan,
     LoopSkeleton,
-    PreparedData,
     StepClock,
     SubmittedBatch,
+    batch_at,
     data_plan,
+    passes_note,
     plan_steps as plan_steps,  # re-exported: tests and benchmarks plan with it
     step_metrics,
 )
 
 if TYPE_CHECKING:
     from cookbook_engine.backends.protocol import TrainingClient
-    from cookbook_engine.runs import RunContext
-
-
-class PreparedSL(PreparedData[types.Datum]):
-    """The rendered conversations: one datum each."""
-
-
-def render_examples(conversations: list[list[dict]], renderer, config: SLConfig) -> tuple[list[types.Datum], int, int]:
-    datums, truncated, dropped = [], 0, 0
-    for conversation in conversations:
-        tokens, weights = renderer.build_supervised_example(conversation, config.train_on_what)
-        fitted = fit_length(tokens, weights, config.max_length, config.overlong)
-        if fitted is None:
-            dropped += 1
-            continue
-        truncated += len(fitted[0]) < len(tokens)
-        datums.append(datum_from_tokens(*fitted))
-    return datums, truncated, dropped
-
-
-def prepare(config: SLConfig) -> PreparedSL:
-    tokenizer = tokenizer_for(config)
-    renderer = renderers.get_renderer(config.renderer, tokenizer)
-    data = datasets.load_chat_dataset(
-        config.dataset,
-        test_fraction=config.test_fraction,
-        test_spec=config.test_dataset or None,
-        seed=config.seed,
-        max_examples=config.max_examples or None,
-    )
-    train, truncated, dropped = render_examples(data.train, renderer, config)
-    test, _, _ = render_examples(data.test, renderer, config)
-    if not train:
-        raise datasets.DatasetError(
-            f"{config.dataset}: no example fits max_length={config.max_length} with tokens left to train on"
-        )
-    return PreparedSL(train, test, truncated, dropped, renderer.name, sum(d.model_input.length for d in train))
+    from cookbook_engine.training.context import RunContext
 
 
 def sl_learning_rate(config: SLConfig) -> float:
@@ -97,25 +60,6 @@ def sl_learning_rate(config: SLConfig) -> float:
 def plan(config: SLConfig, prepared: PreparedSL) -> LoopPlan:
     """The steps this run takes (epochs of batches, max_steps) and the training tokens they process."""
     return data_plan(config, prepared)
-
-
-def passes_note(config: CommonConfig, batches_per_epoch: int, total_steps: int) -> str:
-    """How many passes over the training data `total_steps` make, said plainly ("1 pass", "1.5 passes"), and when
-    max_steps makes that more or fewer than the Epochs setting, that it does."""
-    passes = total_steps / batches_per_epoch
-    text = f"{passes:.3g} pass{'' if passes == 1 else 'es'} over the data ({batches_per_epoch} steps each)"
-    if abs(passes - config.num_epochs) > 1e-9:
-        text += f", set by max_steps={config.max_steps}, not num_epochs={config.num_epochs}"
-    return text
-
-
-def batch_at(train: list[Item], config: CommonConfig, step: int, batches_per_epoch: int) -> list[Item]:
-    """The batch of a step: a deterministic shuffle per epoch, so a resumed run sees the same order."""
-    epoch, index = divmod(step, batches_per_epoch)
-    order = list(range(len(train)))
-    random.Random(config.seed * 100_003 + epoch).shuffle(order)
-    size = min(config.batch_size, len(train))
-    return [train[i] for i in order[index * size : (index + 1) * size]]
 
 
 def weighted_nll(data: list[types.Datum], output: types.ForwardBackwardOutput) -> tuple[float, float]:

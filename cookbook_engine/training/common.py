@@ -16,7 +16,7 @@ from cookbook_engine.config import CommonConfig
 
 if TYPE_CHECKING:
     from cookbook_engine.backends.protocol import ServiceClient, TrainingClient
-    from cookbook_engine.runs import RunContext
+    from cookbook_engine.training.context import RunContext
 
 
 def tokenizer_for(config: CommonConfig) -> Any:

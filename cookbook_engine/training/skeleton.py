@@ -1,11 +1,11 @@
-"""The shape every training loop shares (SL, DPO and RL): how long a run is (`LoopPlan`, which each loop's `plan()`
-returns and the New run form's estimate reads), what SL and DPO prepare (`PreparedData`: rendered examples or
-pairs), the record of a step in flight (`SubmittedBatch`), and what happens
-around the steps (`LoopSkeleton`): the steps still to run, ending early when the run is cancelled; the evaluations
-every `eval_every` steps and at the end; a checkpoint every `save_every` steps and a final one.
+"""The frame every training loop shares (SL, DPO and RL): the record of a step in flight (`SubmittedBatch`), step
+times (`StepClock`, `step_metrics`) and what happens around the steps (`LoopSkeleton`): the steps still to run,
+ending early when the run is cancelled; the evaluations every `eval_every` steps and at the end; a checkpoint every
+`save_every` steps and a final one. How long a run is (`LoopPlan`, `PreparedData`, `batch_at`) is plan.py's,
+re-exported here.
 
-Not here: what a step does (each loop owns that), LR schedules and checkpoint files (common.py), the
-evaluators (evals/).
+Not here: what a step does (each loop owns that), LR schedules and checkpoint files (common.py), the evaluators
+(evals/), which module runs a kind (runs.loop_module).
 """
 
 from __future__ import annotations
@@ -13,98 +13,26 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from types import ModuleType
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from tinker import types
 
-from cookbook_engine.config import CommonConfig, ConfigError
+from cookbook_engine.config import CommonConfig
 from cookbook_engine.evals.in_training import PeriodicEvals
 from cookbook_engine.training.common import save_checkpoint
+from cookbook_engine.training.plan import (  # re-exported: the loops, the form and the tests plan with these
+    Item as Item,
+    LoopPlan as LoopPlan,
+    PreparedData as PreparedData,
+    batch_at as batch_at,
+    data_plan as data_plan,
+    passes_note as passes_note,
+    plan_steps as plan_steps,
+)
 
 if TYPE_CHECKING:
     from cookbook_engine.backends.protocol import ResultFuture, TrainingClient
-    from cookbook_engine.runs import RunContext
-
-
-Item = TypeVar("Item")  # a training example (SL: a datum; DPO: a pair of datums)
-
-
-def loop_module(kind: str) -> ModuleType:
-    """The module of a run kind's loop, with its prepare(), plan() and train()."""
-    if kind == "sl":
-        from cookbook_engine.sl import loop as supervised
-
-        return supervised
-    if kind == "dpo":
-        from cookbook_engine.dpo import loop as preference
-
-        return preference
-    if kind == "rl":
-        from cookbook_engine.rl import loop
-
-        return loop
-    if kind == "distill":
-        from cookbook_engine.distill import loop as distill
-
-        return distill
-    raise ConfigError(f"unknown run kind {kind!r}")
-
-
-@dataclass(frozen=True)
-class LoopPlan:
-    """How long a run is: the steps its loop runs and what the New run form's estimate shows."""
-
-    total_steps: int
-    batches_per_epoch: int  # steps per pass over the training data (RL: over the env's batches of problems)
-    tokens: int  # SL and DPO: training tokens the steps process (a DPO pair counts both sides); RL: most sampled
-
-
-def plan_steps(config: CommonConfig, num_examples: int) -> tuple[int, int]:
-    """(batches per epoch, total steps) over `num_examples` training examples or pairs: max_steps, when set, wins
-    over one epoch and caps several."""
-    batches_per_epoch = max(1, num_examples // config.batch_size)
-    total = batches_per_epoch * config.num_epochs
-    if config.max_steps:
-        total = min(total, config.max_steps) if config.num_epochs > 1 else config.max_steps
-    return batches_per_epoch, total
-
-
-@dataclass
-class PreparedData(Generic[Item]):
-    """What SL and DPO prepare before a run exists: rendered training and held-out items, how many over-long ones
-    were truncated or dropped, the renderer, and the training tokens."""
-
-    train: list[Item]
-    test: list[Item]
-    truncated: int
-    dropped: int
-    renderer: str
-    train_tokens: int
-    items: ClassVar[str] = "examples"
-    dropped_note: ClassVar[str] = "over-long examples dropped"
-
-    def summary(self) -> str:
-        parts = [
-            f"{len(self.train)} training and {len(self.test)} held-out {self.items}",
-            f"{self.train_tokens:,} training tokens",
-            f"renderer {self.renderer}",
-        ]
-        if self.truncated:
-            parts.append(f"{self.truncated} over-long {self.items} truncated")
-        if self.dropped:
-            parts.append(f"{self.dropped} {self.dropped_note}")
-        return ", ".join(parts)
-
-
-def data_plan(config: CommonConfig, prepared: PreparedData[Any]) -> LoopPlan:
-    """The plan of a loop that steps through batches of data (SL, DPO): each step takes a batch of the average
-    example's tokens."""
-    num_examples = len(prepared.train)
-    batches_per_epoch, total_steps = plan_steps(config, num_examples)
-    tokens_per_example = prepared.train_tokens / max(1, num_examples)
-    tokens = int(total_steps * min(config.batch_size, num_examples) * tokens_per_example)
-    return LoopPlan(total_steps, batches_per_epoch, tokens)
+    from cookbook_engine.training.context import RunContext
 
 
 @dataclass
