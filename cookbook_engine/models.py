@@ -28,6 +28,10 @@ DEFAULT_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_ALIASES = {DEFAULT_MODEL, "SmolLM2-135M-Instruct", "smollm2-135m", "default"}
 
 _prepare_lock = threading.Lock()
+# transformers' lazy module is not safe to import from two threads at once: the studio's settings check asked for
+# AutoTokenizer while the speed calibration thread was importing the local backend (which imports transformers) and
+# got "cannot import name". Code that imports transformers off the main thread holds this lock while it does.
+HF_IMPORT_LOCK = threading.RLock()
 
 
 class ModelError(InputError, ValueError):
@@ -77,9 +81,7 @@ def prepare_default_model() -> Path:
     with _prepare_lock, _conversion_lock(target.parent):
         if (target / "model.safetensors").exists():  # another thread or process converted it meanwhile
             return target
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        _quiet_transformers()
+        AutoModelForCausalLM, AutoTokenizer = _auto_classes()
         gguf = default_gguf_path()
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
@@ -157,10 +159,17 @@ def _quiet_transformers() -> None:
     hf_logging.set_verbosity_error()
 
 
-def load_tokenizer(name: str):
-    from transformers import AutoTokenizer
+def _auto_classes():
+    """(AutoModelForCausalLM, AutoTokenizer), imported by one thread at a time, with transformers kept quiet."""
+    with HF_IMPORT_LOCK:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    _quiet_transformers()
+        _quiet_transformers()
+    return AutoModelForCausalLM, AutoTokenizer
+
+
+def load_tokenizer(name: str):
+    _, AutoTokenizer = _auto_classes()
     info = resolve(name)
     if info.source == "default":
         prepare_default_model()
@@ -171,9 +180,8 @@ def load_model(name: str, dtype=None, device: str = "cpu"):
     """The base model in eval mode on `device`, in `dtype` (default fp32: train in fp32 on a CPU, where bf16 is ~30x
     slower; device.py chooses bf16 only for GPUs that run it fast)."""
     import torch
-    from transformers import AutoModelForCausalLM
 
-    _quiet_transformers()
+    AutoModelForCausalLM, _ = _auto_classes()
     info = resolve(name)
     if info.source == "default":
         prepare_default_model()

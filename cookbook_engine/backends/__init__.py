@@ -13,8 +13,11 @@ if TYPE_CHECKING:
 def service_client(backend: str = "local", *, device: str = "auto", clocked: ClockedConfig | None = None):
     """`device` (auto, cpu, cuda, mps) applies to the local backend only (cookbook_engine/device.py), `clocked`
     (the tick and samples per tick; defaults when None) to the clocked backend only."""
+    from cookbook_engine.models import HF_IMPORT_LOCK
+
     if backend == "local":
-        from cookbook_engine.backends.local import LocalServiceClient
+        with HF_IMPORT_LOCK:
+            from cookbook_engine.backends.local import LocalServiceClient
 
         return LocalServiceClient(device=device)
     if backend == "tinker":
@@ -22,7 +25,8 @@ def service_client(backend: str = "local", *, device: str = "auto", clocked: Clo
 
         return hosted_service_client()
     if backend == "clocked":
-        from cookbook_engine.backends.clocked import ClockedServiceClient
+        with HF_IMPORT_LOCK:
+            from cookbook_engine.backends.clocked import ClockedServiceClient
         from cookbook_engine.backends.clocked_settings import ClockedConfig as Defaults
 
         return ClockedServiceClient.from_config(clocked or Defaults())
