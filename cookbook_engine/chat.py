@@ -18,6 +18,7 @@ Not here: chat history or any UI (the studio keeps the conversation), training, 
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -29,6 +30,8 @@ from cookbook_engine import models, renderers
 from cookbook_engine.backends import service_client
 from storage import RunStore, Store, statuses
 from storage.input_error import InputError
+
+logger = logging.getLogger(__name__)
 
 FIRST_CHUNK_TOKENS = 8
 MAX_CHUNK_TOKENS = 128
@@ -156,6 +159,7 @@ def _live_weights(run: dict, manager) -> Weights | None:
     try:
         client = _resolved(training_client.save_weights_and_get_sampling_client())
     except Exception:  # the run ended (and freed its weights) in the meantime: use what it saved
+        logger.info("the live weights could not be snapshotted; chatting with the last saved ones", exc_info=True)
         return None
     return Weights(
         client,

@@ -12,6 +12,7 @@ the loops themselves live in sl/loop.py, dpo/loop.py and rl/loop.py.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 import traceback
@@ -29,6 +30,8 @@ from storage import RunStore, Store, statuses
 from storage.statuses import RunStatus
 
 ORPHAN_CHECK_EVERY_S = 2.0  # how often a running studio looks for runs whose process died
+
+logger = logging.getLogger(__name__)
 
 
 class RunCancelled(Exception):
@@ -250,7 +253,7 @@ class RunManager:
         try:
             self.store.delete_run(run_id)
         except Exception:
-            pass
+            logger.exception("run %s: its rows could not be deleted; removing its folder anyway", run_id)
         shutil.rmtree(log_dir, ignore_errors=True)
 
     def _run_of_checkpoint(self, path: str) -> str | None:
@@ -293,7 +296,7 @@ class RunManager:
                 )
                 context.note(f"run failed: {message}")
             except Exception:
-                pass
+                logger.exception("run %s failed (%s) and the failure could not be recorded", run_id, message)
         finally:
             with self._lock:
                 self._contexts.pop(run_id, None)

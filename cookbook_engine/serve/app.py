@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import uuid
 from typing import Any
 
@@ -33,6 +34,8 @@ from cookbook_engine.backends.rest import LocalRestClient
 from cookbook_engine.serve import guard, wire
 from cookbook_engine.serve.state import ServerState, SessionEnded
 from storage.statuses import SessionEnd
+
+logger = logging.getLogger(__name__)
 
 LONG_POLL_S = 10.0  # under the SDK's 45 s poll timeout; each try_again answer logs a warning in the SDK
 CLIENT_CONFIG = types.ClientConfigResponse(
@@ -341,8 +344,8 @@ def _future_routes(app: FastAPI, state: ServerState) -> None:
             await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), LONG_POLL_S)
         except TimeoutError:
             return JSONResponse({"type": "try_again", "request_id": body.request_id, "queue_state": "active"})
-        except Exception:
-            pass  # reported below from the future itself
+        except Exception:  # the client gets the error from the future itself, below; the server's log keeps it too
+            logger.exception("future %s failed", body.request_id)
         state.futures.forget(body.request_id)
         return _result(future, request.headers.get("accept", ""))
 
