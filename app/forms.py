@@ -24,6 +24,7 @@ from cookbook_engine.data.builtin import BUILTIN
 from cookbook_engine.runs import loop_module
 from cookbook_engine.sl import suggested as suggested_settings
 from cookbook_engine.training import skeleton as train_loop
+from cookbook_engine.training.learning_rate import learning_rate_with_reason, model_rate
 from storage import statuses
 from storage.input_error import BAD_INPUT
 
@@ -130,23 +131,20 @@ def model_section(kind: str, base: cfg.CommonConfig) -> ModelChoice:
 
 
 def _suggestion(model: str, backend: str) -> ModelChoice:
-    if backend == "tinker":
-        try:
-            from cookbook_engine.backends.tinker import suggested_learning_rate
-
-            return ModelChoice(
-                model,
-                backend,
-                suggested_learning_rate(model),
-                "the Tinker cookbook's LoRA learning-rate formula for this model",
-            )
-        except Exception as exc:  # no backend in this build, or an unknown model
-            return ModelChoice(model, backend, 1e-4, f"a common LoRA starting point ({exc})")
     try:
-        info = models.resolve(model)
+        rate, why = model_rate(model, backend)
     except models.ModelError as exc:
         return ModelChoice(model, backend, None, "", str(exc))
-    return ModelChoice(model, backend, info.suggested_learning_rate, info.learning_rate_reason)
+    return ModelChoice(model, backend, rate, why)
+
+
+def suggested_rate(kind: str, choice: ModelChoice, data: dict) -> tuple[float | None, str]:
+    """The rate learning_rate=auto trains with for these choices and why: the loops' own decision
+    (learning_rate_with_reason); (None, "") while the model cannot be resolved (the model picker says why)."""
+    if choice.suggested_lr is None:
+        return None, ""
+    draft = cfg.CONFIG_TYPES[kind](model=choice.model, backend=choice.backend, **{**data, "learning_rate": None})
+    return learning_rate_with_reason(draft)
 
 
 def measure_speed(choice: ModelChoice) -> None:
@@ -269,26 +267,7 @@ def settings_form(
 ) -> tuple[cfg.CommonConfig, str | None]:
     """The hyperparameter form; returns (config, "check" | "start" | None)."""
     k = lambda name: key(kind, name)  # noqa: E731
-    suggested = choice.suggested_lr or 1e-4
-    reason = choice.reason
-    if kind == "dpo":
-        from cookbook_engine.dpo.loop import DPO_LR_SCALE
-
-        suggested *= DPO_LR_SCALE
-        reason = f"DPO's default is {DPO_LR_SCALE:g} × the model's SL rate ({choice.suggested_lr or 1e-4:g}: {reason})"
-    elif kind == "rl":
-        from cookbook_engine.rl import suggested as rl_suggested
-
-        draft = cfg.RLConfig(model=choice.model, backend=choice.backend, **data)
-        suggested, reason = (
-            rl_suggested.learning_rate(draft, suggested),
-            rl_suggested.reason(draft, suggested, reason),
-        )
-    measured = suggested_settings.measured_for(
-        cfg.CONFIG_TYPES[kind](model=choice.model, backend=choice.backend, **data)
-    )
-    if measured is not None:  # built-in data measured on this model: its rate, and what the measurement showed
-        suggested, reason = measured.learning_rate, suggested_settings.reason(measured, data.get("dataset", ""))
+    suggested, reason = suggested_rate(kind, choice, data)
     values: dict = {"model": choice.model, "backend": choice.backend, **data}
 
     def put(where: Any, name: str, **overrides: Any) -> None:
@@ -306,15 +285,15 @@ def settings_form(
         put(
             c2,
             "learning_rate",
-            placeholder=f"suggested: {suggested:g}",
+            placeholder=f"suggested: {suggested:g}" if suggested is not None else "auto",
             key=k(f"lr-{choice.backend}-{choice.model}"),
             help=f"Leave empty for the suggested rate for this model, {suggested:g} ({reason})."
-            if reason
+            if suggested is not None
             else "Leave empty for the model's suggested rate.",
         )
         put(c3, "lr_schedule")
         put(c4, "groups_per_batch" if kind in SAMPLING_KINDS else "batch_size")
-        if choice.suggested_lr is not None:
+        if suggested is not None:
             st.caption(f"Suggested learning rate for {choice.model.rsplit('/', 1)[-1]}: **{suggested:g}**, {reason}.")
         st.markdown("**Length and cadence**")
         c1, c2, c3, c4, c5 = st.columns(5)

@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 from cookbook_engine import config as cfg
+from cookbook_engine.models import ModelError
+from cookbook_engine.training.learning_rate import learning_rate
 
 REPO = Path(__file__).resolve().parent.parent
 # Settings a kind or backend ignores, left out of what a person reads.
@@ -18,22 +20,11 @@ CLOCKED_ONLY = "clocked."  # the clocked backend's own section
 
 
 def learning_rate_used(config: cfg.CommonConfig) -> float | None:
-    """The base rate the run trains with: the set one, or for learning_rate=auto the measured rate for built-in data
-    (cookbook_engine/sl/suggested.py) or the model's suggested rate (scaled for DPO and RL as their loops do); None
-    when the model cannot be resolved here."""
+    """The base rate the run trains with (learning_rate_with_reason, the loops' own decision); None when the model
+    cannot be resolved here (the rate stays "auto")."""
     try:
-        if isinstance(config, cfg.DPOConfig):
-            from cookbook_engine.dpo.loop import dpo_learning_rate
-
-            return dpo_learning_rate(config)
-        if isinstance(config, cfg.RLConfig):
-            from cookbook_engine.rl.loop import rl_learning_rate
-
-            return rl_learning_rate(config)
-        from cookbook_engine.sl.loop import sl_learning_rate
-
-        return sl_learning_rate(config) if isinstance(config, cfg.SLConfig) else None
-    except Exception:  # an unknown model or a backend missing from this build: the rate stays "auto"
+        return learning_rate(config)
+    except ModelError:
         return None
 
 

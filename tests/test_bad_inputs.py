@@ -92,9 +92,9 @@ def test_learning_rate_auto_is_the_suggested_rate(home, default_model_ready, cap
     assert cli.main(["sl", "learning_rate=auto", "--dry-run"]) == 0
     assert json.loads(capsys.readouterr().out.split("\n# ")[0])["learning_rate"] is None
     from cookbook_engine import config as cfg
-    from cookbook_engine.training.common import learning_rate_for
+    from cookbook_engine.training.learning_rate import model_rate
 
-    assert learning_rate_for(cfg.SLConfig()) == pytest.approx(1e-3)  # the default model's suggestion
+    assert model_rate(cfg.SLConfig().model, "local")[0] == pytest.approx(1e-3)  # the default model's suggestion
     assert cfg.from_dict("sl", {"learning_rate": 0.0}).learning_rate is None  # runs saved when 0 meant "suggested"
 
 

@@ -16,8 +16,9 @@ from cookbook_engine import models, renderers
 from cookbook_engine.cli import main
 from cookbook_engine.config import DPOConfig, SLConfig, parse_overrides
 from cookbook_engine.data import loading as datasets
-from cookbook_engine.dpo import data as dpo_data, loop as preference
+from cookbook_engine.dpo import data as dpo_data
 from cookbook_engine.runs import RunManager, preflight
+from cookbook_engine.training.learning_rate import learning_rate
 from storage import Store
 from storage.evals import EvalStore
 
@@ -92,8 +93,8 @@ def test_pairs_too_long_for_max_length_are_truncated_or_dropped(renderer):
 
 def test_default_learning_rate_is_a_fraction_of_the_sl_rate():
     # data with no measured rate (tests/test_suggested.py covers the built-in's measured one)
-    assert preference.dpo_learning_rate(DPOConfig(dataset="pairs.jsonl")) == pytest.approx(2e-4)
-    assert preference.dpo_learning_rate(DPOConfig(learning_rate=5e-5)) == 5e-5
+    assert learning_rate(DPOConfig(dataset="pairs.jsonl")) == pytest.approx(2e-4)
+    assert learning_rate(DPOConfig(learning_rate=5e-5)) == 5e-5
 
 
 def test_bad_dpo_input_fails_before_a_run_exists(home, default_model_ready, tmp_path):

@@ -24,6 +24,7 @@ from cookbook_engine.rl.data import datum_from_rollout, for_training, sample_tra
 from cookbook_engine.rl.metrics import rollout_metrics
 from cookbook_engine.rl.types import Rollout, RolloutGroup
 from cookbook_engine.runs import RunManager, preflight
+from cookbook_engine.training.learning_rate import learning_rate, learning_rate_with_reason
 from storage import Store
 
 
@@ -296,12 +297,12 @@ def test_the_default_rl_settings_are_the_measured_ones_and_far_settings_are_name
         measured.max_steps,
         measured.max_tokens,
     )
-    assert loop.rl_learning_rate(config) == measured.learning_rate  # learning_rate=auto: the measured rate
-    assert loop.rl_learning_rate(RLConfig(learning_rate=1e-4)) == 1e-4
-    assert loop.rl_learning_rate(RLConfig(env="code")) == pytest.approx(1e-3 * suggested.RL_LR_SCALE)  # not measured
-    assert "sweep" in suggested.reason(config, 1e-3, "") and measured.source in suggested.reason(config, 1e-3, "")
-    assert "not measured" in suggested.reason(RLConfig(env="code"), 1e-3, "small model")
-    assert suggested.far_from_suggested(config, loop.rl_learning_rate(config)) == []
+    assert learning_rate(config) == measured.learning_rate  # learning_rate=auto: the measured rate
+    assert learning_rate(RLConfig(learning_rate=1e-4)) == 1e-4
+    assert learning_rate(RLConfig(env="code")) == pytest.approx(1e-3 * suggested.RL_LR_SCALE)  # not measured
+    assert "sweep" in learning_rate_with_reason(config)[1] and measured.source in learning_rate_with_reason(config)[1]
+    assert "not measured" in learning_rate_with_reason(RLConfig(env="code"))[1]
+    assert suggested.far_from_suggested(config, learning_rate(config)) == []
     far = RLConfig(group_size=2, temperature=0.2, max_steps=3)
     notes = suggested.far_from_suggested(far, measured.learning_rate * 10)
     assert [n.split()[0] for n in notes] == ["learning", "group", "temperature", "3"]

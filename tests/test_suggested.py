@@ -6,18 +6,18 @@ import pytest
 
 from cookbook_engine.config import DPOConfig, SLConfig
 from cookbook_engine.data import loading as datasets
-from cookbook_engine.dpo import loop as preference
 from cookbook_engine.sl import loop as supervised, suggested
+from cookbook_engine.training.learning_rate import DPO_LR_SCALE, learning_rate
 
 
 def test_learning_rate_auto_uses_the_measured_rate_for_measured_data_only():
     facts, prefs = suggested.MEASURED[("sl", "builtin:facts")], suggested.MEASURED[("dpo", "builtin:concise-prefs")]
-    assert supervised.sl_learning_rate(SLConfig(dataset="builtin:facts")) == facts.learning_rate
-    assert supervised.sl_learning_rate(SLConfig(dataset="facts")) == facts.learning_rate  # a bare built-in name
-    assert supervised.sl_learning_rate(SLConfig(dataset="builtin:persona")) == pytest.approx(1e-3)  # the model's
-    assert supervised.sl_learning_rate(SLConfig(dataset="builtin:facts", learning_rate=3e-4)) == 3e-4
-    assert preference.dpo_learning_rate(DPOConfig()) == prefs.learning_rate
-    assert preference.dpo_learning_rate(DPOConfig(dataset="my.jsonl")) == pytest.approx(1e-3 * preference.DPO_LR_SCALE)
+    assert learning_rate(SLConfig(dataset="builtin:facts")) == facts.learning_rate
+    assert learning_rate(SLConfig(dataset="facts")) == facts.learning_rate  # a bare built-in name
+    assert learning_rate(SLConfig(dataset="builtin:persona")) == pytest.approx(1e-3)  # the model's
+    assert learning_rate(SLConfig(dataset="builtin:facts", learning_rate=3e-4)) == 3e-4
+    assert learning_rate(DPOConfig()) == prefs.learning_rate
+    assert learning_rate(DPOConfig(dataset="my.jsonl")) == pytest.approx(1e-3 * DPO_LR_SCALE)
     assert suggested.measured_for(SLConfig(model="/some/other/model")) is None
     assert suggested.measured_for(SLConfig(backend="tinker", model="meta-llama/Llama-3.1-8B")) is None
     assert "measured on builtin:facts" in suggested.reason(facts, "facts")

@@ -37,11 +37,11 @@ from cookbook_engine.rl.types import Rollout, RolloutGroup
 from cookbook_engine.training import reference
 from cookbook_engine.training.common import (
     adam_params,
-    learning_rate_for,
     lr_multiplier,
     start_training_client,
     tokenizer_for,
 )
+from cookbook_engine.training.learning_rate import learning_rate
 from cookbook_engine.training.skeleton import LoopPlan, LoopSkeleton
 
 if TYPE_CHECKING:
@@ -179,7 +179,7 @@ async def train(config: DistillConfig, ctx: RunContext, prepared: PreparedDistil
     renderer = renderers.get_renderer(prepared.renderer, prepared.tokenizer)
     service, client, start_step = start_training_client(config, ctx.resume, ctx)
     teacher = teacher_client(service, config, getattr(ctx, "store", None))
-    base_lr = learning_rate_for(config)
+    base_lr = learning_rate(config)
     run_plan = plan(config, prepared)
     loop = LoopSkeleton(config, ctx, client, run_plan, start_step, PeriodicEvals(None, NamedEvals.for_config(config)))
     loop.start(

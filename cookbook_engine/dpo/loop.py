@@ -34,14 +34,13 @@ from tinker import types
 from cookbook_engine.config import DPOConfig
 from cookbook_engine.dpo.data import TIE_TOLERANCE, PairDatums, PreparedDPO, prepare
 from cookbook_engine.evals.in_training import NamedEvals, PeriodicEvals
-from cookbook_engine.sl import suggested
 from cookbook_engine.training import reference
 from cookbook_engine.training.common import (
     adam_params,
-    learning_rate_for,
     lr_multiplier,
     start_training_client,
 )
+from cookbook_engine.training.learning_rate import learning_rate
 from cookbook_engine.training.skeleton import (
     LoopPlan,
     LoopSkeleton,
@@ -57,24 +56,12 @@ if TYPE_CHECKING:
     from cookbook_engine.backends.protocol import SamplingClient, ServiceClient, TrainingClient
     from cookbook_engine.training.context import RunContext
 
-# DPO moves a model faster than SL on the same data: with learning_rate=auto it uses this share of the model's
-# suggested (SL) rate. For the default model: 1e-3 * 0.2 = 2e-4.
-DPO_LR_SCALE = 0.2
 EVAL_BATCH_PAIRS = 16
 
 
 def plan(config: DPOConfig, prepared: PreparedDPO) -> LoopPlan:
     """The steps this run takes (epochs of batches of pairs, max_steps) and the training tokens (both sides)."""
     return data_plan(config, prepared)
-
-
-def dpo_learning_rate(config: DPOConfig) -> float:
-    """The set rate; with learning_rate=auto, the measured one for this built-in data (sl/suggested.py), or else
-    DPO_LR_SCALE x the model's suggested SL rate."""
-    if config.learning_rate is not None:
-        return config.learning_rate
-    measured = suggested.measured_for(config)
-    return measured.learning_rate if measured else learning_rate_for(config) * DPO_LR_SCALE
 
 
 # ------------------------------------------------------------------------------------------------ the math
@@ -227,7 +214,7 @@ async def train(config: DPOConfig, ctx: RunContext, prepared: PreparedDPO | None
     prepared = prepared or prepare(config)
     service, client, start_step = start_training_client(config, ctx.resume, ctx)
     reference = ReferenceLogprobs(reference_sampling_client(service, config, getattr(ctx, "store", None)))
-    base_lr = dpo_learning_rate(config)
+    base_lr = learning_rate(config)
     run_plan = plan(config, prepared)
     loop = LoopSkeleton(config, ctx, client, run_plan, start_step, held_out_evals(config, prepared, reference))
     loop.start(

@@ -44,7 +44,7 @@ from cookbook_engine import renderers, sandbox
 from cookbook_engine.config import RLConfig
 from cookbook_engine.data import loading as datasets
 from cookbook_engine.evals.in_training import NamedEvals, PeriodicEvals
-from cookbook_engine.rl import envs, kl, suggested
+from cookbook_engine.rl import envs, kl
 from cookbook_engine.rl.advantages import centered_advantages, is_constant
 from cookbook_engine.rl.data import datum_from_rollout, for_training, sample_train_metrics
 from cookbook_engine.rl.metrics import rollout_metrics
@@ -52,11 +52,11 @@ from cookbook_engine.rl.types import EnvGroupBuilder, Rollout, RolloutGroup
 from cookbook_engine.training import reference
 from cookbook_engine.training.common import (
     adam_params,
-    learning_rate_for,
     lr_multiplier,
     start_training_client,
     tokenizer_for,
 )
+from cookbook_engine.training.learning_rate import learning_rate
 from cookbook_engine.training.skeleton import LoopPlan, LoopSkeleton
 
 if TYPE_CHECKING:
@@ -609,13 +609,6 @@ def log_step(
     ctx.progress(step + 1, total_steps)
 
 
-def rl_learning_rate(config: RLConfig) -> float:
-    """The set rate, or for learning_rate=auto the measured one where there is one (rl/suggested.py)."""
-    if config.learning_rate is not None:
-        return config.learning_rate
-    return suggested.learning_rate(config, learning_rate_for(config))
-
-
 def plan(config: RLConfig, prepared: PreparedRL) -> LoopPlan:
     """The steps this run takes: max_steps, or else num_epochs passes over the env's batches of problems; and the
     most tokens they sample (every completion at max_tokens)."""
@@ -660,7 +653,7 @@ async def train(config: RLConfig, ctx: RunContext, prepared: PreparedRL | None =
     setup, tokenizer = prepared.env, prepared.tokenizer
     service, client, start_step = start_training_client(config, ctx.resume, ctx)
     shaping = kl_penalty_shaping(config, service, getattr(ctx, "store", None))
-    base_lr = rl_learning_rate(config)
+    base_lr = learning_rate(config)
     run_plan = plan(config, prepared)
     total_steps = run_plan.total_steps
     loop = LoopSkeleton(config, ctx, client, run_plan, start_step, held_out_evals(config, prepared))

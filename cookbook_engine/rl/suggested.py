@@ -2,9 +2,10 @@
 measured with the sweep in README "What the built-in defaults teach", and the warnings for settings far from them.
 
 One home for these numbers: RLConfig's defaults read them (so `cookbook rl` and the New run form start from them),
-`learning_rate()` gives the rate learning_rate=auto trains with, and the form shows `reason()` beside the rate and
-`far_from_suggested()` after a check. Other models and envs were not measured: they keep the rule of thumb (a share
-of the model's SL rate) and the reason says so. Not here: the loop, the form's widgets.
+training/learning_rate.py trains learning_rate=auto with the measured rate (the form shows `measured_reason()`
+beside it) and `far_from_suggested()` warns after a check. Other models and envs were not measured: they keep the
+rule of thumb (RL_LR_SCALE × the model's SL rate, decided in training/learning_rate.py). Not here: the loop, the
+form's widgets.
 """
 
 from __future__ import annotations
@@ -48,22 +49,13 @@ def measured_for(config) -> Measured | None:
     return ARITHMETIC if config.env == "arithmetic" else None
 
 
-def learning_rate(config, sl_rate: float) -> float:
-    """The rate learning_rate=auto trains with: the measured one, else RL_LR_SCALE x the model's SL rate."""
-    measured = measured_for(config)
-    return measured.learning_rate if measured else sl_rate * RL_LR_SCALE
-
-
-def reason(config, sl_rate: float, sl_reason: str) -> str:
-    """Why the suggested rate is what it is, for the form."""
-    measured = measured_for(config)
-    if measured:
-        return (
-            f"chosen by a small sweep of the default model on the arithmetic env on a 2-core CPU, with "
-            f"{measured.groups_per_batch} problems × {measured.group_size} samples a step at temperature "
-            f"{measured.temperature:g}: {measured.result}; see {measured.source}"
-        )
-    return f"not measured for this model and env: {RL_LR_SCALE:g} × the model's SL rate ({sl_rate:g}: {sl_reason})"
+def measured_reason(measured: Measured) -> str:
+    """What the measurement behind the suggested rate showed, for the form."""
+    return (
+        f"chosen by a small sweep of the default model on the arithmetic env on a 2-core CPU, with "
+        f"{measured.groups_per_batch} problems × {measured.group_size} samples a step at temperature "
+        f"{measured.temperature:g}: {measured.result}; see {measured.source}"
+    )
 
 
 def far_from_suggested(config, learning_rate_used: float | None) -> list[str]:

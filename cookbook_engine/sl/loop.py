@@ -19,7 +19,6 @@ from tinker import types
 
 from cookbook_engine.config import SLConfig
 from cookbook_engine.evals.in_training import NamedEvals, PeriodicEvals
-from cookbook_engine.sl import suggested
 from cookbook_engine.sl.data import (  # re-exported: tests render with it
     PreparedSL,
     prepare,
@@ -27,10 +26,10 @@ from cookbook_engine.sl.data import (  # re-exported: tests render with it
 )
 from cookbook_engine.training.common import (
     adam_params,
-    learning_rate_for,
     lr_multiplier,
     start_training_client,
 )
+from cookbook_engine.training.learning_rate import learning_rate
 from cookbook_engine.training.skeleton import (
     LoopPlan,
     LoopSkeleton,
@@ -46,15 +45,6 @@ from cookbook_engine.training.skeleton import (
 if TYPE_CHECKING:
     from cookbook_engine.backends.protocol import TrainingClient
     from cookbook_engine.training.context import RunContext
-
-
-def sl_learning_rate(config: SLConfig) -> float:
-    """The rate a run trains with: the set one; with learning_rate=auto, the measured one for this built-in data
-    (suggested.py) or else the model's suggested rate."""
-    if config.learning_rate is not None:
-        return config.learning_rate
-    measured = suggested.measured_for(config)
-    return measured.learning_rate if measured else learning_rate_for(config)
 
 
 def plan(config: SLConfig, prepared: PreparedSL) -> LoopPlan:
@@ -123,7 +113,7 @@ async def log_finished(ctx: RunContext, submitted: SubmittedBatch, plan: LoopPla
 async def train(config: SLConfig, ctx: RunContext, prepared: PreparedSL | None = None) -> None:
     prepared = prepared or prepare(config)
     _, client, start_step = start_training_client(config, ctx.resume, ctx)
-    base_lr = sl_learning_rate(config)
+    base_lr = learning_rate(config)
     run_plan = plan(config, prepared)
     loop = LoopSkeleton(config, ctx, client, run_plan, start_step, held_out_evals(config, prepared))
     loop.start(

@@ -2,7 +2,7 @@
 project's 2-core CPU within minutes, what the measurement showed, and the warnings for settings far from them.
 
 One home for these numbers (RL's are in rl/suggested.py): learning_rate=auto trains with the measured rate
-(supervised.sl_learning_rate, preference.dpo_learning_rate), so `cookbook sl dataset=builtin:facts` and
+(training/learning_rate.py decides it for every loop), so `cookbook sl dataset=builtin:facts` and
 `cookbook dpo dataset=builtin:concise-prefs` use them; the New run form shows `reason()` beside the rate and
 `far_from_suggested()` after a check. Other models and datasets were not measured: they keep the model's suggested
 rate (DPO a share of it) and the form says so. Not here: the loops, the form's widgets.

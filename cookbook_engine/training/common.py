@@ -1,6 +1,6 @@
-"""Pieces every training loop shares: tokenizer and learning rate for a config, LR schedules, Adam settings,
+"""Pieces every training loop shares: the tokenizer for a config, LR schedules, Adam settings,
 building datums from tokens, saving checkpoints and starting a training client (fresh, from a checkpoint or
-resumed). No loop logic here: SL, DPO and RL each own their loop.
+resumed). No loop logic here: SL, DPO and RL each own their loop; the learning rate is learning_rate.py's.
 """
 
 from __future__ import annotations
@@ -25,17 +25,6 @@ def tokenizer_for(config: CommonConfig) -> Any:
 
         return hosted_tokenizer(config.model)
     return models.load_tokenizer(config.model)
-
-
-def learning_rate_for(config: CommonConfig) -> float:
-    """The configured learning rate, or the model's suggested one when it is unset (learning_rate=auto)."""
-    if config.learning_rate is not None:
-        return config.learning_rate
-    if config.backend == "tinker":
-        from cookbook_engine.backends.tinker import suggested_learning_rate
-
-        return suggested_learning_rate(config.model)
-    return models.resolve(config.model).suggested_learning_rate
 
 
 def lr_multiplier(schedule: str, step: int, total_steps: int) -> float:
