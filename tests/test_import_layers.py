@@ -30,7 +30,6 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "cookbook_engine.compute_lease",
             "cookbook_engine.exit_codes",
             "cookbook_engine.sandbox",
-            "cookbook_engine.sandbox_limits",
             "cookbook_engine.renderers",
             "cookbook_engine.training.metric_names",
             "cookbook_engine.backends.clocked_settings",
@@ -59,7 +58,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "cookbook_engine.evals.in_training",
         ),
     ),
-    ("loops", ("cookbook_engine.sl", "cookbook_engine.dpo", "cookbook_engine.rl.loop")),
+    ("loops", ("cookbook_engine.sl", "cookbook_engine.dpo", "cookbook_engine.rl.loop", "cookbook_engine.distill")),
     (
         "runs",
         (
