@@ -9,8 +9,9 @@ or return an object whose `__eq__` is always true. Here three parties take part:
 - the **test process** (sandboxed, a second sandbox with its own uid and namespaces) runs the tests (the built-in
   asserts, or a user's `python_tests`). It never loads the solution: only the problem's entry points (TestPlan,
   decided from the tests alone) are stubs that ask this process for the call; builtins, imports and the tests' own
-  helpers always resolve in the test process, whatever names the solution defines. Values come back decoded from plain JSON, so every comparison in an assert
-  is between plain Python values (no object of the solution's making, no custom `__eq__`).
+  helpers always resolve in the test process, whatever names the solution defines. Values come back decoded from
+  plain JSON, so every comparison in an assert is between plain Python values (no object of the solution's making,
+  no custom `__eq__`).
 - **this process** (trusted) relays the calls, checks every message from either child (type, shape, size, depth)
   before using it, enforces the time budgets, restarts a solution process that died or hung, and decides the
   verdict from the test process's per-test results. Malformed, hostile or huge traffic (from either child) gives
