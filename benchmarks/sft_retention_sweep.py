@@ -1,5 +1,5 @@
 """The sweep behind the SFT demo's settings: how much replay data, at which rate, teaches the Quorvania facts on
-unseen wordings without breaking what the model knew (README "What the built-in defaults teach", the numbers in
+unseen wordings without breaking what the model knew (docs/DEFAULTS.md, the numbers in
 benchmarks/README.md).
 
 Each configuration trains with the `cookbook` CLI in a fresh studio home on the facts rows plus the first K replay

@@ -164,7 +164,7 @@ def test_short_default_dpo_run_prefers_correct_answers_when_style_cannot_tell(ho
         f"{trained['high']:.3f}] (n={STYLE_EXAMPLES})"
     )
     # better by more than the intervals: each score lies outside the other's interval (the full default run's are
-    # apart altogether: README "What the built-in defaults teach")
+    # apart altogether: docs/DEFAULTS.md)
     assert trained["low"] > base["value"] and trained["value"] > base["high"]
 
 

@@ -397,7 +397,7 @@ def test_every_rollout_is_stored_and_a_cancelled_run_resumes_where_it_stopped(ho
 def test_a_short_default_rl_run_raises_held_out_two_digit_accuracy_beyond_the_interval(home, default_model_ready):
     """The default settings (rl/suggested.py), cut to SHORT_STEPS steps with the curriculum compressed to match,
     on the first 50 held-out two-digit sums: the trained model's greedy accuracy is above the base model's 95%
-    interval. (The full default run and its 100-problem evaluation are in the README.)"""
+    interval. (The full default run and its 100-problem evaluation are in docs/DEFAULTS.md.)"""
     manager = RunManager()
     steps, n = SHORT_STEPS, 50
     config = RLConfig(max_steps=steps, eval_every=steps, num_eval_problems=n, save_every=0, seed=0)

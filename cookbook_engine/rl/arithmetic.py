@@ -14,7 +14,7 @@ operand sizes grow over the run and that never draws a held-out problem.
 
 Why it looks like this: the first version trained on a <= 12, b <= 9 and was measured on small problems; on
 two-digit sums the model stayed mostly wrong, and late in a run most groups had equal rewards (all right on the
-small problems) and were dropped. README "What the built-in defaults teach" has the measurements behind the settings.
+small problems) and were dropped. docs/DEFAULTS.md has the measurements behind the settings.
 
 Not here: grading replies and the env classes (envs.py), the loop (loop.py).
 """

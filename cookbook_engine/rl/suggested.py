@@ -1,5 +1,5 @@
 """RL's suggested settings: the values that made the default model learn two-digit addition on the arithmetic env,
-measured with the sweep in README "What the built-in defaults teach", and the warnings for settings far from them.
+measured with the sweep in docs/DEFAULTS.md, and the warnings for settings far from them.
 
 One home for these numbers: RLConfig's defaults read them (so `cookbook rl` and the New run form start from them),
 training/learning_rate.py trains learning_rate=auto with the measured rate (the form shows `measured_reason()`
@@ -22,7 +22,7 @@ class Measured:
     max_steps: int
     max_tokens: int
     result: str  # what the run did to the held-out eval set, and how long it took
-    source: str = 'README "What the built-in defaults teach"'
+    source: str = "docs/DEFAULTS.md"
 
 
 ARITHMETIC = Measured(
