@@ -1,8 +1,9 @@
-"""The New run form's widgets, drawn from the settings' own descriptions (cookbook_engine/settings.py).
+"""The New run form's widgets, drawn from the settings' own descriptions (cookbook_engine/settings.py: help, bounds,
+choices) and their presentation (app/setting_widgets.py: widget, label, key).
 
-`setting_input(where, config, name, key_of)` draws one setting as its spec says: a number input with the setting's
-bounds, step and help, a selectbox of its choices, a checkbox or a text input, labelled and keyed as the spec says,
-and returns the value entered. `form_settings(cls)` names the settings a kind's form should offer, so a test can
+`setting_input(where, config, name, key_of)` draws one setting: a number input with the setting's bounds, step and
+help, a selectbox of its choices, a checkbox or a text input, labelled and keyed as setting_widgets.py says, and
+returns the value entered. `form_settings(cls)` names the settings a kind's form should offer, so a test can
 hold the form to it. Where the form lays the widgets out is app/forms.py's business, not this module's.
 """
 
@@ -11,17 +12,24 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from cookbook_engine.settings import Leaf, help_text, leaves, value_at
+from app.setting_widgets import Widget, widget_for
+from cookbook_engine import config as cfg
+from cookbook_engine.settings import help_text, leaves, value_at
+
+
+def kind_of(cls: type) -> str:
+    return next(kind for kind, config_type in cfg.CONFIG_TYPES.items() if config_type is cls)
 
 
 def form_settings(cls: type) -> list[str]:
-    """The settings the New run form offers for a config class (those whose spec names a widget)."""
-    return [leaf.name for leaf in leaves(cls) if leaf.spec.widget]
+    """The settings the New run form offers for a config class (those setting_widgets.py gives a widget)."""
+    kind = kind_of(cls)
+    return [leaf.name for leaf in leaves(cls) if widget_for(kind, leaf.name)]
 
 
-def widget_key(leaf: Leaf) -> str:
+def widget_key(name: str, widget: Widget) -> str:
     """The key suffix of a setting's widget (app/forms.key adds the kind and the form's generation)."""
-    return leaf.spec.key or leaf.name.rsplit(".", 1)[-1]
+    return widget.key or name.rsplit(".", 1)[-1]
 
 
 def setting_input(where: Any, config: Any, name: str, key_of: Callable[[str], str], **overrides: Any) -> Any:
@@ -29,20 +37,22 @@ def setting_input(where: Any, config: Any, name: str, key_of: Callable[[str], st
     return what it holds. `overrides` are passed to the widget as they are (e.g. options known only at run time, a
     placeholder)."""
     leaf = next(leaf for leaf in leaves(type(config)) if leaf.name == name)
-    spec = leaf.spec
+    spec, widget = leaf.spec, widget_for(kind_of(type(config)), name)
+    if widget is None:
+        raise ValueError(f"{name}: the form has no widget for it (app/setting_widgets.py)")
     value = value_at(config, name)
-    label = spec.label or name
-    kwargs: dict[str, Any] = {"key": key_of(widget_key(leaf)), "help": help_text(spec)} | overrides
-    if spec.widget == "text":
+    label = widget.label or name
+    kwargs: dict[str, Any] = {"key": key_of(widget_key(name, widget)), "help": help_text(spec)} | overrides
+    if widget.kind == "text":
         return where.text_input(label, value=value, **kwargs)
-    if spec.widget == "checkbox":
+    if widget.kind == "checkbox":
         return where.checkbox(label, value=bool(value), **kwargs)
-    if spec.widget == "select":
+    if widget.kind == "select":
         options = list(kwargs.pop("options", None) or spec.choices or spec.options)
         fallback = options.index(leaf.default) if leaf.default in options else 0
         return where.selectbox(label, options, index=options.index(value) if value in options else fallback, **kwargs)
-    if spec.widget != "number":
-        raise ValueError(f"{name}: the form has no widget for it (spec widget {spec.widget!r})")
+    if widget.kind != "number":
+        raise ValueError(f"{name}: the form has no {widget.kind!r} widget")
     number = float if leaf.kind is float else int
     if leaf.kind is float:
         kwargs.setdefault("format", "%g")

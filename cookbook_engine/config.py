@@ -1,13 +1,12 @@
 """Typed run configurations and tinker-cookbook's `key=value` command-line convention.
 
 One small dataclass per algorithm (SLConfig, DPOConfig, RLConfig) holds every setting a run needs, and each field
-describes itself once (help, bounds, choices, form widget: cookbook_engine/settings.py). From those descriptions
-come `validate()` (the same checks as `--dry-run`), the CLI's `--help`, and the New run form's widgets. Nested
-sections are written `section.name=value`: `pipelining.*` (RL) and `clocked.*` (the clocked backend's own settings,
-backends/clocked_settings.py); the flat names runs were stored with before still load (ALIASES). The CLI and the
-studio's forms both build a config and hand it to the RunManager; `to_command()` gives the equivalent
-`cookbook ...` line. This module builds no heavy objects: loading models and data happens in the loops.
-"""
+describes itself once (help, bounds, choices: cookbook_engine/settings.py; how the form draws it is app/'s). From those
+descriptions come `validate()` (the same checks as `--dry-run`), the CLI's `--help`, and the New run form's widgets'
+bounds and help. Nested sections are written `section.name=value`: `pipelining.*` (RL) and `clocked.*` (the clocked
+backend's own settings, backends/clocked_settings.py); the flat names runs were stored with before still load (ALIASES).
+The CLI and the studio's forms both build a config and hand it to the RunManager; `to_command()` gives the equivalent
+`cookbook ...` line. This module builds no heavy objects: loading models and data happens in the loops."""
 
 from __future__ import annotations
 
@@ -75,22 +74,15 @@ class CommonConfig:
     device: str = setting("auto", help="backend=local: auto (CUDA, then MPS, then CPU), cpu, cuda or mps")
     renderer: str = setting(
         "auto",
-        widget="select",
-        label="Renderer",
         help="How chats become tokens. auto = the model's own chat template (ChatML for the "
         "default model); role_colon for base models without one.",
     )
-    name: str = setting(
-        "", widget="text", label="Run name (optional)", help="Shown in the studio; defaults to the run id"
-    )
+    name: str = setting("", help="Shown in the studio; defaults to the run id")
     lora_rank: int = setting(
         32,
         min=1,
         max=512,
         options=LORA_RANKS,
-        widget="select",
-        label="LoRA rank",
-        key="rank",
         help="Rank of the LoRA adapter",
     )
     learning_rate: float | None = setting(
@@ -99,8 +91,6 @@ class CommonConfig:
         min_open=True,
         max=1,
         max_open=True,
-        widget="number",
-        label="Learning rate",
         step=1e-5,
         why="LoRA uses 1e-5 to 1e-2; leave it unset or write learning_rate=auto for the model's suggested rate",
         help="auto = the rate measured for built-in data, or the model's suggested rate",
@@ -108,32 +98,21 @@ class CommonConfig:
     lr_schedule: str = setting(
         "linear",
         choices=SCHEDULES,
-        widget="select",
-        label="Schedule",
-        key="schedule",
         help="How the learning rate changes over the run",
     )
-    batch_size: int = setting(
-        8, min=1, max=4096, widget="number", label="Batch size", key="batch", help="Examples per optimizer step"
-    )
-    num_epochs: int = setting(
-        1, min=1, max=1000, widget="number", label="Epochs", key="epochs", help="Passes over the training data"
-    )
+    batch_size: int = setting(8, min=1, max=4096, help="Examples per optimizer step")
+    num_epochs: int = setting(1, min=1, max=1000, help="Passes over the training data")
     max_steps: int = setting(
         0,
         min=0,
         max=1_000_000,
         zero_means="as many as the epochs give",
-        widget="number",
-        label="Max steps",
         help="Optimizer steps at most",
     )
     max_length: int = setting(
         1024,
         min=16,
         max=131072,
-        widget="number",
-        label="Max length (tokens)",
         help="Longest example in tokens (longer ones are truncated or dropped)",
     )
     save_every: int = setting(
@@ -141,8 +120,6 @@ class CommonConfig:
         min=0,
         max=1_000_000,
         zero_means="only at the end",
-        widget="number",
-        label="Save every (steps)",
         help="Save a checkpoint every this many steps",
     )
     eval_every: int = setting(
@@ -150,8 +127,6 @@ class CommonConfig:
         min=0,
         max=1_000_000,
         zero_means="only at the end",
-        widget="number",
-        label="Eval every (steps)",
         help="Evaluate every this many steps",
     )
     evals: str = setting(
@@ -161,24 +136,17 @@ class CommonConfig:
         DEFAULT_SEED,
         min=0,
         max=2**31 - 1,
-        widget="number",
-        label="Seed",
         help="Random seed (LoRA initialization, data order, sampling)",
     )
-    beta1: float = setting(0.9, min=0, max=1, max_open=True, widget="number", label="Adam beta1", help="Adam's beta1")
-    beta2: float = setting(0.95, min=0, max=1, max_open=True, widget="number", label="Adam beta2", help="Adam's beta2")
-    eps: float = setting(1e-12, min=0, min_open=True, max=1, widget="number", label="Adam eps", help="Adam's epsilon")
-    weight_decay: float = setting(
-        0.0, min=0, max=10, widget="number", label="Weight decay", key="wd", help="Decoupled weight decay"
-    )
+    beta1: float = setting(0.9, min=0, max=1, max_open=True, help="Adam's beta1")
+    beta2: float = setting(0.95, min=0, max=1, max_open=True, help="Adam's beta2")
+    eps: float = setting(1e-12, min=0, min_open=True, max=1, help="Adam's epsilon")
+    weight_decay: float = setting(0.0, min=0, max=10, help="Decoupled weight decay")
     grad_clip_norm: float = setting(
         0.0,
         min=0,
         max=1e6,
         zero_means="off",
-        widget="number",
-        key="clip",
-        label="Gradient clip norm (0 = off)",
         help="Clip the gradient's norm to this",
     )
     clocked: ClockedConfig = section(ClockedConfig, help="The clocked simulator's own settings (backend=clocked)")
@@ -199,24 +167,17 @@ class SLConfig(CommonConfig):
         min=0,
         max=1,
         max_open=True,
-        widget="number",
-        label="Held-out fraction",
         step=0.05,
         help="Share of the training data held out for evaluation",
     )
     train_on_what: str = setting(
         "last_assistant_message",
         choices=TRAIN_ON,
-        widget="select",
-        label="Train on",
-        key="train_on",
         help="Which tokens the loss applies to.",
     )
     overlong: str = setting(
         "truncate",
         choices=OVERLONG,
-        widget="select",
-        label="Too-long examples",
         help="What happens to an example longer than max_length",
     )
     max_examples: int = setting(
@@ -224,8 +185,6 @@ class SLConfig(CommonConfig):
         min=0,
         max=10_000_000,
         zero_means="all",
-        widget="number",
-        label="Max examples (0 = all)",
         help="Train on at most this many examples",
     )
 
@@ -243,17 +202,13 @@ class DPOConfig(CommonConfig):
         min=0,
         min_open=True,
         max=100,
-        widget="number",
-        label="DPO beta",
         help="How far the policy may move from the reference.",
     )
     start_checkpoint: str = setting(
         "",
-        widget="select",
-        label="Start from checkpoint",
         help="A saved state to start from; its run becomes the parent",
     )
-    max_examples: int = redefault(SLConfig, "max_examples", 0, widget=None)
+    max_examples: int = redefault(SLConfig, "max_examples", 0)
 
     @property
     def kind(self) -> str:
@@ -267,16 +222,12 @@ class PipeliningConfig:
 
     stream_minibatch: bool = setting(
         False,
-        widget="checkbox",
-        label="Stream minibatches",
         help="On-policy: train each minibatch of groups as soon as it is sampled, overlapping sampling with training.",
     )
     num_minibatches: int = setting(
         1,
         min=1,
         max=4096,
-        widget="number",
-        label="Minibatches per substep",
         help="With streaming: forward_backward calls per optimizer substep; must divide the groups per substep.",
     )
     max_steps_off_policy: int = setting(
@@ -284,9 +235,6 @@ class PipeliningConfig:
         min=0,
         max=1000,
         zero_means="on-policy",
-        widget="number",
-        label="Max steps off-policy (0 = on-policy)",
-        key="off_policy",
         help="Keep sampling in the background with the newest weights; groups "
         "sampled more than this many steps ago are dropped and sampled again. "
         "Not with streaming.",
@@ -307,8 +255,6 @@ class RLConfig(CommonConfig):
         RL_MEASURED.group_size,
         min=2,
         max=256,
-        widget="number",
-        label="Group size",
         why="advantages compare samples within a group",
         help="Samples per problem; advantages compare them.",
     )
@@ -316,17 +262,12 @@ class RLConfig(CommonConfig):
         RL_MEASURED.groups_per_batch,
         min=1,
         max=4096,
-        widget="number",
-        label="Groups per batch",
-        key="groups",
         help="Problems per step",
     )
     max_tokens: int = setting(
         RL_MEASURED.max_tokens,
         min=1,
         max=32768,
-        widget="number",
-        label="Max tokens per sample",
         help="Most tokens sampled per reply",
     )
     temperature: float = setting(
@@ -334,8 +275,6 @@ class RLConfig(CommonConfig):
         min=0,
         max=2,
         step=0.05,
-        widget="number",
-        label="Temperature",
         help="Sampling temperature while training",
     )
     top_p: float = setting(
@@ -344,15 +283,11 @@ class RLConfig(CommonConfig):
         min_open=True,
         max=1,
         step=0.05,
-        widget="number",
-        label="Top-p",
         help="Sample from the smallest set of tokens with this much probability",
     )
     loss_fn: str = setting(
         "importance_sampling",
         choices=RL_LOSSES,
-        widget="select",
-        label="Loss",
         help="importance_sampling (REINFORCE with importance weights) or ppo (clipped ratios, thresholds below).",
     )
     clip_low_threshold: float = setting(
@@ -360,27 +295,18 @@ class RLConfig(CommonConfig):
         min=0,
         min_open=True,
         max=1,
-        widget="number",
-        label="PPO clip low",
-        key="clip_low",
         help="ppo: the lowest probability ratio kept",
     )
     clip_high_threshold: float = setting(
         1.2,
         min=1,
         max=100,
-        widget="number",
-        label="PPO clip high",
-        key="clip_high",
         help="ppo: the highest probability ratio kept",
     )
     num_substeps: int = setting(
         1,
         min=1,
         max=64,
-        widget="number",
-        label="Optimizer substeps",
-        key="substeps",
         help="Optimizer steps per batch (its groups split evenly)",
     )
     max_steps: int = redefault(CommonConfig, "max_steps", RL_MEASURED.max_steps)
@@ -388,9 +314,6 @@ class RLConfig(CommonConfig):
         32,
         min=0,
         max=100_000,
-        widget="number",
-        label="Eval problems",
-        key="eval_problems",
         help="Held-out problems scored at each evaluation",
     )
     eval_temperature: float = setting(
@@ -401,23 +324,18 @@ class RLConfig(CommonConfig):
     )
     lr_schedule: str = redefault(CommonConfig, "lr_schedule", "constant")  # as tinker-cookbook's rl/train does
     start_checkpoint: str = redefault(DPOConfig, "start_checkpoint", "")
-    batch_size: int = redefault(CommonConfig, "batch_size", 8, widget=None)  # RL batches: groups × group size
-    num_epochs: int = redefault(CommonConfig, "num_epochs", 1, widget=None)  # env=custom only; not in the form
+    batch_size: int = redefault(CommonConfig, "batch_size", 8)  # RL batches: groups × group size
+    num_epochs: int = redefault(CommonConfig, "num_epochs", 1)  # env=custom only; not in the form
     kl_penalty_coef: float = setting(
         0.0,
         min=0,
         max=100,
         zero_means="no KL penalty",
-        widget="number",
-        label="KL penalty",
-        key="kl_coef",
         help="Penalise each sampled token by its log-prob ratio to the reference (tinker-cookbook's kl_penalty_coef); "
         "keeps the policy near what the model already knew.",
     )
     kl_reference: str = setting(
         "",
-        widget="select",
-        label="KL reference",
         help="The KL penalty's reference: empty for the base model, or a checkpoint path (its sampler weights)",
     )
     pipelining: PipeliningConfig = section(PipeliningConfig, help="Streaming minibatches or off-policy sampling")
@@ -434,8 +352,6 @@ class DistillConfig(CommonConfig):
 
     teacher: str = setting(
         "",
-        widget="select",
-        label="Teacher",
         help="The teacher: base (the base model), a checkpoint path on this machine, or with backend=tinker a hosted "
         "model name",
     )
@@ -443,7 +359,7 @@ class DistillConfig(CommonConfig):
         "builtin:facts",
         help="Prompts the student answers: a chat dataset (its conversations up to the last reply) or a prompt file",
     )
-    start_checkpoint: str = redefault(DPOConfig, "start_checkpoint", "", label="Student starts from")
+    start_checkpoint: str = redefault(DPOConfig, "start_checkpoint", "")
     group_size: int = redefault(RLConfig, "group_size", 4, help="Replies the student samples per prompt")
     groups_per_batch: int = redefault(RLConfig, "groups_per_batch", 8)
     max_tokens: int = redefault(RLConfig, "max_tokens", 48)
@@ -454,13 +370,10 @@ class DistillConfig(CommonConfig):
         min=0,
         min_open=True,
         max=100,
-        widget="number",
-        label="Teacher KL weight",
-        key="kl_coef",
         help="Scales the per-token reverse KL to the teacher that the student is trained to reduce",
     )
     lr_schedule: str = redefault(CommonConfig, "lr_schedule", "constant")
-    batch_size: int = redefault(CommonConfig, "batch_size", 8, widget=None)  # distillation batches: groups × size
+    batch_size: int = redefault(CommonConfig, "batch_size", 8)  # distillation batches: groups × size
 
     @property
     def kind(self) -> str:

@@ -1,13 +1,14 @@
-"""One description per run setting (help text, bounds, choices, form widget), kept as dataclass field metadata.
+"""One description per run setting (help text, bounds, choices), kept as dataclass field metadata.
 
-`setting(default, help=..., min=..., max=..., choices=..., widget=...)` makes a config field carry a `Spec`;
+`setting(default, help=..., min=..., max=..., choices=...)` makes a config field carry a `Spec`;
 `section()` nests a group of settings (written `section.name=value` on the command line). From these, `leaves()`
 lists a config class's settings by their command-line names, `bound_problems()` checks values against their bounds
 and choices (each message names the setting), `help_lines()` writes them for `--help`, and `build()` / `flatten()`
 go between a config and `{name: value}`. The New run form draws its widgets from the same specs
-(app/setting_inputs.py).
+(app/setting_inputs.py), with their widgets, labels and keys from app/setting_widgets.py.
 
-Not here: which settings a run kind has (config.py), rules that tie several settings together, drawing widgets.
+Not here: which settings a run kind has (config.py), rules that tie several settings together, how a setting is
+drawn (its widget and label: app/).
 """
 
 from __future__ import annotations
@@ -19,13 +20,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 SPEC_KEY = "cookbook_setting"
-WIDGETS = ("number", "select", "checkbox", "text")
 
 
 @dataclass(frozen=True)
 class Spec:
-    """How a setting is explained, bounded and drawn. `widget` None: not drawn in the New run form's settings (a
-    picker above the form, or the command line only)."""
+    """How a setting is explained and bounded."""
 
     help: str
     min: float | None = None
@@ -36,9 +35,6 @@ class Spec:
     why: str = ""  # added to a bound's message
     choices: tuple[str, ...] = ()  # the only values allowed
     options: tuple[Any, ...] = ()  # the values the form lists, where not every allowed value is a choice
-    widget: str | None = None
-    label: str = ""  # the form widget's label
-    key: str = ""  # the form widget's key suffix (default: the setting's name)
     step: float | None = None  # the form's +/- step for a number
 
 
@@ -70,7 +66,7 @@ def section(factory: type, *, help: str) -> Any:
 
 def redefault(cls: type, name: str, default: Any, **changes: Any) -> Any:
     """The field `name` of `cls` with another default and the same description but for `changes` (keywords of
-    `Spec`, e.g. widget=None where a kind's form leaves the setting out)."""
+    `Spec`)."""
     original = next(f for f in dataclasses.fields(cls) if f.name == name)
     return field(default=default, metadata={SPEC_KEY: dataclasses.replace(spec_of(original), **changes)})
 

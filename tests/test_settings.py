@@ -12,6 +12,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from app.setting_inputs import form_settings
+from app.setting_widgets import KINDS as WIDGET_KINDS, widget_for
 from cookbook_engine import cli, config as cfg
 from cookbook_engine.settings import Leaf, help_text, leaves
 
@@ -38,7 +39,8 @@ def outside(leaf: Leaf, side: str) -> Any:
 def test_every_setting_has_help_and_a_default_inside_its_own_bounds():
     for kind, leaf in ALL_LEAVES:
         assert leaf.spec.help.strip(), f"{kind}: {leaf.name} has no help text"
-        assert leaf.spec.widget in (None, "number", "select", "checkbox", "text"), leaf
+        widget = widget_for(kind, leaf.name)
+        assert widget is None or widget.kind in WIDGET_KINDS, leaf
     for kind in KINDS:  # the defaults pass their own bounds; a distillation run has no default teacher to name
         required = ["teacher: required"] if kind == "distill" else []
         problems = cfg.validate(cfg.CONFIG_TYPES[kind]())
@@ -159,10 +161,11 @@ def test_the_new_run_form_offers_a_widget_for_every_form_setting_with_its_bounds
     cls = cfg.CONFIG_TYPES[kind]
     by_name = {leaf.name: leaf for leaf in leaves(cls)}
     for name in form_settings(cls):
-        spec = by_name[name].spec
-        drawn = [w for w in widgets[spec.widget] if w.label == spec.label]
-        assert len(drawn) == 1, f"{kind}: the form has no {spec.widget} labelled {spec.label!r} for {name}"
-        if spec.widget == "number":
+        spec, widget = by_name[name].spec, widget_for(kind, name)
+        assert widget is not None
+        drawn = [w for w in widgets[widget.kind] if w.label == widget.label]
+        assert len(drawn) == 1, f"{kind}: the form has no {widget.kind} labelled {widget.label!r} for {name}"
+        if widget.kind == "number":
             proto = drawn[0].proto
             assert (proto.has_min, proto.has_max) == (spec.min is not None, spec.max is not None), name
             assert (proto.min, proto.max) == pytest.approx((spec.min or 0, spec.max or 0)), name

@@ -1,0 +1,78 @@
+"""How the New run form draws each run setting: its widget, label and key suffix, by the setting's command-line name,
+and where a kind's form draws a setting differently or leaves it out. The engine's settings carry only what they
+mean (help, bounds, choices: cookbook_engine/settings.py); this is their presentation. Not here: drawing a widget
+(setting_inputs.py), laying the form out (forms.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Widget:
+    kind: str  # "number" | "select" | "checkbox" | "text"
+    label: str
+    key: str = ""  # the widget's key suffix (default: the setting's last name)
+
+
+KINDS = ("number", "select", "checkbox", "text")
+
+WIDGETS: dict[str, Widget | None] = {
+    "renderer": Widget("select", "Renderer"),
+    "name": Widget("text", "Run name (optional)"),
+    "lora_rank": Widget("select", "LoRA rank", key="rank"),
+    "learning_rate": Widget("number", "Learning rate"),
+    "lr_schedule": Widget("select", "Schedule", key="schedule"),
+    "batch_size": Widget("number", "Batch size", key="batch"),
+    "num_epochs": Widget("number", "Epochs", key="epochs"),
+    "max_steps": Widget("number", "Max steps"),
+    "max_length": Widget("number", "Max length (tokens)"),
+    "save_every": Widget("number", "Save every (steps)"),
+    "eval_every": Widget("number", "Eval every (steps)"),
+    "seed": Widget("number", "Seed"),
+    "beta1": Widget("number", "Adam beta1"),
+    "beta2": Widget("number", "Adam beta2"),
+    "eps": Widget("number", "Adam eps"),
+    "weight_decay": Widget("number", "Weight decay", key="wd"),
+    "grad_clip_norm": Widget("number", "Gradient clip norm (0 = off)", key="clip"),
+    "test_fraction": Widget("number", "Held-out fraction"),
+    "train_on_what": Widget("select", "Train on", key="train_on"),
+    "overlong": Widget("select", "Too-long examples"),
+    "max_examples": Widget("number", "Max examples (0 = all)"),
+    "dpo_beta": Widget("number", "DPO beta"),
+    "start_checkpoint": Widget("select", "Start from checkpoint"),
+    "group_size": Widget("number", "Group size"),
+    "groups_per_batch": Widget("number", "Groups per batch", key="groups"),
+    "max_tokens": Widget("number", "Max tokens per sample"),
+    "temperature": Widget("number", "Temperature"),
+    "top_p": Widget("number", "Top-p"),
+    "loss_fn": Widget("select", "Loss"),
+    "clip_low_threshold": Widget("number", "PPO clip low", key="clip_low"),
+    "clip_high_threshold": Widget("number", "PPO clip high", key="clip_high"),
+    "num_substeps": Widget("number", "Optimizer substeps", key="substeps"),
+    "num_eval_problems": Widget("number", "Eval problems", key="eval_problems"),
+    "kl_penalty_coef": Widget("number", "KL penalty", key="kl_coef"),
+    "kl_reference": Widget("select", "KL reference"),
+    "pipelining.stream_minibatch": Widget("checkbox", "Stream minibatches"),
+    "pipelining.num_minibatches": Widget("number", "Minibatches per substep"),
+    "pipelining.max_steps_off_policy": Widget("number", "Max steps off-policy (0 = on-policy)", key="off_policy"),
+    "teacher": Widget("select", "Teacher"),
+}
+BY_KIND: dict[tuple[str, str], Widget | None] = {
+    ("dpo", "max_examples"): None,
+    ("rl", "batch_size"): None,
+    ("rl", "num_epochs"): None,
+    ("rl", "test_fraction"): None,
+    ("distill", "batch_size"): None,
+    ("distill", "start_checkpoint"): Widget("select", "Student starts from"),
+    ("distill", "kl_penalty_coef"): Widget("number", "Teacher KL weight", key="kl_coef"),
+}
+
+
+def widget_for(kind: str, name: str) -> Widget | None:
+    """The widget a `kind` run's form draws for setting `name`; None when the form leaves it out (a picker above the
+    form, or the command line only)."""
+    if (kind, name) in BY_KIND:
+        return BY_KIND[(kind, name)]
+    return WIDGETS.get(name)
