@@ -8,7 +8,7 @@ runs one call at a time, each in one transaction on its open connection, so ther
 wait for and no retry. Checks and conversions that need no database (metric values, transcript rows, run fields)
 run in the calling process first, so bad input raises there and tensors never travel. `Store` offers
 storage.interface.RunStore. Not here: metric cleaning (storage/metrics.py), the file layout (storage/home.py,
-cookbook_engine.paths) and the JSON-lines files of a run folder (cookbook_engine.run_logger).
+cookbook_engine.paths) and the JSON-lines files of a run folder (cookbook_engine.training.run_logger).
 """
 
 from __future__ import annotations
