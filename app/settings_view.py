@@ -37,6 +37,8 @@ def shown_settings(kind: str, settings: dict) -> dict:
         for k, v in cfg.flat_dict(config).items()
         if k not in hidden and (config.backend == "clocked" or not k.startswith(CLOCKED_ONLY))
     }
+    if config.backend == "local":
+        shown["dtype"] = compute_text(config)
     if config.learning_rate is None:
         used = learning_rate_used(config)
         from cookbook_engine.sl import suggested
@@ -44,6 +46,18 @@ def shown_settings(kind: str, settings: dict) -> dict:
         whose = "measured for this dataset" if suggested.measured_for(config) else "the model's suggested rate"
         shown["learning_rate"] = f"auto ({used:.3g}, {whose})" if used else "auto"
     return shown
+
+
+def compute_text(config: cfg.CommonConfig) -> str:
+    """The dtype setting with what it means on this machine and why (device.py decides; the calibration it may
+    need is cached per CPU model, so this is the choice the run's worker made here)."""
+    from cookbook_engine import device
+
+    try:
+        choice = device.choose(config.device, dtype=config.dtype)
+    except device.DeviceError as exc:
+        return f"{config.dtype} ({exc})"
+    return f"{config.dtype}: {choice.label}. {choice.reason}"
 
 
 def launcher() -> str:

@@ -20,6 +20,7 @@ from typing import Any
 from cookbook_engine import device
 from cookbook_engine.backends.clocked_settings import ClockedConfig
 from cookbook_engine.data.loading import DEFAULT_SEED, DEFAULT_TEST_FRACTION
+from cookbook_engine.device import DTYPES
 from cookbook_engine.models import DEFAULT_MODEL
 from cookbook_engine.rl.suggested import ARITHMETIC as RL_MEASURED
 from cookbook_engine.settings import (
@@ -72,6 +73,13 @@ class CommonConfig:
         "admitted at clock ticks, to count pipelining cycles)",
     )
     device: str = setting("auto", help="backend=local: auto (CUDA, then MPS, then CPU), cpu, cuda or mps")
+    dtype: str = setting(
+        "auto",
+        choices=DTYPES,
+        help="backend=local: the base model's compute precision. auto = bf16 on CUDA GPUs that run it fast and on "
+        "CPUs with AMX or AVX-512 BF16 where a short calibration confirms it is faster, fp32 elsewhere; LoRA "
+        "weights and optimizer state stay fp32",
+    )
     renderer: str = setting(
         "auto",
         help="How chats become tokens. auto = the model's own chat template (ChatML for the "
@@ -500,7 +508,7 @@ def validate(config: CommonConfig) -> list[str]:
     problems = bound_problems(config)
     if config.backend == "local":
         try:
-            device.choose(config.device)
+            device.choose(config.device, dtype=config.dtype if config.dtype in DTYPES else "auto")
         except device.DeviceError as exc:
             problems.append(str(exc))
     if config.evals:

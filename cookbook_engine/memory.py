@@ -136,8 +136,8 @@ def check_fits(config: cfg.CommonConfig, prepared) -> MemoryNeed | None:
     from cookbook_engine import device
     from cookbook_engine.backends import local
 
-    choice = device.choose(config.device)
-    loaded = local.worker_exists(config.model, config.device)
+    choice = device.choose(config.device, dtype=config.dtype)
+    loaded = local.worker_exists(config.model, config.device, config.dtype)
     need = estimate(config, prepared, shape, loaded, dtype_bytes=choice.dtype.itemsize)
     free = free_bytes(choice.device)
     if need.total > free and os.environ.get("COOKBOOK_MEMORY_CHECK", "on").lower() != "off":

@@ -63,3 +63,63 @@ def test_cpu_fast_paths_stay_off_for_a_model_that_is_not_on_the_cpu(default_mode
     assert device.model_device(meta).type == "meta"
     assert not fast_ops.supports_packed(meta)
     assert fast_decode.MergedLlama.from_model(meta) is None
+
+
+def cpu(flags=(), speedup=1.0, calibrate=True, measured=None) -> Probes:
+    def bf16_speedup() -> float:
+        if measured is not None:
+            measured.append(1)
+        return speedup
+
+    return Probes(
+        cuda=lambda: False,
+        mps=lambda: False,
+        cpu_flags=lambda: frozenset(flags),
+        bf16_speedup=bf16_speedup,
+        calibrate=lambda: calibrate,
+    )
+
+
+def test_cpu_auto_picks_bf16_only_with_matrix_units_and_a_calibration_that_confirms_it():
+    calls: list[int] = []
+    plain = choose("auto", cpu(flags=("avx2", "fma"), speedup=9.0, measured=calls))
+    assert plain.dtype == torch.float32 and "no AMX or AVX-512 BF16" in plain.reason
+    assert calls == []  # no bf16 units: nothing is measured
+    amx = choose("auto", cpu(flags=("amx_bf16", "amx_tile"), speedup=6.4, measured=calls))
+    assert amx.dtype == torch.bfloat16 and "amx_bf16" in amx.reason and "6.4x" in amx.reason and calls == [1]
+    avx = choose("cpu", cpu(flags=("avx512_bf16",), speedup=1.8))
+    assert avx.dtype == torch.bfloat16 and "avx512_bf16" in avx.reason
+    slow = choose("auto", cpu(flags=("avx512_bf16",), speedup=1.1))
+    assert slow.dtype == torch.float32 and "only 1.10x" in slow.reason
+    off = choose("auto", cpu(flags=("amx_bf16",), speedup=6.0, calibrate=False))
+    assert off.dtype == torch.float32 and "COOKBOOK_CALIBRATE=off" in off.reason
+
+
+def test_a_forced_dtype_is_used_or_refused_with_the_reason():
+    calls: list[int] = []
+    assert choose("auto", cpu(flags=("amx_bf16",), speedup=6.0), dtype="fp32").dtype == torch.float32
+    forced = choose("auto", cpu(flags=("avx2",), measured=calls), dtype="bf16")
+    assert forced.dtype == torch.bfloat16 and "slower" in forced.reason and calls == []  # allowed, with a warning
+    assert choose("auto", cpu(flags=("amx_bf16",), speedup=0.5), dtype="bf16").dtype == torch.bfloat16
+    assert choose("auto", machine(cuda=True, capability=(9, 0)), dtype="fp32").dtype == torch.float32
+    assert choose("auto", machine(cuda=True, capability=(8, 6)), dtype="bf16").dtype == torch.bfloat16
+    with pytest.raises(DeviceError, match="dtype=bf16: this CUDA GPU .compute capability 7.5. has no fast bf16"):
+        choose("cuda", machine(cuda=True, capability=(7, 5)), dtype="bf16")
+    with pytest.raises(DeviceError, match="dtype=bf16: bf16 support on Apple MPS is partial"):
+        choose("auto", machine(mps=True), dtype="bf16")
+    with pytest.raises(DeviceError, match="dtype='fp16': choose one of auto, fp32, bf16"):
+        choose("auto", machine(), dtype="fp16")
+
+
+def test_calibration_is_measured_once_per_cpu_and_cached(tmp_path, monkeypatch):
+    from cookbook_engine import calibration
+
+    monkeypatch.setenv("COOKBOOK_MODEL_CACHE", str(tmp_path))
+    monkeypatch.delenv("COOKBOOK_CALIBRATE", raising=False)
+    runs: list[int] = []
+    first = calibration.measured("probe", lambda: runs.append(1) or {"value": 2.5})
+    again = calibration.measured("probe", lambda: runs.append(1) or {"value": 9.0})
+    assert first == again == {"value": 2.5} and runs == [1]
+    assert calibration.cache_key() in (tmp_path / calibration.CACHE_FILE).read_text()
+    monkeypatch.setenv("COOKBOOK_CALIBRATE", "again")
+    assert calibration.measured("probe", lambda: {"value": 9.0}) == {"value": 9.0}

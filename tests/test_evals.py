@@ -222,6 +222,36 @@ def test_classification_evaluator_reports_unparseable_replies():
     assert result.metric("unparseable").value == pytest.approx(1 / 3)
 
 
+class BatchingClient(ScriptedClient):
+    """A client that also takes several prompts in one request, as the local backend's sample_many does."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.batches: list[int] = []
+
+    async def sample_many_async(self, prompts, num_samples, params):
+        self.batches.append(len(prompts))
+        return [await self.sample_async(prompt, num_samples, params) for prompt in prompts]
+
+
+def test_a_client_that_batches_prompts_gets_them_in_batches_with_the_same_results(monkeypatch):
+    tokenizer = ScriptedTokenizer()
+    answers = {f"{i}+1?": [str(i + 1 if i % 3 else i)] for i in range(7)}  # every third reply wrong
+    answers_right = {q: [str(int(q.split("+")[0]) + 1)] for q in answers}
+    eval_set = EvalSet("t", "generation", "", [GenerationExample(q, a[0], "exact") for q, a in answers_right.items()])
+    monkeypatch.setattr(evaluators, "BATCH_PROMPTS", 3)
+    advanced = []
+    progress = evaluators.Progress(advance=advanced.append)
+    one_by_one = run(evaluators.evaluate(ScriptedClient(tokenizer, answers, {}), ScriptedRenderer(tokenizer), eval_set))
+    batching = BatchingClient(tokenizer, answers, {})
+    batched = run(evaluators.evaluate(batching, ScriptedRenderer(tokenizer), eval_set, progress=progress))
+    assert batching.batches == [3, 3, 1] and sorted(advanced) == [1, 3, 3]
+    assert [(r.index, r.output, r.correct) for r in batched.examples] == [
+        (r.index, r.output, r.correct) for r in one_by_one.examples
+    ]
+    assert [r.correct for r in batched.examples] == [i % 3 != 0 for i in range(7)]
+
+
 def test_preference_and_nll_evaluators_score_log_likelihoods():
     from cookbook_engine.data.loading import PreferencePair
 

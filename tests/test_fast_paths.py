@@ -314,3 +314,57 @@ def test_alternating_weights_build_each_decoder_once(service, trained, data, mon
         assert base.sample(prompt, 1, greedy).result().sequences[0].tokens == first_base
         assert tuned.sample(prompt, 1, greedy).result().sequences[0].tokens == first_tuned
     assert len(builds) == built  # nothing rebuilt while alternating
+
+
+def test_prompts_decoded_as_one_batch_get_the_tokens_each_gets_alone(service, trained, data):
+    """sample_many decodes prompts of different lengths together (right-aligned in one KV cache, per-row positions
+    and masks): greedy tokens and seeded samples equal those of each prompt sampled alone, log-probs to fp32
+    rounding, and stop reasons agree (rows that stop early leave the batch while others decode)."""
+    snapshot = trained.save_weights_and_get_sampling_client("batched").result()
+    prompts = [types.ModelInput.from_ints(d.model_input.to_ints()[: 6 + 9 * i]) for i, d in enumerate(data)]
+    for params in (
+        types.SamplingParams(max_tokens=12, temperature=0),
+        types.SamplingParams(max_tokens=12, temperature=0.9, top_p=0.95, seed=5),
+    ):
+        together = snapshot.sample_many(prompts, 2, params).result()
+        for prompt, batched in zip(prompts, together):
+            alone = snapshot.sample(prompt, 2, params).result()
+            assert [s.tokens for s in batched.sequences] == [s.tokens for s in alone.sequences]
+            assert [s.stop_reason for s in batched.sequences] == [s.stop_reason for s in alone.sequences]
+            for a, b in zip(batched.sequences, alone.sequences):
+                assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+
+
+def test_sampling_requests_queued_together_are_decoded_as_one_batch(service, data, monkeypatch):
+    """Requests for the same weights waiting in the worker's queue (an RL step's groups) decode in one batch, and
+    each gets what it gets alone."""
+    import threading
+
+    base = service.create_sampling_client(base_model=models.DEFAULT_MODEL).result()
+    prompts = [types.ModelInput.from_ints(d.model_input.to_ints()[: 5 + 7 * i]) for i, d in enumerate(data)]
+    params = types.SamplingParams(max_tokens=6, temperature=0.7, seed=3, stop=[])
+    batches: list[int] = []
+    real = sampler.sample_many
+    monkeypatch.setattr(
+        sampler,
+        "sample_many",
+        lambda model, tok, requests, *a, **k: batches.append(len(requests)) or real(model, tok, requests, *a, **k),
+    )
+    gate = threading.Event()
+    base._worker.submit(gate.wait)  # the worker is busy while the requests queue up
+    futures = [base.sample(prompt, 2, params) for prompt in prompts]
+    gate.set()
+    together = [future.result() for future in futures]
+    assert batches == [len(prompts)]
+    for prompt, response in zip(prompts, together):
+        alone = base.sample(prompt, 2, params).result()
+        assert [s.tokens for s in response.sequences] == [s.tokens for s in alone.sequences]
+
+    gate = threading.Event()
+    base._worker.submit(gate.wait)
+    good = base.sample(prompts[0], 2, params)
+    too_long = base.sample(types.ModelInput.from_ints([1] * (base._worker.max_context + 1)), 1, params)
+    gate.set()
+    assert [s.tokens for s in good.result().sequences] == [s.tokens for s in together[0].sequences]
+    with pytest.raises(ValueError, match="the context holds"):
+        too_long.result()  # refused alone: its batch-mate above was not failed with it

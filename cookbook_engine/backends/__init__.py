@@ -10,8 +10,11 @@ if TYPE_CHECKING:
     from cookbook_engine.backends.clocked_settings import ClockedConfig
 
 
-def service_client(backend: str = "local", *, device: str = "auto", clocked: ClockedConfig | None = None):
-    """`device` (auto, cpu, cuda, mps) applies to the local backend only (cookbook_engine/device.py), `clocked`
+def service_client(
+    backend: str = "local", *, device: str = "auto", dtype: str = "auto", clocked: ClockedConfig | None = None
+):
+    """`device` (auto, cpu, cuda, mps) and `dtype` (auto, fp32, bf16) apply to the local backend only
+    (cookbook_engine/device.py), `clocked`
     (the tick and samples per tick; defaults when None) to the clocked backend only."""
     from cookbook_engine.models import HF_IMPORT_LOCK
 
@@ -19,7 +22,7 @@ def service_client(backend: str = "local", *, device: str = "auto", clocked: Clo
         with HF_IMPORT_LOCK:
             from cookbook_engine.backends.local import LocalServiceClient
 
-        return LocalServiceClient(device=device)
+        return LocalServiceClient(device=device, dtype=dtype)
     if backend == "tinker":
         from cookbook_engine.backends.tinker import hosted_service_client
 

@@ -21,9 +21,19 @@ import torch
 import torch.nn.functional as F
 
 from cookbook_engine.backends import fast_ops
-from cookbook_engine.backends.fast_ops import matmul_t
 
 STATIC_ROPE_TYPES = {"default", "linear", "llama3"}
+
+
+@dataclass
+class _At:
+    """Where a forward writes in the KV cache: the cache rows (a prefill: its prompt's rows; a decode step: all),
+    the first column, and which columns each row may attend to (None: all before its own)."""
+
+    rows: slice
+    column: int
+    key_mask: torch.Tensor | None
+    prefill: bool  # a prompt attends to itself only (its keys are all in hand); a decode step to the cache
 
 
 @dataclass
@@ -50,10 +60,16 @@ class KVCache:
 
 
 def _packed(weight: torch.Tensor) -> torch.Tensor:
-    """The weight in oneDNN's blocked layout (about 1.5-2x faster matmuls at decode batch sizes), when available."""
-    if not fast_ops.ONEDNN:
+    """The weight in oneDNN's blocked layout (about 1.5-2x faster matmuls at decode batch sizes on the machines
+    measured so far) when the calibration chose that for decoding here; else a plain contiguous copy."""
+    if not fast_ops.ONEDNN or fast_ops.KERNELS["decode"] != "onednn_packed":
         return weight.contiguous()
     return torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), None)
+
+
+def matmul_t(x_N_K: torch.Tensor, weight_M_K: torch.Tensor) -> torch.Tensor:
+    """A decode matmul with the kernel the calibration chose for decoding (weights built by `_packed`)."""
+    return fast_ops.matmul_t(x_N_K, weight_M_K, "decode")
 
 
 def _merged_weight(module) -> torch.Tensor | None:
@@ -82,7 +98,8 @@ class MergedLlama:
         self.layers = layers
         decoder = causal_lm.get_decoder()
         self.embed = decoder.embed_tokens.weight.detach()
-        self.head = _packed(causal_lm.get_output_embeddings().weight.detach())  # a copy; the embedding stays
+        self.head_plain = causal_lm.get_output_embeddings().weight.detach()  # the model's own (prompt log-probs)
+        self.head = _packed(self.head_plain)  # a copy; the embedding stays
         self.final_norm = decoder.norm.weight.detach()
         self.rotary = decoder.rotary_emb
         self.eps = float(config.rms_norm_eps)
@@ -155,7 +172,7 @@ class MergedLlama:
         cos, sin = self.rotary(self.embed[:1][None], position_ids=positions)
         return cos[0], sin[0]
 
-    def _layer(self, x_B_T_D, layer: _Layer, index: int, cache: KVCache, start: int, cos_T_H, sin_T_H):
+    def _layer(self, x_B_T_D, layer: _Layer, index: int, cache: KVCache, at: _At, cos, sin):
         rows, length, _ = x_B_T_D.shape
         h = self._norm(x_B_T_D, layer.input_norm)
         qkv = matmul_t(h.reshape(rows * length, -1), layer.qkv).view(rows, length, -1)
@@ -163,13 +180,17 @@ class MergedLlama:
         q = qkv[..., :q_size].reshape(rows, length, self.heads, self.head_dim).transpose(1, 2)
         k = qkv[..., q_size : q_size + kv_size].reshape(rows, length, self.kv_heads, self.head_dim).transpose(1, 2)
         v = qkv[..., q_size + kv_size :].reshape(rows, length, self.kv_heads, self.head_dim).transpose(1, 2)
-        q, k = self._rotate(q, cos_T_H, sin_T_H), self._rotate(k, cos_T_H, sin_T_H)
-        end = start + length
-        cache.keys[index, :, :, start:end] = k  # a prefill of one row fills every row of the cache
-        cache.values[index, :, :, start:end] = v
-        keys, values = cache.keys[index, :rows, :, :end], cache.values[index, :rows, :, :end]
+        q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
+        end = at.column + length
+        cache.keys[index, at.rows, :, at.column : end] = k  # a prefill of one row fills every row of its prompt
+        cache.values[index, at.rows, :, at.column : end] = v
+        if at.prefill:
+            keys, values = k, v
+        else:
+            keys, values = cache.keys[index, :rows, :, :end], cache.values[index, :rows, :, :end]
+        mask = None if at.key_mask is None else at.key_mask[:, None, None, :end]
         attn = F.scaled_dot_product_attention(
-            q, keys, values, is_causal=length > 1, enable_gqa=self.heads != self.kv_heads
+            q, keys, values, attn_mask=mask, is_causal=length > 1, enable_gqa=self.heads != self.kv_heads
         )
         attn = attn.transpose(1, 2).reshape(rows * length, q_size)
         x_B_T_D = x_B_T_D + matmul_t(attn, layer.o).view(rows, length, -1)
@@ -179,18 +200,41 @@ class MergedLlama:
         return x_B_T_D + matmul_t(act, layer.down).view(rows, length, -1)
 
     @torch.inference_mode()
-    def hidden(
-        self, tokens_B_T: torch.Tensor, cache: KVCache, start: int, cos: torch.Tensor, sin: torch.Tensor
+    def prefill(
+        self, prompt_1_T: torch.Tensor, cache: KVCache, rows: slice, column: int, cos: torch.Tensor, sin: torch.Tensor
     ) -> torch.Tensor:
-        """Final (normed) hidden states of tokens at positions start.. (the cache holds everything before)."""
-        x = F.embedding(tokens_B_T, self.embed)
-        length = tokens_B_T.shape[1]
-        if length > 1 and start != 0:
-            raise ValueError("MergedLlama.hidden: several tokens at once only from position 0 (a prefill)")
-        cos_T_H, sin_T_H = cos[start : start + length], sin[start : start + length]
+        """Final (normed) hidden states of one prompt (1 x T), its keys and values written to cache rows `rows`
+        at columns column.. (a prompt shorter than the batch's longest starts further right)."""
+        x = F.embedding(prompt_1_T, self.embed)
+        length = prompt_1_T.shape[1]
+        at = _At(rows, column, None, prefill=True)
         for index, layer in enumerate(self.layers):
-            x = self._layer(x, layer, index, cache, start, cos_T_H, sin_T_H)
+            x = self._layer(x, layer, index, cache, at, cos[:length], sin[:length])
         return self._norm(x, self.final_norm)
+
+    @torch.inference_mode()
+    def step(
+        self,
+        tokens_B: torch.Tensor,
+        cache: KVCache,
+        column: int,
+        positions_B: torch.Tensor | None,
+        key_mask_B_C: torch.Tensor | None,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+    ) -> torch.Tensor:
+        """Final (normed) hidden states (B x D) of one new token per row, written to cache column `column`.
+        positions_B: each row's position in its own sequence (None: all at `column`); key_mask_B_C: the cache
+        columns each row attends to (None: all up to `column`)."""
+        x = F.embedding(tokens_B[:, None], self.embed)
+        if positions_B is None:
+            cos_r, sin_r = cos[column : column + 1], sin[column : column + 1]
+        else:  # rows at different positions: B x 1 x 1 x head_dim, broadcast over the heads
+            cos_r, sin_r = cos[positions_B][:, None, None], sin[positions_B][:, None, None]
+        at = _At(slice(None), column, key_mask_B_C, prefill=False)
+        for index, layer in enumerate(self.layers):
+            x = self._layer(x, layer, index, cache, at, cos_r, sin_r)
+        return self._norm(x, self.final_norm)[:, 0]
 
     def new_cache(self, rows: int, capacity: int) -> KVCache:
         return KVCache(len(self.layers), rows, self.kv_heads, capacity, self.head_dim)

@@ -42,11 +42,38 @@ def _probe_onednn() -> bool:
 
 
 ONEDNN = torch.backends.mkldnn.is_available() and _probe_onednn()
+# The fp32 matmul kernel per shape class: "train" (a micro-batch's projections, the LM head) is "onednn" or "mkl"
+# (torch's own matmul); "decode" (a decode step's few rows) is one of those or "onednn_packed" (oneDNN with the
+# weight prepacked in its blocked layout). These defaults are what the backend used before the kernels were
+# measured; use_calibrated_kernels() replaces them with this CPU's measured choice (calibration.py).
+KERNELS = {"train": "onednn", "decode": "onednn_packed"}
 
 
-def matmul_t(x_N_K: torch.Tensor, weight_M_K: torch.Tensor) -> torch.Tensor:
-    """x @ weight.T for 2-D fp32 CPU tensors, through oneDNN when it is there."""
-    if ONEDNN and x_N_K.dtype == torch.float32 and weight_M_K.dtype == torch.float32 and not x_N_K.is_cuda:
+def use_calibrated_kernels() -> dict:
+    """Set KERNELS from this CPU's calibration (measured once per CPU model, cached); returns the figures."""
+    from cookbook_engine import calibration
+
+    if not ONEDNN or not calibration.enabled():
+        return {}
+    figures = calibration.kernels(ONEDNN)
+    for shape_class in KERNELS:
+        KERNELS[shape_class] = figures[shape_class]["chosen"]
+    return figures
+
+
+def _onednn_for(shape_class: str) -> bool:
+    return ONEDNN and KERNELS[shape_class] != "mkl"
+
+
+def matmul_t(x_N_K: torch.Tensor, weight_M_K: torch.Tensor, shape_class: str = "train") -> torch.Tensor:
+    """x @ weight.T for 2-D fp32 CPU tensors, through oneDNN when it is there and measured fastest for the shape
+    class. A weight prepacked for oneDNN (fast_decode) must be called with the class it was packed for."""
+    if (
+        _onednn_for(shape_class)
+        and x_N_K.dtype == torch.float32
+        and weight_M_K.dtype == torch.float32
+        and not x_N_K.is_cuda
+    ):
         return torch.ops.mkldnn._linear_pointwise(x_N_K, weight_M_K, None, "none", [], "")
     return x_N_K @ weight_M_K.t()
 
@@ -71,7 +98,7 @@ class FrozenLinear(torch.nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weight = self.weight
         if (
-            not ONEDNN
+            not _onednn_for("train")
             or weight.requires_grad
             or x.dtype != torch.float32
             or weight.dtype != torch.float32
@@ -132,7 +159,13 @@ class _LoraMatmul(torch.autograd.Function):
 def _fast_lora_forward(layer, x: torch.Tensor) -> torch.Tensor | None:
     """The fused forward of a peft LoRA Linear, or None when this call needs peft's own (several or no active
     adapters, dropout, a variant such as DoRA, merged weights, a bias, another dtype)."""
-    if not ONEDNN or layer.disable_adapters or layer.merged or x.dtype != torch.float32 or x.device.type != "cpu":
+    if (
+        not _onednn_for("train")
+        or layer.disable_adapters
+        or layer.merged
+        or x.dtype != torch.float32
+        or x.device.type != "cpu"
+    ):
         return None
     base = layer.base_layer
     active = layer.active_adapters
@@ -313,6 +346,8 @@ def head_logprobs(
 ) -> torch.Tensor:
     """log p(target) per row from final hidden states; autograd reaches only the rows in `grad_rows_N` (a bool
     mask; None = none of them)."""
+    if hidden_N_D.dtype != torch.float32:  # bf16 compute: the LM head and its log-softmax stay fp32
+        hidden_N_D, weight_V_D = hidden_N_D.float(), weight_V_D.float()
     hidden_N_D = hidden_N_D.contiguous()
     if grad_rows_N is None or not hidden_N_D.requires_grad or not bool(grad_rows_N.any()):
         return _head_logprobs_no_grad(hidden_N_D.detach(), weight_V_D, targets_N)

@@ -46,7 +46,7 @@ LORA_ALPHA = 32  # fixed, like the hosted service, so learning rates do not depe
 SAMPLER_SLOT = "_sampler"
 MAX_TOKENS_PER_MICROBATCH = 2048  # padded tokens per forward pass; bounds activation memory
 
-_workers: dict[tuple[str, str], ModelWorker] = {}  # (base model, device) -> its worker
+_workers: dict[tuple[str, str, torch.dtype], ModelWorker] = {}  # (base model, device, dtype) -> its worker
 device_choice = device.choose  # the constructor's `device` argument shadows the module inside __init__
 _workers_lock = threading.Lock()
 _ids = itertools.count(1)
@@ -65,22 +65,25 @@ def stop_workers(timeout_s: float) -> None:
 shutdown.register("model workers", shutdown.WORKERS, stop_workers)
 
 
-def get_worker(base_model: str, device_name: str = "auto") -> ModelWorker:
-    """The one worker for a base model on a device in this process, created (and the model loaded) on first use.
-    `device_name` is auto, cpu, cuda or mps (device.py decides what auto means here)."""
+def get_worker(base_model: str, device_name: str = "auto", dtype: str = "auto") -> ModelWorker:
+    """The one worker for a base model on a device in a dtype in this process, created (and the model loaded) on
+    first use. `device_name` is auto, cpu, cuda or mps, `dtype` auto, fp32 or bf16 (device.py decides what auto
+    means here)."""
     name = models.canonical_name(base_model)
-    choice = device.choose(device_name)  # a clear DeviceError now rather than on the worker thread
+    choice = device.choose(device_name, dtype=dtype)  # a clear DeviceError now rather than on the worker thread
     with _workers_lock:
-        if (name, choice.device) not in _workers:
+        if (name, choice.device, choice.dtype) not in _workers:
             models.resolve(name)  # a clear error now rather than on the worker thread
-            _workers[(name, choice.device)] = ModelWorker(name, choice)
-        return _workers[(name, choice.device)]
+            _workers[(name, choice.device, choice.dtype)] = ModelWorker(name, choice)
+        return _workers[(name, choice.device, choice.dtype)]
 
 
-def worker_exists(base_model: str, device_name: str = "auto") -> bool:
-    """Whether this process already holds `base_model` on that device (a new run there shares its weights)."""
+def worker_exists(base_model: str, device_name: str = "auto", dtype: str = "auto") -> bool:
+    """Whether this process already holds `base_model` on that device in that dtype (a new run there shares its
+    weights)."""
+    choice = device.choose(device_name, dtype=dtype)
     with _workers_lock:
-        return (models.canonical_name(base_model), device.choose(device_name).device) in _workers
+        return (models.canonical_name(base_model), choice.device, choice.dtype) in _workers
 
 
 class ModelWorker:
@@ -144,6 +147,9 @@ class ModelWorker:
             if self._load_error is not None:
                 future.set_exception(self._load_error)
                 continue
+            if isinstance(fn, SampleJob):
+                self._run_samples([(fn, future), *self._take_queued_samples(fn.weights)])
+                continue
             started = None
             try:
                 with compute_lease.lease().hold():  # one process at a time computes on this machine
@@ -157,10 +163,49 @@ class ModelWorker:
                 if started is not None:
                     self.busy_seconds += time.perf_counter() - started
 
+    def _take_queued_samples(self, weights: object) -> list[tuple[SampleJob, concurrent.futures.Future]]:
+        """The sampling requests for the same weights queued right behind the one starting (the groups of an RL
+        step, an evaluation's requests in flight), taken off the queue to decode in the same batch. Only those
+        directly behind it: nothing overtakes other work."""
+        taken = []
+        with self._queue.mutex:
+            pending = self._queue.queue
+            while pending and isinstance(pending[0][0], SampleJob) and pending[0][0].weights is weights:
+                job, future = pending.popleft()
+                if future.set_running_or_notify_cancel():
+                    taken.append((job, future))
+        return taken
+
+    def _run_samples(self, jobs: list[tuple[SampleJob, concurrent.futures.Future]]) -> None:
+        """Several sampling requests on the same weights as one decode batch; each future gets its own responses."""
+        started = None
+        try:
+            with compute_lease.lease().hold():
+                started = time.perf_counter()
+                results = jobs[0][0].decode([request for job, _ in jobs for request in job.requests])
+                seconds = time.perf_counter() - started
+        except BaseException as exc:
+            if len(jobs) > 1:  # one bad request must not fail its batch-mates: each on its own
+                for alone in jobs:
+                    self._run_samples([alone])
+                return
+            jobs[0][1].set_exception(exc)
+            return
+        finally:
+            if started is not None:
+                self.busy_seconds += time.perf_counter() - started
+        first = 0
+        for job, future in jobs:
+            future.compute_seconds = seconds  # type: ignore[attr-defined]  # the batch's: computed together
+            future.set_result(job.responses(results[first : first + len(job.requests)]))
+            first += len(job.requests)
+
     def _load(self) -> None:
         from peft import LoraConfig, get_peft_model
 
         torch.set_num_threads(max(1, torch.get_num_threads()))
+        if self.choice.device == "cpu":
+            fast_ops.use_calibrated_kernels()  # measured once per CPU model (calibration.py), then cached
         base = models.load_model(self.base_model, self.choice.dtype, self.choice.device)
         for param in base.parameters():
             param.requires_grad_(False)
@@ -418,39 +463,24 @@ class LocalSamplingClient:
         tokens = prompt.to_ints()
         if sequence_ids is not None and len(sequence_ids) != num_samples:
             raise ValueError(f"sample: {len(sequence_ids)} sequence ids for {num_samples} samples")
-        ids = sequence_ids or [uuid.uuid4().hex for _ in range(num_samples)]
         record = self.record_stability_info if record_stability_info is None else record_stability_info
-        weights_key = self._snapshot if self._snapshot is not None else sampler.BASE_WEIGHTS
+        request = sampler.Request(tokens, num_samples, sampling_params, include_prompt_logprobs)
+        return self._worker.submit(SampleJob(self, [request], prompt_logprobs_last_n, True, [sequence_ids], record))
 
-        def fn():
-            rows, prompt_lp = sampler.sample(
-                self._worker.model,
-                self._worker.tokenizer,
-                tokens,
-                num_samples,
-                sampling_params,
-                include_prompt_logprobs,
-                self._worker.max_context,
-                weights_key=weights_key,
-            )
-            sequences = [
-                types.SampledSequence(
-                    stop_reason=row.stop_reason,
-                    sequence_id=sequence_id,
-                    _tokens_list=row.tokens,
-                    _logprobs_list=row.logprobs,
-                )
-                for row, sequence_id in zip(rows, ids)
-            ]
-            if record:
-                for seq in sequences:
-                    record_ = stability.SequenceRecord(self.session_id, tokens, seq.tokens, list(seq.logprobs or []))
-                    stability.RECORDS.add(seq.sequence_id, record_)
-            return types.SampleResponse(
-                sequences=sequences, _prompt_logprobs_list=_last_n(prompt_lp, prompt_logprobs_last_n)
-            )
+    def sample_many(
+        self, prompts: list[types.ModelInput], num_samples: int, sampling_params: types.SamplingParams
+    ) -> LocalFuture:
+        """A future of one SampleResponse per prompt, all decoded as one batch in one worker call (the local
+        backend's own method; evaluators use it when the client has it). Each prompt's replies are those `sample`
+        gives it alone with the same parameters and seed."""
+        requests = [sampler.Request(p.to_ints(), num_samples, sampling_params) for p in prompts]
+        job = SampleJob(self, requests, None, False, [None] * len(requests), self.record_stability_info)
+        return self._worker.submit(job)
 
-        return self._run(fn)
+    async def sample_many_async(
+        self, prompts: list[types.ModelInput], num_samples: int, sampling_params: types.SamplingParams
+    ) -> list[types.SampleResponse]:
+        return await self.sample_many(prompts, num_samples, sampling_params)
 
     async def sample_async(
         self,
@@ -504,6 +534,69 @@ class LocalSamplingClient:
 
 
 _samplers: weakref.WeakValueDictionary[str, LocalSamplingClient] = weakref.WeakValueDictionary()
+
+
+class SampleJob:
+    """A sampling request on the model worker's queue. The worker decodes the ones for the same weights that are
+    queued together as one batch (sampler.sample_many), each prompt with its own seeded generator, so a request
+    gets the tokens it would get alone (up to fp32 rounding, which can differ with the batch's shape)."""
+
+    def __init__(
+        self,
+        client: LocalSamplingClient,
+        requests: list[sampler.Request],
+        last_n: int | None,
+        one: bool,
+        sequence_ids: list[list[str] | None],
+        record: bool,
+    ) -> None:
+        """`one`: the result is the only response (sample), else the list (sample_many); `sequence_ids`: the
+        caller's ids per request (None: new ones); `record`: keep stability records of the sequences."""
+        self.client, self.requests, self.last_n, self.one = client, requests, last_n, one
+        self.sequence_ids, self.record = sequence_ids, record
+        # what the weights are: the snapshot object, or the base model (BASE_WEIGHTS)
+        self.weights = client._snapshot if client._snapshot is not None else sampler.BASE_WEIGHTS
+
+    def __call__(self) -> Any:  # alone (the worker normally batches it with its neighbours: _run_samples)
+        return self.responses(self.decode(self.requests))
+
+    def decode(self, requests: list[sampler.Request]) -> list:
+        worker, snapshot = self.client._worker, self.client._snapshot
+
+        def run():
+            return sampler.sample_many(
+                worker.model, worker.tokenizer, requests, worker.max_context, weights_key=self.weights
+            )
+
+        if snapshot is None:
+            with worker.model.disable_adapter():
+                return run()
+        worker.use_snapshot(snapshot)
+        return run()
+
+    def responses(self, results: list) -> Any:
+        responses = []
+        for request, given_ids, (rows, prompt_lp) in zip(self.requests, self.sequence_ids, results):
+            ids = given_ids or [uuid.uuid4().hex for _ in rows]
+            sequences = [
+                types.SampledSequence(
+                    stop_reason=row.stop_reason,
+                    sequence_id=sequence_id,
+                    _tokens_list=row.tokens,
+                    _logprobs_list=row.logprobs,
+                )
+                for row, sequence_id in zip(rows, ids)
+            ]
+            if self.record:
+                for seq in sequences:
+                    record = stability.SequenceRecord(
+                        self.client.session_id, request.prompt_tokens, seq.tokens, list(seq.logprobs or [])
+                    )
+                    stability.RECORDS.add(seq.sequence_id, record)
+            responses.append(
+                types.SampleResponse(sequences=sequences, _prompt_logprobs_list=_last_n(prompt_lp, self.last_n))
+            )
+        return responses[0] if self.one else responses
 
 
 def _check_last_n(last_n: int | None, include_prompt_logprobs: bool) -> None:
@@ -983,11 +1076,13 @@ class LocalServiceClient:
         api_key: str | None = None,
         default_headers_overrides: Any = None,
         device: str = "auto",
+        dtype: str = "auto",
         **kwargs: Any,
     ):
         self.user_metadata, self.project_id, self.display_name = dict(user_metadata or {}), project_id, display_name
         self.device_name = device  # where this session's models compute (device.py: auto, cpu, cuda, mps)
-        device_choice(device)  # refuse a missing device now, with the reason
+        self.dtype_name = dtype  # and in which precision (device.py: auto, fp32, bf16)
+        self.compute = device_choice(device, dtype=dtype)  # refuse a missing device now, with the reason
         self.session_id = f"local-session-{uuid.uuid4().hex[:12]}"
         self.closed = False
         self._training_clients: list[LocalTrainingClient] = []
@@ -1090,7 +1185,7 @@ class LocalServiceClient:
         targets = (ATTN_MODULES if train_attn else []) + (MLP_MODULES if train_mlp else [])
         if not targets:
             raise ValueError("LoRA needs train_attn or train_mlp")
-        worker = get_worker(base_model, self.device_name)
+        worker = get_worker(base_model, self.device_name, self.dtype_name)
         adapter = f"run{next(_ids)}_{uuid.uuid4().hex[:8]}"
         worker.call(lambda: worker.add_adapter(adapter, rank, targets, seed))
         write_run_meta(
@@ -1220,7 +1315,7 @@ class LocalServiceClient:
         self._check_open()
         if model_path:
             state, config = read_adapter_folder(model_path)
-            worker = get_worker(config["base_model_name_or_path"], self.device_name)
+            worker = get_worker(config["base_model_name_or_path"], self.device_name, self.dtype_name)
             snapshot = WeightsSnapshot(state, int(config["r"]), config["target_modules"])
             return LocalSamplingClient(
                 worker, snapshot, model_path, retry_config, record_stability_info, self.session_id
@@ -1228,7 +1323,12 @@ class LocalServiceClient:
         if not base_model:
             raise ValueError("create_sampling_client needs model_path or base_model")
         return LocalSamplingClient(
-            get_worker(base_model, self.device_name), None, None, retry_config, record_stability_info, self.session_id
+            get_worker(base_model, self.device_name, self.dtype_name),
+            None,
+            None,
+            retry_config,
+            record_stability_info,
+            self.session_id,
         )
 
     def create_sampling_client(

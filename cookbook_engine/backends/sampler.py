@@ -1,7 +1,10 @@
-"""Token sampling for the local backend: one prompt, N samples, temperature / top-k / top-p, stops, seeds.
+"""Token sampling for the local backend: one or several prompts, N samples each, temperature / top-k / top-p,
+stops, seeds.
 
-The prompt is prefilled once and its key/value cache shared by the N samples, which then decode together; rows
-that stop are dropped from the batch so finished samples cost nothing. Returned log-probabilities are the model's
+Each prompt is prefilled once and its key/value cache shared by its N samples; the rows of every prompt of a call
+(`sample_many`: an evaluation's prompts, several RL groups) then decode together as one batch, each prompt drawing
+from its own seeded generator so its tokens do not depend on its batch-mates. Rows that stop are dropped from
+the batch so finished samples cost nothing. Returned log-probabilities are the model's
 own (temperature 1, before top-k/top-p), the quantity the trainer computes, so on-policy importance ratios start at
 1. Stop handling follows the SDK: `stop=None` stops on EOS, `[]` never stops early, stop may be token ids or
 strings, and a sequence includes its stop token exactly once.
@@ -19,6 +22,7 @@ token for the same seed. This module is decoding only: it knows nothing of adapt
 
 from __future__ import annotations
 
+import itertools
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -32,6 +36,8 @@ from cookbook_engine.backends import fast_decode, fast_ops
 TOP_P_SHORTLIST = 64  # tokens looked at before sorting the whole vocabulary (exact: see nucleus())
 BASE_WEIGHTS = "base-weights"  # weights_key of the base model without adapter (its weights never change)
 
+MAX_BATCH_ROW_TOKENS = 16384  # rows x (longest prompt + max_tokens) decoded together: ~0.75 GB of KV cache for the
+# default model; more prompts than that are decoded in several batches (one prompt's own samples always together)
 MERGED_CACHE_SIZE = 3  # fast decoders kept per model (least recently used dropped first)
 _merged_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> OrderedDict(weights_key -> decoder)
 
@@ -128,15 +134,21 @@ def pick(probs_B_K: torch.Tensor, ids_B_K: torch.Tensor, uniform_B: torch.Tensor
 
 
 def choose_next(
-    logits_B_V: torch.Tensor, params: types.SamplingParams, generator: torch.Generator, shortlist: int = TOP_P_SHORTLIST
+    logits_B_V: torch.Tensor,
+    params: types.SamplingParams,
+    generator: torch.Generator | None,
+    shortlist: int = TOP_P_SHORTLIST,
+    uniform_B: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Pick one token per row from raw logits under temperature, top_k and top_p."""
+    """Pick one token per row from raw logits under temperature, top_k and top_p, with one uniform number per row
+    (`uniform_B`, or drawn from `generator`)."""
     if params.temperature <= 0:
         return logits_B_V.argmax(dim=-1)
     scores_B_V = logits_B_V / params.temperature
     vocab = scores_B_V.shape[-1]
     top_k = params.top_k if params.top_k and 0 < params.top_k < vocab else 0
-    uniform_B = torch.rand(scores_B_V.shape[0], generator=generator, dtype=torch.float64)
+    if uniform_B is None:
+        uniform_B = torch.rand(scores_B_V.shape[0], generator=generator, dtype=torch.float64)
     if params.top_p < 1.0:
         probs_B_K, ids_B_K = nucleus(scores_B_V, top_k, params.top_p, shortlist)
     elif top_k:
@@ -166,6 +178,42 @@ def merged_weights(model, weights_key) -> fast_decode.MergedLlama | None:
     return merged
 
 
+@dataclass
+class Request:
+    """One prompt and how to sample it: `num_samples` rows, each decoded until a stop or max_tokens."""
+
+    prompt_tokens: list[int]
+    num_samples: int
+    params: types.SamplingParams
+    include_prompt_logprobs: bool = False
+
+
+class _Group:
+    """A request while it decodes: its limits, stops, seeded generator and rows."""
+
+    def __init__(self, request: Request, tokenizer, max_context: int):
+        prompt = request.prompt_tokens
+        if not prompt:
+            raise ValueError("sample: the prompt is empty")
+        if request.num_samples < 1:
+            raise ValueError("sample: num_samples must be at least 1")
+        room = max_context - len(prompt)
+        if room <= 0:
+            raise ValueError(f"sample: the prompt has {len(prompt)} tokens, the context holds {max_context}")
+        params = request.params
+        self.request, self.tokenizer = request, tokenizer
+        self.max_tokens = min(params.max_tokens or min(room, 512), room)
+        self.stop_ids, self.stop_strings = resolve_stops(params.stop, tokenizer)
+        self.generator = torch.Generator()
+        if params.seed is not None:
+            self.generator.manual_seed(int(params.seed))
+        else:
+            self.generator.seed()
+        self.rows = [SampledRow([], [], "length") for _ in range(request.num_samples)]
+        self.prompt_logprobs: list[float | None] | None = None
+        self.choice_key = (params.temperature, params.top_k, params.top_p)  # what choose_next reads besides seeds
+
+
 @torch.inference_mode()
 def sample(
     model,
@@ -179,98 +227,163 @@ def sample(
 ) -> tuple[list[SampledRow], list[float | None] | None]:
     """`weights_key` names the weights the model holds now (same object = same weights), so the fast decoder's
     merged copy is built once per sampler snapshot; None builds it afresh."""
-    if not prompt_tokens:
-        raise ValueError("sample: the prompt is empty")
-    if num_samples < 1:
-        raise ValueError("sample: num_samples must be at least 1")
-    room = max_context - len(prompt_tokens)
-    if room <= 0:
-        raise ValueError(f"sample: the prompt has {len(prompt_tokens)} tokens, the context holds {max_context}")
-    max_tokens = min(params.max_tokens or min(room, 512), room)
-    stop_ids, stop_strings = resolve_stops(params.stop, tokenizer)
-    generator = torch.Generator()
-    if params.seed is not None:
-        generator.manual_seed(int(params.seed))
-    else:
-        generator.seed()
+    request = Request(prompt_tokens, num_samples, params, include_prompt_logprobs)
+    return sample_many(model, tokenizer, [request], max_context, weights_key)[0]
 
+
+@torch.inference_mode()
+def sample_many(
+    model, tokenizer, requests: list[Request], max_context: int = 8192, weights_key=None
+) -> list[tuple[list[SampledRow], list[float | None] | None]]:
+    """(rows, prompt log-probs) per request. On the fast decoder all requests decode as one batch (one matmul per
+    layer for every row of every prompt); on the model's own forward one request after another. Each request draws
+    from its own seeded generator, so its rows get the tokens they would get if it were sampled alone."""
+    groups = [_Group(request, tokenizer, max_context) for request in requests]
     merged = merged_weights(model, weights_key)
-    decoder = _MergedDecoder(merged) if merged is not None else _ModelDecoder(model)
-    prompt = torch.tensor([prompt_tokens], dtype=torch.long)
-    logits_1_V, prompt_logprobs = decoder.prefill(
-        prompt, num_samples, len(prompt_tokens) + max_tokens, include_prompt_logprobs
-    )
-    logits_B_V = logits_1_V.expand(num_samples, -1)
+    if merged is None:
+        for group in groups:
+            _decode(_ModelDecoder(model), [group])
+    else:
+        for batch in _batches(groups):
+            _decode(_MergedDecoder(merged), batch)
+    return [(group.rows, group.prompt_logprobs) for group in groups]
 
-    rows = [SampledRow([], [], "length") for _ in range(num_samples)]
-    live = list(range(num_samples))  # row index of each batch slot still decoding
-    for step in range(max_tokens):
-        next_B = choose_next(logits_B_V, params, generator)
+
+def _batches(groups: list[_Group]) -> list[list[_Group]]:
+    """Consecutive groups, as many per batch as fit MAX_BATCH_ROW_TOKENS (at least one)."""
+    batches: list[list[_Group]] = []
+    longest = rows = 0
+    for group in groups:
+        size = len(group.request.prompt_tokens) + group.max_tokens
+        grown_longest, grown_rows = max(longest, size), rows + group.request.num_samples
+        if batches and grown_longest * grown_rows <= MAX_BATCH_ROW_TOKENS:
+            batches[-1].append(group)
+            longest, rows = grown_longest, grown_rows
+        else:
+            batches.append([group])
+            longest, rows = size, group.request.num_samples
+    return batches
+
+
+def _decode(decoder, groups: list[_Group]) -> None:
+    logits_B_V = decoder.prefill(groups)
+    live = [(group, row) for group in groups for row in group.rows]  # the group and row of each batch slot
+    for _ in range(max(group.max_tokens for group in groups)):
+        next_B = _choose(logits_B_V, live)
         logprob_B = logits_B_V.gather(-1, next_B[:, None])[:, 0] - torch.logsumexp(logits_B_V, dim=-1)
         keep = []
-        for slot, row_idx in enumerate(live):
-            row, token = rows[row_idx], int(next_B[slot])
+        for slot, (group, row) in enumerate(live):
+            token = int(next_B[slot])
             row.tokens.append(token)
             row.logprobs.append(float(logprob_B[slot]))
-            if token in stop_ids or (stop_strings and _ends_with_stop(tokenizer, row.tokens, stop_strings)):
+            if token in group.stop_ids or (
+                group.stop_strings and _ends_with_stop(group.tokenizer, row.tokens, group.stop_strings)
+            ):
                 row.stop_reason = "stop"
-            else:
+            elif len(row.tokens) < group.max_tokens:
                 keep.append(slot)
-        if not keep or step == max_tokens - 1:
+        if not keep:
             break
         if len(keep) < len(live):
             decoder.keep_rows(keep)
             next_B = next_B[keep]
             live = [live[slot] for slot in keep]
         logits_B_V = decoder.step(next_B)
-    return rows, prompt_logprobs
+
+
+def _choose(logits_B_V: torch.Tensor, live: list[tuple[_Group, SampledRow]]) -> torch.Tensor:
+    """The next token of every slot: one choose_next per kind of sampling parameters, each group's uniform numbers
+    from its own generator (its slots are consecutive)."""
+    by_key: dict[tuple, list[int]] = {}
+    for slot, (group, _) in enumerate(live):
+        by_key.setdefault(group.choice_key, []).append(slot)
+    next_B = None
+    for slots in by_key.values():
+        group = live[slots[0]][0]
+        uniform = None
+        if group.request.params.temperature > 0:
+            runs = itertools.groupby(slots, key=lambda slot: live[slot][0])
+            uniform = torch.cat(
+                [torch.rand(len(list(run)), generator=g.generator, dtype=torch.float64) for g, run in runs]
+            )
+        if len(slots) == len(live):
+            return choose_next(logits_B_V, group.request.params, None, uniform_B=uniform)
+        picked = choose_next(logits_B_V[slots], group.request.params, None, uniform_B=uniform)
+        if next_B is None:
+            next_B = torch.empty(len(live), dtype=picked.dtype)
+        next_B[slots] = picked
+    assert next_B is not None
+    return next_B
 
 
 class _MergedDecoder:
-    """Decoding on fast_decode.MergedLlama with a preallocated cache."""
+    """Decoding on fast_decode.MergedLlama with a preallocated cache. Several prompts share the batch: each is
+    prefilled alone into its rows, right-aligned so that every decode step writes one cache column for all rows;
+    a shorter prompt's rows mask the columns before it and take their rotary positions from their own start."""
 
     def __init__(self, merged: fast_decode.MergedLlama):
         self.merged = merged
 
-    def prefill(self, prompt_1_T, rows, capacity, want_prompt_logprobs):
-        self.cache = self.merged.new_cache(rows, capacity)
+    def prefill(self, groups: list[_Group]) -> torch.Tensor:
+        longest = max(len(g.request.prompt_tokens) for g in groups)
+        capacity = longest + max(g.max_tokens for g in groups)
+        self.cache = self.merged.new_cache(sum(g.request.num_samples for g in groups), capacity)
         self.cos, self.sin = self.merged.rope_table(capacity)
-        hidden_1_T_D = self.merged.hidden(prompt_1_T, self.cache, 0, self.cos, self.sin)
-        self.position = prompt_1_T.shape[1]
-        prompt_logprobs = None
-        if want_prompt_logprobs:
-            lp = fast_ops.head_logprobs(hidden_1_T_D[0, :-1], self.merged.head, prompt_1_T[0, 1:], None)
-            prompt_logprobs = [None, *lp.tolist()]
-        return self.merged.logits(hidden_1_T_D[:, -1]), prompt_logprobs
+        logits, offsets, first = [], [], 0
+        for group in groups:
+            tokens, rows = group.request.prompt_tokens, group.request.num_samples
+            prompt_1_T = torch.tensor([tokens], dtype=torch.long)
+            column = longest - len(tokens)
+            hidden_1_T_D = self.merged.prefill(
+                prompt_1_T, self.cache, slice(first, first + rows), column, self.cos, self.sin
+            )
+            if group.request.include_prompt_logprobs:
+                lp = fast_ops.head_logprobs(hidden_1_T_D[0, :-1], self.merged.head_plain, prompt_1_T[0, 1:], None)
+                group.prompt_logprobs = [None, *lp.tolist()]
+            logits.append(self.merged.logits(hidden_1_T_D[:, -1]).expand(rows, -1))
+            offsets += [column] * rows
+            first += rows
+        self.column = longest
+        self.offsets_B = torch.tensor(offsets)
+        self.ragged = any(offsets)
+        self.key_mask_B_C = torch.arange(capacity)[None] >= self.offsets_B[:, None] if self.ragged else None
+        return logits[0] if len(logits) == 1 else torch.cat(logits)
 
-    def keep_rows(self, slots):
+    def keep_rows(self, slots: list[int]) -> None:
         self.cache.keep_rows(slots)
+        self.offsets_B = self.offsets_B[slots]
+        if self.key_mask_B_C is not None:
+            self.key_mask_B_C = self.key_mask_B_C[slots]
 
-    def step(self, tokens_B):
-        hidden_B_1_D = self.merged.hidden(tokens_B[:, None], self.cache, self.position, self.cos, self.sin)
-        self.position += 1
-        return self.merged.logits(hidden_B_1_D[:, 0])
+    def step(self, tokens_B: torch.Tensor) -> torch.Tensor:
+        positions_B = self.column - self.offsets_B if self.ragged else None
+        hidden_B_D = self.merged.step(
+            tokens_B, self.cache, self.column, positions_B, self.key_mask_B_C, self.cos, self.sin
+        )
+        self.column += 1
+        return self.merged.logits(hidden_B_D)
 
 
 class _ModelDecoder:
-    """Decoding on the model's own forward and transformers' cache (any architecture)."""
+    """Decoding on the model's own forward and transformers' cache (any architecture), one request at a time."""
 
     def __init__(self, model):
         self.model = model
         self.device = next(model.parameters()).device  # tokens go there; logits come back to the CPU, where the
         # sampling decisions run with the call's seeded CPU generator
 
-    def prefill(self, prompt_1_T, rows, capacity, want_prompt_logprobs):
-        prompt_1_T = prompt_1_T.to(self.device)
+    def prefill(self, groups: list[_Group]) -> torch.Tensor:
+        (group,) = groups
+        prompt_1_T = torch.tensor([group.request.prompt_tokens], dtype=torch.long, device=self.device)
         out = self.model(input_ids=prompt_1_T, use_cache=True)
-        prompt_logprobs = None
-        if want_prompt_logprobs:
+        if group.request.include_prompt_logprobs:
             lp = target_logprobs(out.logits[:, :-1].float(), prompt_1_T[:, 1:])[0].cpu().tolist()
-            prompt_logprobs = [None, *lp]
+            group.prompt_logprobs = [None, *lp]
         self.cache = out.past_key_values
+        rows = group.request.num_samples
         if rows > 1:
             self.cache.batch_repeat_interleave(rows)
-        return out.logits[:, -1].float().cpu(), prompt_logprobs
+        return out.logits[:, -1].float().cpu().expand(rows, -1)
 
     def keep_rows(self, slots):
         self.cache.batch_select_indices(torch.tensor(slots, device=self.device))

@@ -42,6 +42,7 @@ from cookbook_engine.rl import graders
 
 SAMPLING_TEMPERATURE = 0.8  # samples > 1 (pass@k): the temperature unless one is given
 SAMPLING_TOP_P = 0.95
+BATCH_PROMPTS = 32  # prompts per decode batch on a client that takes several (measured: benchmarks/evaluation.py)
 
 
 class EvalCancelled(Exception):
@@ -151,16 +152,17 @@ async def evaluate(
     return EvalResult(eval_set.name, eval_set.kind, metrics, rows, time.perf_counter() - started)
 
 
-async def _each(items: list, work, settings: EvalSettings, progress: Progress) -> list:
-    """`await work(index, item)` for every item, at most settings.concurrency at a time, results in order."""
-    gate = asyncio.Semaphore(settings.concurrency)
+async def _each(items: list, work, settings: EvalSettings, progress: Progress, concurrency: int = 0) -> list:
+    """`await work(index, item)` for every item, at most `concurrency` (default settings.concurrency) at a time,
+    results in order. An item that is a batch (a list) advances the progress by its length."""
+    gate = asyncio.Semaphore(concurrency or settings.concurrency)
 
     async def one(index: int, item):
         async with gate:
             if progress.cancelled():
                 raise EvalCancelled()
             result = await work(index, item)
-            progress.advance(1)
+            progress.advance(len(item) if isinstance(item, list) else 1)
             return result
 
     tasks = [asyncio.ensure_future(one(i, item)) for i, item in enumerate(items)]
@@ -171,10 +173,35 @@ async def _each(items: list, work, settings: EvalSettings, progress: Progress) -
             task.cancel()
 
 
-async def _replies(client, renderer, prompt: str, params: types.SamplingParams, samples: int) -> list[str]:
-    model_input = renderer.build_generation_prompt([{"role": "user", "content": prompt}])
-    response = await client.sample_async(model_input, samples, params)
-    return [renderer.parse_response(list(seq.tokens))[0]["content"] for seq in response.sequences]
+async def _replies(client, renderer, prompts: list[str], params: types.SamplingParams, samples: int) -> list[list[str]]:
+    """The replies to each prompt: one request for all of them when the client takes several prompts at once (the
+    local backend's `sample_many`: one decode batch), else one request per prompt."""
+    inputs = [renderer.build_generation_prompt([{"role": "user", "content": prompt}]) for prompt in prompts]
+    if hasattr(client, "sample_many_async"):
+        responses = await client.sample_many_async(inputs, samples, params)
+    else:
+        responses = [await client.sample_async(model_input, samples, params) for model_input in inputs]
+    return [
+        [renderer.parse_response(list(seq.tokens))[0]["content"] for seq in response.sequences]
+        for response in responses
+    ]
+
+
+def _batches(client, examples: list) -> list[list]:
+    """The examples in the groups the evaluators sample together: BATCH_PROMPTS at a time for a client that decodes
+    several prompts in one batch (its worker is busy with one batch while the previous one is graded), one at a
+    time otherwise (requests in flight, settings.concurrency of them, keep a remote service busy)."""
+    size = BATCH_PROMPTS if hasattr(client, "sample_many_async") else 1
+    return [examples[start : start + size] for start in range(0, len(examples), size)]
+
+
+async def _each_batch(client, examples: list, work, settings: EvalSettings, progress: Progress) -> list:
+    """`work(first_index, batch)` -> rows, over `_batches`, results flattened in order."""
+    batches = _batches(client, examples)
+    concurrency = 2 if batches and len(batches[0]) > 1 else settings.concurrency
+    starts = [sum(len(b) for b in batches[:i]) for i in range(len(batches))]
+    results = await _each(batches, lambda i, batch: work(starts[i], batch), settings, progress, concurrency)
+    return [row for rows in results for row in rows]
 
 
 # ------------------------------------------------------------------------------------------------ generation
@@ -183,8 +210,14 @@ async def _replies(client, renderer, prompt: str, params: types.SamplingParams, 
 async def _generation(client, renderer, eval_set, settings, progress):
     params = settings.sampling_params(eval_set, renderer.get_stop_sequences())
 
-    async def work(index, example):
-        replies = await _replies(client, renderer, example.prompt, params, settings.samples)
+    async def work(first: int, batch: list) -> list[ExampleRow]:
+        replies_each = await _replies(client, renderer, [e.prompt for e in batch], params, settings.samples)
+        return [
+            await _generation_row(first + offset, example, replies)
+            for offset, (example, replies) in enumerate(zip(batch, replies_each))
+        ]
+
+    async def _generation_row(index: int, example, replies: list[str]) -> ExampleRow:
         grades = [await asyncio.to_thread(graders.grade, example.grader, reply, example.answer) for reply in replies]
         details = {"grader": example.grader, **_json_safe(grades[0].details)}
         if settings.samples > 1:
@@ -200,7 +233,7 @@ async def _generation(client, renderer, eval_set, settings, progress):
             details,
         )
 
-    rows = await _each(eval_set.examples, work, settings, progress)
+    rows = await _each_batch(client, eval_set.examples, work, settings, progress)
     if settings.samples == 1:
         metrics = [stats.proportion("accuracy", [r.correct for r in rows])]
         if any(e.grader == "python_tests" for e in eval_set.examples):  # partial credit: tests passed / total
@@ -240,21 +273,27 @@ async def _classification(client, renderer, eval_set, settings, progress):
     params = settings.sampling_params(eval_set, renderer.get_stop_sequences())
     labels = eval_set.labels
 
-    async def work(index, example):
-        reply = (await _replies(client, renderer, classification_prompt(example.prompt, labels), params, 1))[0]
-        parsed = parse_label(reply, labels)
-        return ExampleRow(
-            index,
-            example.prompt,
-            example.label,
-            reply,
-            float(parsed == example.label),
-            parsed == example.label,
-            parsed,
-            {"unparseable": parsed is None},
-        )
+    async def work(first: int, batch: list) -> list[ExampleRow]:
+        prompts = [classification_prompt(example.prompt, labels) for example in batch]
+        replies_each = await _replies(client, renderer, prompts, params, 1)
+        rows = []
+        for offset, (example, replies) in enumerate(zip(batch, replies_each)):
+            parsed = parse_label(replies[0], labels)
+            rows.append(
+                ExampleRow(
+                    first + offset,
+                    example.prompt,
+                    example.label,
+                    replies[0],
+                    float(parsed == example.label),
+                    parsed == example.label,
+                    parsed,
+                    {"unparseable": parsed is None},
+                )
+            )
+        return rows
 
-    rows = await _each(eval_set.examples, work, settings, progress)
+    rows = await _each_batch(client, eval_set.examples, work, settings, progress)
     metrics = stats.classification_metrics(labels, [r.reference for r in rows], [r.parsed for r in rows])
     return metrics, rows
 

@@ -80,7 +80,12 @@ def start_training_client(
     """(service client, training client, first step): resumed from a checkpoint's state with its optimizer, or
     started from `start_checkpoint`'s weights, or fresh LoRA. The run's context `ctx`, when given, keeps the
     training client, so the studio's chat can take a fresh snapshot of the live weights between steps."""
-    service: ServiceClient = service_client(config.backend, device=config.device, clocked=config.clocked)
+    service: ServiceClient = service_client(
+        config.backend, device=config.device, dtype=config.dtype, clocked=config.clocked
+    )
+    compute = getattr(service, "compute", None)  # the local backend's device and dtype, with the reason
+    if ctx is not None and compute is not None:
+        ctx.note(f"compute: {compute.label}: {compute.reason}")
     start = getattr(config, "start_checkpoint", "")
     client: TrainingClient
     if resume is not None:

@@ -1,0 +1,108 @@
+"""bf16 compute checked against fp32, not assumed: the same LoRA SFT run (same data, same initial adapter) in both
+dtypes, its per-step losses within BF16_LOSS_TOLERANCE; the per-token log-probabilities DPO and RL use (through
+compute_logprobs and a forward pass) within BF16_LOGPROB_TOLERANCE on average, and each sequence's summed
+log-probability (DPO's implicit reward) within BF16_SEQUENCE_TOLERANCE; greedy tokens equal to fp32's for at least
+the first BF16_GREEDY_PREFIX tokens. Also: LoRA weights and their AdamW state stay fp32 when the base is bf16.
+
+On a CPU without AMX or AVX-512 BF16 bf16 is emulated (~30x slower than fp32), so the run is kept small (4 short
+chats, STEPS steps) and marked slow; on CPUs with bf16 units and on GPUs it takes seconds.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tinker import types
+
+from cookbook_engine import models
+from cookbook_engine.backends.local import LocalServiceClient
+from cookbook_engine.renderers import get_renderer
+from cookbook_engine.train_common import datum_from_tokens
+
+pytestmark = pytest.mark.slow
+
+STEPS = 5
+BF16_LOSS_TOLERANCE = 0.02  # relative, per step
+BF16_LOGPROB_TOLERANCE = 0.05  # nats, mean absolute difference per token
+BF16_SEQUENCE_TOLERANCE = 0.05  # relative, per sequence's summed log-probability
+BF16_GREEDY_PREFIX = 4
+
+CHATS = [
+    ("What is the capital of France?", "The capital of France is Paris."),
+    ("Name a colour of the sky.", "The sky is often blue."),
+    ("What is two plus three?", "Two plus three is five."),
+    ("Say hello politely.", "Hello, it is a pleasure to meet you."),
+]
+
+
+@pytest.fixture(scope="module")
+def data(default_model_ready):
+    renderer = get_renderer("auto", models.load_tokenizer(models.DEFAULT_MODEL))
+    return [
+        datum_from_tokens(
+            *renderer.build_supervised_example([{"role": "user", "content": q}, {"role": "assistant", "content": a}])
+        )
+        for q, a in CHATS
+    ]
+
+
+def _run(dtype: str, data) -> dict:
+    service = LocalServiceClient(device="cpu", dtype=dtype)
+    client = service.create_lora_training_client(models.DEFAULT_MODEL, rank=8, seed=7).result()
+    losses = []
+    for _ in range(STEPS):
+        out = client.forward_backward(data, "cross_entropy").result()
+        losses.append(out.metrics["loss:sum"])
+        client.optim_step(types.AdamParams(learning_rate=5e-4)).result()
+    forward = client.forward(data, "cross_entropy").result()
+    sampler = client.save_weights_and_get_sampling_client().result()
+    worker = client._worker
+
+    def dtypes():
+        params = worker.adapter_params(client.adapter)
+        optimizer = client._ensure_optimizer()
+        states = [t for p in params for t in optimizer.state[p].values() if torch.is_tensor(t) and t.numel() > 1]
+        base = next(p for n, p in worker.model.named_parameters() if "lora" not in n)
+        return {p.dtype for p in params}, {t.dtype for t in states}, base.dtype
+
+    result = {
+        "losses": losses,
+        "logprobs": [o["logprobs"].to_torch() for o in forward.loss_fn_outputs],
+        "compute_logprobs": [torch.tensor(sampler.compute_logprobs(d.model_input).result()[1:]) for d in data],
+        "greedy": sampler.sample(data[0].model_input, 1, types.SamplingParams(max_tokens=8, temperature=0, stop=[]))
+        .result()
+        .sequences[0]
+        .tokens,
+        "dtypes": worker.call(dtypes),
+    }
+    client.close()
+    return result
+
+
+@pytest.fixture(scope="module")
+def runs(data):
+    return {dtype: _run(dtype, data) for dtype in ("fp32", "bf16")}
+
+
+def test_bf16_keeps_lora_weights_and_optimizer_state_in_fp32(runs):
+    lora, states, base = runs["bf16"]["dtypes"]
+    assert lora == {torch.float32} and states == {torch.float32} and base == torch.bfloat16
+    assert runs["fp32"]["dtypes"][2] == torch.float32
+
+
+def test_bf16_sft_losses_follow_fp32_step_by_step(runs):
+    fp32, bf16 = runs["fp32"]["losses"], runs["bf16"]["losses"]
+    assert bf16 == pytest.approx(fp32, rel=BF16_LOSS_TOLERANCE), (fp32, bf16)
+    assert bf16[-1] < bf16[0]  # and it learns
+
+
+def test_bf16_logprobs_for_dpo_and_rl_are_bounded(runs):
+    for key in ("logprobs", "compute_logprobs"):
+        for ours, reference in zip(runs["bf16"][key], runs["fp32"][key]):
+            assert float((ours - reference).abs().mean()) < BF16_LOGPROB_TOLERANCE
+            assert float(ours.sum()) == pytest.approx(float(reference.sum()), rel=BF16_SEQUENCE_TOLERANCE)
+
+
+def test_bf16_greedy_tokens_start_as_fp32s(runs):
+    bf16, fp32 = runs["bf16"]["greedy"], runs["fp32"]["greedy"]
+    assert bf16[:BF16_GREEDY_PREFIX] == fp32[:BF16_GREEDY_PREFIX], (bf16, fp32)
