@@ -17,7 +17,7 @@ from tinker import types
 from cookbook_engine import models
 from cookbook_engine.backends.local import LocalServiceClient
 from cookbook_engine.renderers import get_renderer
-from cookbook_engine.train_common import datum_from_tokens
+from cookbook_engine.training.common import datum_from_tokens
 
 pytestmark = pytest.mark.slow
 
