@@ -77,3 +77,59 @@ def test_the_models_own_forward_agrees_and_big_batches_are_split(model, monkeypa
     assert batches == [2, 2] and _tokens(split) == _tokens(together)
     monkeypatch.setattr(sampler, "merged_weights", lambda model, key: None)
     assert _tokens(sampler.sample_many(model, Tokenizer(), requests)) == _tokens(together)
+
+
+class FakeJob:
+    """Stands for a SampleJob on the worker's queue: decode() records the requests it got together."""
+
+    decoded: list[list[str]] = []
+
+    def __init__(self, weights, requests):
+        self.weights, self.requests = weights, requests
+
+    def decode(self, requests):
+        FakeJob.decoded.append(list(requests))
+        if "bad" in requests and len(requests) > 1:
+            raise ValueError("one bad request")
+        if requests == ["bad"]:
+            raise ValueError("bad alone")
+        return [f"out:{r}" for r in requests]
+
+    def responses(self, results):
+        return results
+
+
+def test_the_worker_batches_queued_requests_for_the_same_weights_and_isolates_a_bad_one(monkeypatch):
+    import concurrent.futures
+    import contextlib
+    import queue
+
+    from cookbook_engine import compute_lease
+    from cookbook_engine.backends import local
+
+    monkeypatch.setattr(local, "SampleJob", FakeJob)
+    lease = type("Lease", (), {"hold": staticmethod(contextlib.nullcontext)})()
+    monkeypatch.setattr(compute_lease, "lease", lambda: lease)
+    worker = local.ModelWorker.__new__(local.ModelWorker)  # the queue and its loop only, no model
+    worker._queue, worker.busy_seconds = queue.Queue(), 0.0
+    other = lambda: "other"  # noqa: E731
+
+    def put(item):
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        worker._queue.put((item, future))
+        return future
+
+    first = FakeJob("A", ["a1"])
+    queued = [put(FakeJob("A", ["a2", "a3"])), put(FakeJob("A", ["bad"])), put(FakeJob("A", ["a4"]))]
+    behind = [put(other), put(FakeJob("A", ["a5"])), put(FakeJob("B", ["b1"]))]
+    FakeJob.decoded = []
+    first_future: concurrent.futures.Future = concurrent.futures.Future()
+    first_future.set_running_or_notify_cancel()
+    worker._run_samples([(first, first_future), *worker._take_queued_samples("A")])
+    assert FakeJob.decoded == [["a1", "a2", "a3", "bad", "a4"], ["a1"], ["a2", "a3"], ["bad"], ["a4"]]
+    assert first_future.result() == ["out:a1"] and queued[0].result() == ["out:a2", "out:a3"]
+    with pytest.raises(ValueError, match="bad alone"):
+        queued[1].result()
+    assert queued[2].result() == ["out:a4"]
+    assert [item for item, _ in worker._queue.queue][0] is other  # nothing overtook the other work
+    assert not any(f.done() for f in behind)
