@@ -30,10 +30,10 @@ class _At:
     """Where a forward writes in the KV cache: the cache rows (a prefill: its prompt's rows; a decode step: all),
     the first column, and which columns each row may attend to (None: all before its own)."""
 
-    rows: slice
+    rows: torch.Tensor | None  # a prefill: the prompt (row of x) of each cache row; None: row for row (or broadcast)
     column: int
-    key_mask: torch.Tensor | None
-    prefill: bool  # a prompt attends to itself only (its keys are all in hand); a decode step to the cache
+    mask: torch.Tensor | None  # a prefill: B x 1 x T x T; a decode step: the cache columns each row may see, B x C
+    prefill: bool  # prompts attend to themselves only (their keys are all in hand); a decode step to the cache
 
 
 @dataclass
@@ -182,15 +182,21 @@ class MergedLlama:
         v = qkv[..., q_size + kv_size :].reshape(rows, length, self.kv_heads, self.head_dim).transpose(1, 2)
         q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
         end = at.column + length
-        cache.keys[index, at.rows, :, at.column : end] = k  # a prefill of one row fills every row of its prompt
-        cache.values[index, at.rows, :, at.column : end] = v
+        # a prefill fills the rows of every sample of its prompt (one prompt: by broadcasting)
+        cache.keys[index, :, :, at.column : end] = k if at.rows is None else k.index_select(0, at.rows)
+        cache.values[index, :, :, at.column : end] = v if at.rows is None else v.index_select(0, at.rows)
         if at.prefill:
-            keys, values = k, v
+            keys, values, mask = k, v, at.mask
         else:
             keys, values = cache.keys[index, :rows, :, :end], cache.values[index, :rows, :, :end]
-        mask = None if at.key_mask is None else at.key_mask[:, None, None, :end]
+            mask = None if at.mask is None else at.mask[:, None, None, :end]
         attn = F.scaled_dot_product_attention(
-            q, keys, values, attn_mask=mask, is_causal=length > 1, enable_gqa=self.heads != self.kv_heads
+            q,
+            keys,
+            values,
+            attn_mask=mask,
+            is_causal=at.prefill and mask is None,
+            enable_gqa=self.heads != self.kv_heads,
         )
         attn = attn.transpose(1, 2).reshape(rows * length, q_size)
         x_B_T_D = x_B_T_D + matmul_t(attn, layer.o).view(rows, length, -1)
@@ -201,15 +207,36 @@ class MergedLlama:
 
     @torch.inference_mode()
     def prefill(
-        self, prompt_1_T: torch.Tensor, cache: KVCache, rows: slice, column: int, cos: torch.Tensor, sin: torch.Tensor
+        self,
+        prompts_P_T: torch.Tensor,
+        offsets_P: list[int],
+        rows_B: torch.Tensor | None,
+        cache: KVCache,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
     ) -> torch.Tensor:
-        """Final (normed) hidden states of one prompt (1 x T), its keys and values written to cache rows `rows`
-        at columns column.. (a prompt shorter than the batch's longest starts further right)."""
-        x = F.embedding(prompt_1_T, self.embed)
-        length = prompt_1_T.shape[1]
-        at = _At(rows, column, None, prefill=True)
+        """Final (normed) hidden states (P x T x D) of P prompts in one batch, each right-aligned in T columns (prompt
+        p starts at column offsets_P[p]; the columns before it hold any token and are masked out), their keys and
+        values written to the cache's columns 0..T-1 in the rows of their samples (rows_B: the prompt of each cache
+        row; None: one prompt, in every row)."""
+        prompts, length = prompts_P_T.shape
+        x = F.embedding(prompts_P_T, self.embed)
+        mask = None  # one prompt, or several of one length: plain causal attention
+        if any(offsets_P):
+            offsets = torch.tensor(offsets_P)
+            columns = torch.arange(length)
+            positions_P_T = (columns[None] - offsets[:, None]).clamp(min=0)
+            cos, sin = cos[positions_P_T][:, None], sin[positions_P_T][:, None]  # P x 1 x T x head_dim
+            causal_T_T = columns[None] <= columns[:, None]
+            visible_P_T = columns[None] >= offsets[:, None]
+            # padding rows see themselves only, so that no row's attention is empty (NaN)
+            mask = (causal_T_T[None] & visible_P_T[:, None]) | torch.eye(length, dtype=torch.bool)[None]
+            mask = mask[:, None]
+        else:
+            cos, sin = cos[:length], sin[:length]
+        at = _At(rows_B, 0, mask, prefill=True)
         for index, layer in enumerate(self.layers):
-            x = self._layer(x, layer, index, cache, at, cos[:length], sin[:length])
+            x = self._layer(x, layer, index, cache, at, cos, sin)
         return self._norm(x, self.final_norm)
 
     @torch.inference_mode()
@@ -231,7 +258,7 @@ class MergedLlama:
             cos_r, sin_r = cos[column : column + 1], sin[column : column + 1]
         else:  # rows at different positions: B x 1 x 1 x head_dim, broadcast over the heads
             cos_r, sin_r = cos[positions_B][:, None, None], sin[positions_B][:, None, None]
-        at = _At(slice(None), column, key_mask_B_C, prefill=False)
+        at = _At(None, column, key_mask_B_C, prefill=False)
         for index, layer in enumerate(self.layers):
             x = self._layer(x, layer, index, cache, at, cos_r, sin_r)
         return self._norm(x, self.final_norm)[:, 0]

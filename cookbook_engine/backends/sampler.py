@@ -317,9 +317,9 @@ def _choose(logits_B_V: torch.Tensor, live: list[tuple[_Group, SampledRow]]) -> 
 
 
 class _MergedDecoder:
-    """Decoding on fast_decode.MergedLlama with a preallocated cache. Several prompts share the batch: each is
-    prefilled alone into its rows, right-aligned so that every decode step writes one cache column for all rows;
-    a shorter prompt's rows mask the columns before it and take their rotary positions from their own start."""
+    """Decoding on fast_decode.MergedLlama with a preallocated cache. Several prompts share the batch: they are
+    prefilled together, right-aligned so that every decode step writes one cache column for all rows; a shorter
+    prompt's rows mask the columns before it and take their rotary positions from their own start."""
 
     def __init__(self, merged: fast_decode.MergedLlama):
         self.merged = merged
@@ -327,27 +327,28 @@ class _MergedDecoder:
     def prefill(self, groups: list[_Group]) -> torch.Tensor:
         longest = max(len(g.request.prompt_tokens) for g in groups)
         capacity = longest + max(g.max_tokens for g in groups)
-        self.cache = self.merged.new_cache(sum(g.request.num_samples for g in groups), capacity)
+        counts = [g.request.num_samples for g in groups]
+        self.cache = self.merged.new_cache(sum(counts), capacity)
         self.cos, self.sin = self.merged.rope_table(capacity)
-        logits, offsets, first = [], [], 0
-        for group in groups:
-            tokens, rows = group.request.prompt_tokens, group.request.num_samples
-            prompt_1_T = torch.tensor([tokens], dtype=torch.long)
-            column = longest - len(tokens)
-            hidden_1_T_D = self.merged.prefill(
-                prompt_1_T, self.cache, slice(first, first + rows), column, self.cos, self.sin
-            )
+        offsets = [longest - len(g.request.prompt_tokens) for g in groups]
+        prompts_P_T = torch.tensor(
+            [[g.request.prompt_tokens[0]] * offset + g.request.prompt_tokens for g, offset in zip(groups, offsets)],
+            dtype=torch.long,
+        )
+        rows_B = None if len(groups) == 1 else torch.repeat_interleave(torch.arange(len(groups)), torch.tensor(counts))
+        hidden_P_T_D = self.merged.prefill(prompts_P_T, offsets, rows_B, self.cache, self.cos, self.sin)
+        for index, (group, offset) in enumerate(zip(groups, offsets)):
             if group.request.include_prompt_logprobs:
-                lp = fast_ops.head_logprobs(hidden_1_T_D[0, :-1], self.merged.head_plain, prompt_1_T[0, 1:], None)
+                lp = fast_ops.head_logprobs(
+                    hidden_P_T_D[index, offset:-1], self.merged.head_plain, prompts_P_T[index, offset + 1 :], None
+                )
                 group.prompt_logprobs = [None, *lp.tolist()]
-            logits.append(self.merged.logits(hidden_1_T_D[:, -1]).expand(rows, -1))
-            offsets += [column] * rows
-            first += rows
+        logits_P_V = self.merged.logits(hidden_P_T_D[:, -1])
         self.column = longest
-        self.offsets_B = torch.tensor(offsets)
+        self.offsets_B = torch.tensor([offset for offset, count in zip(offsets, counts) for _ in range(count)])
         self.ragged = any(offsets)
         self.key_mask_B_C = torch.arange(capacity)[None] >= self.offsets_B[:, None] if self.ragged else None
-        return logits[0] if len(logits) == 1 else torch.cat(logits)
+        return logits_P_V.expand(counts[0], -1) if rows_B is None else logits_P_V.index_select(0, rows_B)
 
     def keep_rows(self, slots: list[int]) -> None:
         self.cache.keep_rows(slots)
