@@ -266,16 +266,22 @@ def _batches(groups: list[_Group]) -> list[list[_Group]]:
 
 
 def _decode(decoder, groups: list[_Group]) -> None:
+    """The decode loop. A row that stops stays in the batch, its outputs ignored, until a quarter of the batch has
+    stopped: then the finished rows are dropped from the KV cache at once (a copy of the whole cache, too dear to
+    make at each of the many steps where some row of a big batch stops)."""
     logits_B_V = decoder.prefill(groups)
-    live = [(group, row) for group in groups for row in group.rows]  # the group and row of each batch slot
+    slots = [(group, row) for group in groups for row in group.rows]  # the group and row of each batch slot
+    live = list(range(len(slots)))  # the slots still decoding
     for _ in range(max(group.max_tokens for group in groups)):
-        next_B = _choose(logits_B_V, live)
-        logprob_B = logits_B_V.gather(-1, next_B[:, None])[:, 0] - torch.logsumexp(logits_B_V, dim=-1)
+        logits_L_V = logits_B_V if len(live) == len(slots) else logits_B_V[live]
+        next_L = _choose(logits_L_V, [slots[slot] for slot in live])
+        logprob_L = logits_L_V.gather(-1, next_L[:, None])[:, 0] - torch.logsumexp(logits_L_V, dim=-1)
         keep = []
-        for slot, (group, row) in enumerate(live):
-            token = int(next_B[slot])
+        for index, slot in enumerate(live):
+            group, row = slots[slot]
+            token = int(next_L[index])
             row.tokens.append(token)
-            row.logprobs.append(float(logprob_B[slot]))
+            row.logprobs.append(float(logprob_L[index]))
             if token in group.stop_ids or (
                 group.stop_strings and _ends_with_stop(group.tokenizer, row.tokens, group.stop_strings)
             ):
@@ -284,10 +290,17 @@ def _decode(decoder, groups: list[_Group]) -> None:
                 keep.append(slot)
         if not keep:
             break
-        if len(keep) < len(live):
-            decoder.keep_rows(keep)
-            next_B = next_B[keep]
-            live = [live[slot] for slot in keep]
+        next_B = (
+            next_L
+            if len(live) == len(slots)
+            else torch.zeros(len(slots), dtype=next_L.dtype).index_put_((torch.tensor(live),), next_L)
+        )
+        live = keep
+        if 4 * (len(slots) - len(live)) >= len(slots):
+            decoder.keep_rows(live)
+            next_B = next_B[live]
+            slots = [slots[slot] for slot in live]
+            live = list(range(len(slots)))
         logits_B_V = decoder.step(next_B)
 
 
