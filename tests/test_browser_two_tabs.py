@@ -64,7 +64,7 @@ def says_gone(tab, run_id: str) -> None:
 def test_a_run_deleted_in_another_tab_is_never_replaced_by_another(studio_with_runs, page):  # noqa: F811
     url, store = studio_with_runs
     page.set_default_timeout(120_000)  # a busy 2-core machine
-    first, second = page, page.context.new_page()
+    first, second = page, page.context.browser.new_page(viewport={"width": 1400, "height": 1800})
     second.set_default_timeout(120_000)
 
     open_run(first, url, "sl-old")
