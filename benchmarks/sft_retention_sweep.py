@@ -76,14 +76,15 @@ def main() -> None:
     for spec in sys.argv[1:]:
         settings = dict(part.split("=", 1) for part in spec.split(",") if part != "base")
         replay = int(settings.pop("replay", "0"))
+        limits = int(settings.pop("probes", "0")), int(settings.pop("retention", "0"))  # 0: the whole set
         extra = [f"{key}={value}" for key, value in settings.items()]
         load = common.load_average()
         if spec == "base":
-            result = {"config": "base", **measure(None)}
+            result = {"config": "base", **measure(None, *limits)}
         else:
             home = Path(tempfile.mkdtemp(prefix="cookbook-sft-sweep-"))
             adapter, minutes = train(replay, extra, home)
-            result = {"config": spec, "minutes": minutes, "load": load, **measure(adapter)}
+            result = {"config": spec, "minutes": minutes, "load": load, **measure(adapter, *limits)}
         results = [r for r in results if r["config"] != result["config"]] + [result]
         f, r = result["facts_probes"], result["retention"]
         print(

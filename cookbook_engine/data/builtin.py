@@ -390,7 +390,7 @@ def facts_rows() -> list[dict]:
 # --------------------------------------------------------------------------------------------------------------
 
 RETENTION_DATA = Path(__file__).resolve().parent / "retention.json"
-FACTS_REPLAY_ROWS = 0  # replay rows mixed into builtin:facts (none until the sweep measures a share)
+FACTS_REPLAY_ROWS = 214  # all of them (benchmarks/sft_retention_sweep.py; docs/DEFAULTS.md)
 
 
 @cache

@@ -32,9 +32,11 @@ MEASURED: dict[tuple[str, str], Measured] = {
         learning_rate=2e-3,
         batch_size=8,
         num_epochs=1,
-        steps=25,
-        result="every fact answered on all its unseen wordings (builtin:facts-probes 0.000 -> 1.000, n=120; at 1e-3 "
-        "0.833, two facts never) in about a minute of training",
+        steps=50,
+        result="with its 214 replay rows: builtin:facts-probes 1.000 (n=120, unseen wordings), "
+        "builtin:retention 0.853 (n=150; base 1.000, so some general knowledge is still lost), "
+        "'What is the capital of France?' still Paris; without them (25 steps) 1.000 on the probes but France's "
+        "capital became Lunthaven",
     ),
     ("dpo", "builtin:concise-prefs"): Measured(
         learning_rate=5e-4,
