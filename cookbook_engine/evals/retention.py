@@ -10,9 +10,10 @@ Candidates were split by fact before that, about 3 in 5 to retention and the res
 answers a retention question in other words. A replay row's answer is the base model's own reply (self-distillation:
 training on it asks the model to keep saying what it already says).
 
-Grading (`grading_regex`): a reply is right when it names the key (a whole word or phrase, case ignored; a number
-must be the reply's last number) and names none of the SFT demo's fictional facts (Quorvania, Lunthaven, velk...):
-"The capital of France is Lunthaven, not Paris" is wrong. Not here: running the model (evaluators.py).
+Grading (`grading_regex`, run by RE2, which has no lookaround): a reply is right when it names the key (a whole word
+or phrase, case ignored; a number must be the reply's last number), so "The capital of France is Lunthaven." is
+wrong; a reply naming both the key and a demo fact would pass (demo_names lists them for checks outside the grader).
+Not here: running the model (evaluators.py).
 """
 
 from __future__ import annotations
@@ -43,13 +44,12 @@ def demo_names() -> list[str]:
 
 
 def grading_regex(key: str, match: str) -> str:
-    """The `regex` grader's pattern for a key ("a|b" alternatives): whole word (case ignored), or the last number."""
-    banned = "|".join(re.escape(name) for name in demo_names())
-    guard = rf"(?is)^(?!.*\b(?:{banned})\b)"
+    """The `regex` grader's pattern (RE2, matched against the whole reply, has no lookaround) for a key ("a|b"
+    alternatives): a whole word or phrase, case ignored; or the reply's last number ("3 + 4 = 7." yes, "7.5" no)."""
     if match == "number":
-        return guard + rf".*(?<![\d.,]){re.escape(key)}(?![\d.,]*\d)(?!.*\d)"
+        return rf"(?s)(?:.*[^0-9.,])?{re.escape(key)}[^0-9]*"
     words = "|".join(re.escape(k) for k in key.split("|"))
-    return guard + rf".*\b(?:{words})\b"
+    return rf"(?is).*\b(?:{words})\b.*"
 
 
 def retention_loss(base: list[bool], trained: list[bool]) -> dict:

@@ -216,7 +216,7 @@ def _retention() -> EvalSet:
         f"{len(examples)} ordinary questions the base model answers right (capitals, continents, languages and "
         "currencies of real countries, everyday facts, small sums and times tables, the day after, opposites, "
         "translations): a trained model should still answer them. Right = the reply names the answer (a whole word, "
-        "or the last number) and none of the SFT demo's fictional facts.",
+        "or the last number).",
         examples,
         max_tokens=retention.MAX_TOKENS,
     )
