@@ -96,7 +96,8 @@ def estimate(
         shape.layers * (12 * shape.hidden + 4 * shape.intermediate + 3 * shape.kv_width) + 6 * shape.vocab
     )  # the standard path keeps logits, softmax, gradients and copies
     activations = tokens * per_token
-    if isinstance(config, cfg.RLConfig):  # the sampler's key/value cache for a batch of samples, and merged weights
+    # the sampler's key/value cache for a batch of samples, and merged weights
+    if isinstance(config, cfg.RLConfig | cfg.DistillConfig):
         rows = config.groups_per_batch * config.group_size
         cache = rows * (prepared.longest_prompt + config.max_tokens) * shape.layers * 2 * shape.kv_width * FP32
         activations = max(activations, cache + shape.parameters * dtype_bytes)
@@ -152,7 +153,7 @@ def check_fits(config: cfg.CommonConfig, prepared) -> MemoryNeed | None:
 
 def _largest_batch_tokens(config: cfg.CommonConfig, prepared) -> int:
     """Tokens in the largest forward/backward the run will do (before the micro-batch cap)."""
-    if isinstance(config, cfg.RLConfig):
+    if isinstance(config, cfg.RLConfig | cfg.DistillConfig):
         return config.groups_per_batch * config.group_size * (prepared.longest_prompt + config.max_tokens)
     if config.kind == "dpo":
         longest = max((p.chosen.model_input.length + p.rejected.model_input.length for p in prepared.train), default=0)

@@ -35,6 +35,8 @@ def model_rate(model: str, backend: str) -> tuple[float, str]:
 
 def measured_rate(config: Any) -> tuple[float, str] | None:
     """The rate measured for this kind, model and built-in data or env, with what the measurement showed."""
+    if config.kind == "distill":  # no measurement yet: the model's SL rate (below)
+        return None
     if config.kind == "rl":
         rl_measured = rl_suggested.measured_for(config)
         return (rl_measured.learning_rate, rl_suggested.measured_reason(rl_measured)) if rl_measured else None
