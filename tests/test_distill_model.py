@@ -69,7 +69,7 @@ def test_a_student_distilled_from_a_fact_teacher_moves_toward_it(home, default_m
     assert sum(kl_S[-3:]) / 3 < 0.7 * sum(kl_S[:3]) / 3, kl_S  # the student's tokens came to suit the teacher
     assert (metrics["distill/student_logprob"] <= 0).all() and (metrics["distill/teacher_logprob"] <= 0).all()
     rows = store.get_transcripts(run_id)
-    assert len(rows) == 8 * 4 * 4 and {row["reward"] for row in rows} == {0.0}
+    assert len(rows) == 8 * 4 * 4 and set(rows["reward"]) == {0.0}
     chain = lineage.describe(lineage.chain(run_id, store), run["base_model"])
     assert "teacher SFT" in chain and "Distill" in chain
 
