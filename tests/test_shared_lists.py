@@ -123,6 +123,7 @@ NOT_BAD_INPUT = {
     "SolutionError": "the RL policy's code raised: a reward of 0, not a message for the person",
     "ProtocolError": "a sandboxed process sent a malformed message",
     "StorageOwnerError": "the database's owner process could not start or died: not the input's fault",
+    "SetupError": "the sandbox's launcher could not set up its isolation (a mount, a namespace): the machine's fault",
 }
 
 
