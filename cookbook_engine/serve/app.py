@@ -254,7 +254,7 @@ def _training_routes(app: FastAPI, state: ServerState, policy: guard.PathPolicy)
     @app.post("/api/v1/load_weights")
     async def load_weights(request: Request):
         body = types.LoadWeightsRequest.model_validate(await request.json())
-        body.path = policy.checkpoint("load_weights", body.path)
+        body = body.model_copy(update={"path": policy.checkpoint("load_weights", body.path)})  # SDK types are frozen
         policy.base_model(body.base_model)
         if body.model_id is None:  # a new training client from a checkpoint (create_training_client_from_state*)
             if body.session_id is None:
@@ -283,7 +283,7 @@ def _sampling_routes(app: FastAPI, state: ServerState, policy: guard.PathPolicy)
     async def create_sampling_session(request: Request):
         body = types.CreateSamplingSessionRequest.model_validate(await request.json())
         if body.model_path is not None:
-            body.model_path = policy.checkpoint("create_sampling_session", body.model_path)
+            body = body.model_copy(update={"model_path": policy.checkpoint("create_sampling_session", body.model_path)})
         policy.base_model(body.base_model)
         session = state.session(body.session_id)
         future = session.service.create_sampling_client(body.model_path, body.base_model)
