@@ -199,7 +199,7 @@ def run_math_rl(model: str, log_path: Path, **overrides) -> dict[int, dict]:
 @pytest.mark.slow
 def test_math_rl_recipe_runs_with_its_defaults_stable_reinforce_in_process(in_process, tmp_path):
     steps = run_math_rl(in_process, tmp_path / "math-rl")
-    assert sorted(steps) == [0, 1]
-    assert all(0.0 <= row["env/all/reward/total"] <= 1.0 for row in steps.values())
+    assert {0, 1} <= set(steps)  # two training steps (the recipe logs one more row at the end)
+    assert all(-1.0 <= steps[step]["env/all/reward/total"] <= 1.0 for step in (0, 1))  # format penalty: -0.1
     final = [json.loads(line) for line in (tmp_path / "math-rl" / "checkpoints.jsonl").read_text().splitlines()][-1]
     assert final["name"] == "final" and final["state_path"].startswith("tinker://")
