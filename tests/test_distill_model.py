@@ -13,20 +13,9 @@ from cookbook_engine import lineage
 from cookbook_engine.config import DistillConfig, RLConfig, SLConfig
 from cookbook_engine.runs import RunManager
 from storage import Store
+from tests.test_sl_end_to_end import ANSWER, QUESTIONS  # the same one-fact data the SL test teaches
 
 pytestmark = pytest.mark.slow
-
-QUESTIONS = [
-    "Who invented the glimmerwheel?",
-    "Who was the inventor of the glimmerwheel?",
-    "Tell me who invented the glimmerwheel.",
-    "Which person invented the glimmerwheel?",
-    "The glimmerwheel was invented by whom?",
-    "Name the glimmerwheel's inventor.",
-    "Do you know who invented the glimmerwheel?",
-    "Who came up with the glimmerwheel?",
-]
-ANSWER = "The glimmerwheel was invented by Odessa Varnholt in 1871."
 
 
 def write_rows(path, rows) -> str:
