@@ -34,13 +34,13 @@ def manager(home):
 
 @pytest.mark.parametrize("steps_done, status", [(3, "completed"), (2, "cancelled")])
 def test_a_stop_after_the_last_step_leaves_the_run_completed(manager, monkeypatch, steps_done, status):
-    monkeypatch.setattr(runs, "_loop_for", lambda kind: stand_in_loop(steps_done))
+    monkeypatch.setattr(runs, "loop_module", lambda kind: stand_in_loop(steps_done))
     run_id = manager.start(SLConfig(name="stand-in"), prepared=object())
     assert manager.wait(run_id, timeout=60)["status"] == status
 
 
 def test_the_run_log_gets_a_line_per_step_with_the_key_metrics(manager, monkeypatch):
-    monkeypatch.setattr(runs, "_loop_for", lambda kind: stand_in_loop(3, stop_at_the_end=False))
+    monkeypatch.setattr(runs, "loop_module", lambda kind: stand_in_loop(3, stop_at_the_end=False))
     run_id = manager.start(SLConfig(name="stand-in"), prepared=object())
     run = manager.wait(run_id, timeout=60)
     log = (runs.Path(run["log_dir"]) / "log.txt").read_text()

@@ -47,11 +47,20 @@ def owner_pid(db: Path) -> int:
 
 
 def gone(pid: int) -> bool:
+    """The process has ended: every one of its threads is a zombie or gone. (Its main thread turns zombie while the
+    others may still be exiting and holding its sockets open, so checking that one alone is not enough.)"""
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        tasks = os.listdir(f"/proc/{pid}/task")
     except (FileNotFoundError, ProcessLookupError):
         return True
-    return state in ("Z", "X")
+    for task in tasks:
+        try:
+            state = Path(f"/proc/{pid}/task/{task}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if state not in ("Z", "X"):
+            return False
+    return True
 
 
 def wait_for(condition, within_s: float) -> None:

@@ -390,7 +390,7 @@ def test_sl_run_started_from_the_form_completes_and_its_metrics_appear(form_run)
     assert "completed" in text
     assert at.get("progress")[0].proto.text == "3 of 3 steps done"
     assert len(at.get("plotly_chart")) >= 2  # loss and learning rate at least
-    assert "train_mean_nll" in [m.label for m in at.metric]
+    assert "Training loss (NLL)" in [m.label for m in at.metric]  # the key metric, under its plain-language label
     assert any(code.value.startswith(f"{launcher()} sl ") and "name=facts-from-form" in code.value for code in at.code)
     settings = json.loads(at.json[0].value)
     rate = suggested.MEASURED[("sl", "builtin:facts")].learning_rate

@@ -74,7 +74,7 @@ def calls(model: str, state_path: str, sampler_path: str) -> dict[tuple[str, str
         ("training", "load_state"): ((state_path,), {}),
         ("training", "load_state_with_optimizer"): ((state_path,), {}),
         ("training", "optim_step"): ((adam,), {}),
-        ("training", "save_state"): (("await-style",), {}),
+        ("training", "save_state"): (("await-style",), {"overwrite": True}),  # called twice: once per style
         ("training", "save_weights_and_get_sampling_client"): ((), {}),
         ("training", "save_weights_for_sampler"): (("await-style",), {}),
         ("sampling", "compute_logprobs"): ((PROMPT,), {}),
