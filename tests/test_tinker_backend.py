@@ -410,7 +410,12 @@ def test_resume_goes_through_create_training_client_from_state_with_optimizer(re
     _, client, first_step = start_training_client(config, resume)
     assert first_step == 10
     assert recorder.kwargs_of("create_training_client_from_state_with_optimizer") == [
-        {"path": "tinker://run-7:train:0/weights/000010"}
+        {
+            "path": "tinker://run-7:train:0/weights/000010",
+            "base_model": None,
+            "user_metadata": None,
+            "weights_access_token": None,
+        }
     ]
     assert client.get_info().model_data.model_name == models.DEFAULT_MODEL
 

@@ -48,9 +48,16 @@ from typing import Any
 
 from tinker import types
 
+from cookbook_engine.backends import protocol
 from cookbook_engine.backends.clocked_settings import ClockedConfig
 from cookbook_engine.backends.local import LocalSamplingClient, LocalServiceClient, LocalTrainingClient
-from cookbook_engine.backends.protocol import ClientFuture, LocalFuture, QueuedSamplingCalls, QueuedTrainingCalls
+from cookbook_engine.backends.protocol import (
+    ClientFuture,
+    LocalFuture,
+    async_awaiting,
+    async_returning,
+    map_future,
+)
 from cookbook_engine.settings import bound_problems
 
 # A request's kind decides its admission: a cycle admits a training client's requests up to one optim_step, and
@@ -271,8 +278,7 @@ class ClockedServiceClient:
     def get_server_capabilities(self) -> types.GetServerCapabilitiesResponse:
         return self.local.get_server_capabilities()
 
-    async def get_server_capabilities_async(self) -> types.GetServerCapabilitiesResponse:
-        return self.get_server_capabilities()
+    get_server_capabilities_async = async_returning(get_server_capabilities)
 
     # Like the SDK (and the local backend), create_* return futures of clients; the *_async variants the clients.
     def create_lora_training_client(
@@ -283,41 +289,64 @@ class ClockedServiceClient:
         train_mlp: bool = True,
         train_attn: bool = True,
         train_unembed: bool = True,
-        **kw: Any,
+        user_metadata: dict[str, str] | None = None,
+        optimizer: Any = None,
     ) -> ClientFuture:
         local = self.local.create_lora_training_client(
-            base_model, rank, seed=seed, train_mlp=train_mlp, train_attn=train_attn, train_unembed=train_unembed, **kw
+            base_model, rank, seed, train_mlp, train_attn, train_unembed, user_metadata, optimizer
         )
-        return ClientFuture.completed(ClockedTrainingClient(self, local.result()))
+        return self._clocked(local, lambda client: ClockedTrainingClient(self, client))
 
-    async def create_lora_training_client_async(self, base_model: str, rank: int = 32, **kw: Any):
-        return await self.create_lora_training_client(base_model, rank, **kw)
+    create_lora_training_client_async = async_awaiting(create_lora_training_client)
 
-    def create_training_client_from_state(self, path: str, **_: Any) -> ClientFuture:
-        return ClientFuture.completed(
-            ClockedTrainingClient(self, self.local.create_training_client_from_state(path).result())
+    def create_training_client_from_state(
+        self,
+        path: str,
+        base_model: str | None = None,
+        user_metadata: dict[str, str] | None = None,
+        weights_access_token: str | None = None,
+        optimizer: Any = None,
+    ) -> ClientFuture:
+        local = self.local.create_training_client_from_state(
+            path, base_model, user_metadata, weights_access_token, optimizer
         )
+        return self._clocked(local, lambda client: ClockedTrainingClient(self, client))
 
-    def create_training_client_from_state_with_optimizer(self, path: str, **_: Any) -> ClientFuture:
-        local = self.local.create_training_client_from_state_with_optimizer(path).result()
-        return ClientFuture.completed(ClockedTrainingClient(self, local))
+    create_training_client_from_state_async = async_awaiting(create_training_client_from_state)
 
-    async def create_training_client_from_state_async(self, path: str, **_: Any):
-        return await self.create_training_client_from_state(path)
+    def create_training_client_from_state_with_optimizer(
+        self,
+        path: str,
+        base_model: str | None = None,
+        user_metadata: dict[str, str] | None = None,
+        weights_access_token: str | None = None,
+    ) -> ClientFuture:
+        local = self.local.create_training_client_from_state_with_optimizer(
+            path, base_model, user_metadata, weights_access_token
+        )
+        return self._clocked(local, lambda client: ClockedTrainingClient(self, client))
 
-    async def create_training_client_from_state_with_optimizer_async(self, path: str, **_: Any):
-        return await self.create_training_client_from_state_with_optimizer(path)
+    create_training_client_from_state_with_optimizer_async = async_awaiting(
+        create_training_client_from_state_with_optimizer
+    )
 
     def create_sampling_client(
-        self, model_path: str | None = None, base_model: str | None = None, **_: Any
+        self,
+        model_path: str | None = None,
+        base_model: str | None = None,
+        retry_config: Any = None,
+        record_stability_info: bool = False,
     ) -> ClientFuture:
-        local = self.local.create_sampling_client(model_path, base_model).result()
-        return ClientFuture.completed(ClockedSamplingClient(self, local))
+        local = self.local.create_sampling_client(model_path, base_model, retry_config, record_stability_info)
+        return self._clocked(local, lambda client: ClockedSamplingClient(self, client))
 
-    async def create_sampling_client_async(
-        self, model_path: str | None = None, base_model: str | None = None, **_: Any
-    ):
-        return await self.create_sampling_client(model_path, base_model)
+    create_sampling_client_async = async_awaiting(create_sampling_client)
+
+    @staticmethod
+    def _clocked(local: ClientFuture, wrap: Callable[[Any], Any]) -> ClientFuture:
+        """A future of the clocked client around the local client that `local` will hold (clients are made at
+        once, not at a tick: the service creates them outside its worker pools)."""
+        return ClientFuture(map_future(local.future(), wrap))
 
 
 def _run_clock(service_ref: weakref.ref[ClockedServiceClient], period_s: float) -> None:
@@ -337,7 +366,7 @@ def _run_clock(service_ref: weakref.ref[ClockedServiceClient], period_s: float) 
         del service
 
 
-class ClockedTrainingClient(QueuedTrainingCalls):
+class ClockedTrainingClient:
     """A local training client whose requests wait for the clock."""
 
     LOCAL_CHECKPOINTS = True  # its checkpoints are the local client's folders
@@ -356,66 +385,104 @@ class ClockedTrainingClient(QueuedTrainingCalls):
     def get_info(self) -> types.GetInfoResponse:
         return self.local.get_info()
 
-    async def get_info_async(self) -> types.GetInfoResponse:
-        return self.get_info()
+    get_info_async = async_returning(get_info)
 
-    def forward(self, data: list[types.Datum], loss_fn: str = "cross_entropy", loss_fn_config: dict | None = None):
+    def forward(
+        self, data: list[types.Datum], loss_fn: str = "cross_entropy", loss_fn_config: dict | None = None
+    ) -> LocalFuture:
         return self._submit("forward", lambda: self.local.forward(data, loss_fn, loss_fn_config))
+
+    forward_async = async_returning(forward)
 
     def forward_backward(
         self, data: list[types.Datum], loss_fn: str = "cross_entropy", loss_fn_config: dict | None = None
-    ):
+    ) -> LocalFuture:
         return self._submit("forward_backward", lambda: self.local.forward_backward(data, loss_fn, loss_fn_config))
 
-    def forward_backward_custom(self, data: list[types.Datum], loss_fn: Callable, **kw: Any):
-        return self._submit("forward_backward_custom", lambda: self.local.forward_backward_custom(data, loss_fn, **kw))
+    forward_backward_async = async_returning(forward_backward)
 
-    def optim_step(self, optim_params: types.AdamParams):
-        return self._submit("optim_step", lambda: self.local.optim_step(optim_params))
-
-    def save_state(self, name: str):
-        return self._submit("save_state", lambda: self.local.save_state(name))
-
-    def save_weights_for_sampler(self, name: str):
-        return self._submit("save_weights_for_sampler", lambda: self.local.save_weights_for_sampler(name))
-
-    def load_state(self, path: str):
-        return self._submit("load_state", lambda: self.local.load_state(path))
-
-    def load_state_with_optimizer(self, path: str):
-        return self._submit("load_state_with_optimizer", lambda: self.local.load_state_with_optimizer(path))
-
-    def _sampler_snapshot(self, name: str | None) -> LocalFuture:
-        """Queue, on the local worker, a sampling client on the weights as they are then (what the local client's
-        save_weights_and_get_sampling_client does, without blocking the clock thread)."""
-        local = self.local
-        return local._worker.submit(
-            lambda: LocalSamplingClient(
-                local._worker, local._snapshot(), local._save("sampler", name, False) if name else None
-            )
+    def forward_backward_custom(
+        self, data: list[types.Datum], loss_fn: Callable | Any, *, loss_type_input: str | None = None
+    ) -> LocalFuture:
+        return self._submit(
+            "forward_backward_custom",
+            lambda: self.local.forward_backward_custom(data, loss_fn, loss_type_input=loss_type_input),
         )
 
-    def _save_and_sample_request(self, name: str | None) -> LocalFuture:
+    forward_backward_custom_async = async_returning(forward_backward_custom)
+
+    def optim_step(
+        self, optim_params: types.AdamParams | None = None, *, adam_params: types.AdamParams | None = None
+    ) -> LocalFuture:
+        return self._submit("optim_step", lambda: self.local.optim_step(optim_params, adam_params=adam_params))
+
+    optim_step_async = async_returning(optim_step)
+
+    def save_state(
+        self,
+        name: str,
+        ttl_seconds: int | None = None,
+        overwrite: bool = False,
+        user_metadata: dict[str, str] | None = None,
+    ) -> LocalFuture:
+        return self._submit("save_state", lambda: self.local.save_state(name, ttl_seconds, overwrite, user_metadata))
+
+    save_state_async = async_returning(save_state)
+
+    def save_weights_for_sampler(
+        self, name: str, ttl_seconds: int | None = None, user_metadata: dict[str, str] | None = None
+    ) -> LocalFuture:
         return self._submit(
+            "save_weights_for_sampler", lambda: self.local.save_weights_for_sampler(name, ttl_seconds, user_metadata)
+        )
+
+    save_weights_for_sampler_async = async_returning(save_weights_for_sampler)
+
+    def load_state(self, path: str, weights_access_token: str | None = None) -> LocalFuture:
+        return self._submit("load_state", lambda: self.local.load_state(path, weights_access_token))
+
+    load_state_async = async_returning(load_state)
+
+    def load_state_with_optimizer(self, path: str, weights_access_token: str | None = None) -> LocalFuture:
+        return self._submit(
+            "load_state_with_optimizer", lambda: self.local.load_state_with_optimizer(path, weights_access_token)
+        )
+
+    load_state_with_optimizer_async = async_returning(load_state_with_optimizer)
+
+    def save_weights_and_get_sampling_client(
+        self,
+        name: str | None = None,
+        retry_config: Any = None,
+        record_stability_info: bool = False,
+        kind: str = "snapshot",
+    ) -> ClientFuture:
+        """Queued for the clock like any request; at its tick the local worker makes the sampling client (what the
+        local client's own call does, without blocking the clock thread)."""
+        make = self.local.sampling_client_maker(name, retry_config, record_stability_info, kind)
+        request = self._submit(
             "save_weights_and_get_sampling_client",
-            lambda: self._sampler_snapshot(name),
+            lambda: self.local._worker.submit(make),
             wrap=lambda sampler: ClockedSamplingClient(self.service, sampler),
         )
+        return ClientFuture(request.future())
 
-    def save_weights_and_get_sampling_client(self, name: str | None = None, **_: Any) -> ClientFuture:
-        return ClientFuture(self._save_and_sample_request(name).future())
+    save_weights_and_get_sampling_client_async = async_awaiting(save_weights_and_get_sampling_client)
 
-    async def save_weights_and_get_sampling_client_async(self, name: str | None = None, **_: Any):
-        return await self._save_and_sample_request(name)
+    def create_sampling_client(
+        self, model_path: str, retry_config: Any = None, record_stability_info: bool = False
+    ) -> ClientFuture:
+        return self.service.create_sampling_client(
+            model_path=model_path, retry_config=retry_config, record_stability_info=record_stability_info
+        )
 
-    def create_sampling_client(self, model_path: str) -> ClientFuture:
-        return self.service.create_sampling_client(model_path=model_path)
+    create_sampling_client_async = async_awaiting(create_sampling_client)
 
     def close(self) -> None:
         self.local.close()
 
 
-class ClockedSamplingClient(QueuedSamplingCalls):
+class ClockedSamplingClient:
     """A local sampling client whose requests wait for the clock (all queued samples are admitted each tick)."""
 
     def __init__(self, service: ClockedServiceClient, local: LocalSamplingClient):
@@ -429,19 +496,48 @@ class ClockedSamplingClient(QueuedSamplingCalls):
     def get_base_model(self) -> str:
         return self.local.get_base_model()
 
+    get_base_model_async = async_returning(get_base_model)
+
     def sample(
         self,
         prompt: types.ModelInput,
         num_samples: int,
         sampling_params: types.SamplingParams,
         include_prompt_logprobs: bool = False,
-        **options: Any,
-    ):
+        topk_prompt_logprobs: int = 0,
+        topk_sample_logprobs: int = 0,
+        target_prompt_logprobs: types.TensorData | None = None,
+        prompt_alt_tokens_k: int = 0,
+        prompt_logprobs_last_n: int | None = None,
+    ) -> LocalFuture:
         return self.service.submit(
             self._queue,
             "sample",
-            lambda: self.local.sample(prompt, num_samples, sampling_params, include_prompt_logprobs, **options),
+            lambda: self.local.sample(
+                prompt,
+                num_samples,
+                sampling_params,
+                include_prompt_logprobs,
+                topk_prompt_logprobs,
+                topk_sample_logprobs,
+                target_prompt_logprobs,
+                prompt_alt_tokens_k,
+                prompt_logprobs_last_n,
+            ),
         )
 
-    def compute_logprobs(self, prompt: types.ModelInput):
-        return self.service.submit(self._queue, "compute_logprobs", lambda: self.local.compute_logprobs(prompt))
+    sample_async = async_awaiting(sample)
+
+    def compute_logprobs(self, prompt: types.ModelInput, prompt_logprobs_last_n: int | None = None) -> LocalFuture:
+        return self.service.submit(
+            self._queue, "compute_logprobs", lambda: self.local.compute_logprobs(prompt, prompt_logprobs_last_n)
+        )
+
+    compute_logprobs_async = async_awaiting(compute_logprobs)
+
+
+def _conforms(service: ClockedServiceClient, training: ClockedTrainingClient, sampling: ClockedSamplingClient) -> None:
+    """Never called: mypy checks here that these classes offer every member of the Protocols, typed compatibly."""
+    _service: protocol.ServiceClient = service
+    _training: protocol.TrainingClient = training
+    _sampling: protocol.SamplingClient = sampling

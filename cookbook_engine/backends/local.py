@@ -36,8 +36,8 @@ from tinker import types
 from tinker.lib.public_interfaces.custom_loss import LossHandle
 
 from cookbook_engine import compute_lease, device, models, shutdown
-from cookbook_engine.backends import compat, fast_ops, losses, sampler, stability
-from cookbook_engine.backends.protocol import ClientFuture, LocalFuture
+from cookbook_engine.backends import compat, fast_ops, losses, protocol, sampler, stability
+from cookbook_engine.backends.protocol import ClientFuture, LocalFuture, async_awaiting, async_returning
 from storage.statuses import SessionEnd
 
 ATTN_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj"]
@@ -379,8 +379,7 @@ class LocalSamplingClient:
     def get_base_model(self) -> str:
         return self._worker.base_model
 
-    async def get_base_model_async(self) -> str:
-        return self._worker.base_model
+    get_base_model_async = async_returning(get_base_model)
 
     def get_telemetry(self) -> None:
         """No telemetry is collected locally (the SDK returns None when it is off)."""
@@ -441,6 +440,8 @@ class LocalSamplingClient:
             prompt_alt_tokens_k=prompt_alt_tokens_k,
         )
 
+    sample_async = async_awaiting(sample)
+
     def sample_as(
         self,
         prompt: types.ModelInput,
@@ -477,34 +478,7 @@ class LocalSamplingClient:
         job = SampleJob(self, requests, None, False, [None] * len(requests), self.record_stability_info)
         return self._worker.submit(job)
 
-    async def sample_many_async(
-        self, prompts: list[types.ModelInput], num_samples: int, sampling_params: types.SamplingParams
-    ) -> list[types.SampleResponse]:
-        return await self.sample_many(prompts, num_samples, sampling_params)
-
-    async def sample_async(
-        self,
-        prompt: types.ModelInput,
-        num_samples: int,
-        sampling_params: types.SamplingParams,
-        include_prompt_logprobs: bool = False,
-        topk_prompt_logprobs: int = 0,
-        topk_sample_logprobs: int = 0,
-        target_prompt_logprobs: types.TensorData | None = None,
-        prompt_alt_tokens_k: int = 0,
-        prompt_logprobs_last_n: int | None = None,
-    ) -> types.SampleResponse:
-        return await self.sample(
-            prompt,
-            num_samples,
-            sampling_params,
-            include_prompt_logprobs,
-            topk_prompt_logprobs,
-            topk_sample_logprobs,
-            target_prompt_logprobs,
-            prompt_alt_tokens_k,
-            prompt_logprobs_last_n,
-        )
+    sample_many_async = async_awaiting(sample_many)
 
     def compute_logprobs(self, prompt: types.ModelInput, prompt_logprobs_last_n: int | None = None) -> LocalFuture:
         """Log-probabilities of the prompt's tokens (index 0 is None; with prompt_logprobs_last_n only the last n are
@@ -527,10 +501,7 @@ class LocalSamplingClient:
 
         return self._run(fn)
 
-    async def compute_logprobs_async(
-        self, prompt: types.ModelInput, prompt_logprobs_last_n: int | None = None
-    ) -> list[float | None]:
-        return await self.compute_logprobs(prompt, prompt_logprobs_last_n)
+    compute_logprobs_async = async_awaiting(compute_logprobs)
 
 
 _samplers: weakref.WeakValueDictionary[str, LocalSamplingClient] = weakref.WeakValueDictionary()
@@ -660,8 +631,7 @@ class LocalTrainingClient:
             model_name=self._worker.base_model,
         )
 
-    async def get_info_async(self) -> types.GetInfoResponse:
-        return self.get_info()
+    get_info_async = async_returning(get_info)
 
     def get_telemetry(self) -> None:
         """No telemetry is collected locally (the SDK returns None when it is off)."""
@@ -804,10 +774,14 @@ class LocalTrainingClient:
     ) -> LocalFuture:
         return self._submit(lambda: self._forward(data, loss_fn, loss_fn_config, backward=False))
 
+    forward_async = async_returning(forward)
+
     def forward_backward(
         self, data: list[types.Datum], loss_fn: str = "cross_entropy", loss_fn_config: dict | None = None
     ) -> LocalFuture:
         return self._submit(lambda: self._forward(data, loss_fn, loss_fn_config, backward=True))
+
+    forward_backward_async = async_returning(forward_backward)
 
     def forward_backward_custom(
         self, data: list[types.Datum], loss_fn: Callable | Any, *, loss_type_input: str | None = None
@@ -821,6 +795,8 @@ class LocalTrainingClient:
         if isinstance(loss_fn, LossHandle):
             loss_fn = _per_datum_loss(loss_fn)
         return self._submit(lambda: self._forward_custom(data, loss_fn))
+
+    forward_backward_custom_async = async_returning(forward_backward_custom)
 
     def _forward_custom(self, data: list[types.Datum], loss_fn: Callable) -> types.ForwardBackwardOutput:
         self._check(data, None)
@@ -846,21 +822,6 @@ class LocalTrainingClient:
         return types.ForwardBackwardOutput(
             loss_fn_output_type="TorchLossReturn", loss_fn_outputs=outputs, metrics=metrics
         )
-
-    async def forward_async(
-        self, data: list[types.Datum], loss_fn: str = "cross_entropy", loss_fn_config: dict | None = None
-    ) -> LocalFuture:
-        return self.forward(data, loss_fn, loss_fn_config)
-
-    async def forward_backward_async(
-        self, data: list[types.Datum], loss_fn: str = "cross_entropy", loss_fn_config: dict | None = None
-    ) -> LocalFuture:
-        return self.forward_backward(data, loss_fn, loss_fn_config)
-
-    async def forward_backward_custom_async(
-        self, data: list[types.Datum], loss_fn: Callable | Any, *, loss_type_input: str | None = None
-    ) -> LocalFuture:
-        return self.forward_backward_custom(data, loss_fn, loss_type_input=loss_type_input)
 
     # --- optimizer ------------------------------------------------------------------------------------------
     def _ensure_optimizer(self) -> torch.optim.AdamW:
@@ -899,10 +860,7 @@ class LocalTrainingClient:
 
         return self._submit(fn)
 
-    async def optim_step_async(
-        self, optim_params: types.AdamParams | None = None, *, adam_params: types.AdamParams | None = None
-    ) -> LocalFuture:
-        return self.optim_step(optim_params, adam_params=adam_params)
+    optim_step_async = async_returning(optim_step)
 
     # --- checkpoints ----------------------------------------------------------------------------------------
     def _folder(self, kind: str, name: str) -> Path:
@@ -946,6 +904,8 @@ class LocalTrainingClient:
             )
         )
 
+    save_state_async = async_returning(save_state)
+
     def save_weights_for_sampler(
         self, name: str, ttl_seconds: int | None = None, user_metadata: dict[str, str] | None = None
     ) -> LocalFuture:
@@ -955,19 +915,7 @@ class LocalTrainingClient:
             )
         )
 
-    async def save_state_async(
-        self,
-        name: str,
-        ttl_seconds: int | None = None,
-        overwrite: bool = False,
-        user_metadata: dict[str, str] | None = None,
-    ) -> LocalFuture:
-        return self.save_state(name, ttl_seconds, overwrite, user_metadata)
-
-    async def save_weights_for_sampler_async(
-        self, name: str, ttl_seconds: int | None = None, user_metadata: dict[str, str] | None = None
-    ) -> LocalFuture:
-        return self.save_weights_for_sampler(name, ttl_seconds, user_metadata)
+    save_weights_for_sampler_async = async_returning(save_weights_for_sampler)
 
     def save_weights_external(
         self, name: str, ttl_seconds: int | None = None, age_encryption_recipients: list[str] | None = None
@@ -995,15 +943,13 @@ class LocalTrainingClient:
         _no_access_token(weights_access_token)
         return self._submit(lambda: self._load(path, False))
 
+    load_state_async = async_returning(load_state)
+
     def load_state_with_optimizer(self, path: str, weights_access_token: str | None = None) -> LocalFuture:
         _no_access_token(weights_access_token)
         return self._submit(lambda: self._load(path, True))
 
-    async def load_state_async(self, path: str, weights_access_token: str | None = None) -> LocalFuture:
-        return self.load_state(path, weights_access_token)
-
-    async def load_state_with_optimizer_async(self, path: str, weights_access_token: str | None = None) -> LocalFuture:
-        return self.load_state_with_optimizer(path, weights_access_token)
+    load_state_with_optimizer_async = async_returning(load_state_with_optimizer)
 
     # --- sampling clients -----------------------------------------------------------------------------------
     def _snapshot(self) -> WeightsSnapshot:
@@ -1018,29 +964,31 @@ class LocalTrainingClient:
     ) -> ClientFuture:
         """A future of a sampling client on the weights as they are after every request submitted before this one
         (and, with a name, saved as sampler weights)."""
+        make = self.sampling_client_maker(name, retry_config, record_stability_info, kind)
+        return ClientFuture(self._submit(make).future())
+
+    def sampling_client_maker(
+        self, name: str | None, retry_config: Any, record_stability_info: bool, kind: str
+    ) -> Callable[[], LocalSamplingClient]:
+        """What save_weights_and_get_sampling_client runs on the worker: a sampling client on the adapter's weights
+        as they are when it runs (saved as sampler weights under `name`, if given). The clocked simulator queues it
+        at its own ticks."""
         if kind != "snapshot":
             raise NotImplementedError(
                 f"save_weights_and_get_sampling_client(kind={kind!r}): the local backend "
                 "gives snapshot samplers only (their weights never change)"
             )
 
-        def fn():
+        def make() -> LocalSamplingClient:
             path = self._save("sampler", name, False) if name else None
             session_id = self._service.session_id if self._service is not None else None
             return LocalSamplingClient(
                 self._worker, self._snapshot(), path, retry_config, record_stability_info, session_id
             )
 
-        return ClientFuture(self._submit(fn).future())
+        return make
 
-    async def save_weights_and_get_sampling_client_async(
-        self,
-        name: str | None = None,
-        retry_config: Any = None,
-        record_stability_info: bool = False,
-        kind: str = "snapshot",
-    ) -> LocalSamplingClient:
-        return await self.save_weights_and_get_sampling_client(name, retry_config, record_stability_info, kind)
+    save_weights_and_get_sampling_client_async = async_awaiting(save_weights_and_get_sampling_client)
 
     def create_sampling_client(
         self, model_path: str, retry_config: Any = None, record_stability_info: bool = False
@@ -1050,10 +998,7 @@ class LocalTrainingClient:
             model_path, retry_config=retry_config, record_stability_info=record_stability_info
         )
 
-    async def create_sampling_client_async(
-        self, model_path: str, retry_config: Any = None, record_stability_info: bool = False
-    ) -> LocalSamplingClient:
-        return await self.create_sampling_client(model_path, retry_config, record_stability_info)
+    create_sampling_client_async = async_awaiting(create_sampling_client)
 
     def close(self) -> None:
         """Free this client's adapter on the worker (its saved checkpoints stay on disk)."""
@@ -1162,8 +1107,7 @@ class LocalServiceClient:
             supported_models=[types.SupportedModel(model_name=models.DEFAULT_MODEL)]
         )
 
-    async def get_server_capabilities_async(self) -> types.GetServerCapabilitiesResponse:
-        return self.get_server_capabilities()
+    get_server_capabilities_async = async_returning(get_server_capabilities)
 
     def _check_open(self) -> None:
         if self.closed:
@@ -1230,20 +1174,7 @@ class LocalServiceClient:
             lambda: self._new_training_client(base_model, rank, seed, train_mlp, train_attn, user_metadata)
         )
 
-    async def create_lora_training_client_async(
-        self,
-        base_model: str,
-        rank: int = 32,
-        seed: int | None = None,
-        train_mlp: bool = True,
-        train_attn: bool = True,
-        train_unembed: bool = True,
-        user_metadata: dict[str, str] | None = None,
-        optimizer: Any = None,
-    ) -> LocalTrainingClient:
-        return await self.create_lora_training_client(
-            base_model, rank, seed, train_mlp, train_attn, train_unembed, user_metadata, optimizer
-        )
+    create_lora_training_client_async = async_awaiting(create_lora_training_client)
 
     def _from_state(
         self, path: str, with_optimizer: bool, base_model: str | None, user_metadata: dict | None
@@ -1275,6 +1206,8 @@ class LocalServiceClient:
         _check_optimizer(optimizer)
         return _client_future(lambda: self._from_state(path, False, base_model, user_metadata))
 
+    create_training_client_from_state_async = async_awaiting(create_training_client_from_state)
+
     def create_training_client_from_state_with_optimizer(
         self,
         path: str,
@@ -1285,28 +1218,9 @@ class LocalServiceClient:
         _no_access_token(weights_access_token)
         return _client_future(lambda: self._from_state(path, True, base_model, user_metadata))
 
-    async def create_training_client_from_state_async(
-        self,
-        path: str,
-        base_model: str | None = None,
-        user_metadata: dict[str, str] | None = None,
-        weights_access_token: str | None = None,
-        optimizer: Any = None,
-    ) -> LocalTrainingClient:
-        return await self.create_training_client_from_state(
-            path, base_model, user_metadata, weights_access_token, optimizer
-        )
-
-    async def create_training_client_from_state_with_optimizer_async(
-        self,
-        path: str,
-        base_model: str | None = None,
-        user_metadata: dict[str, str] | None = None,
-        weights_access_token: str | None = None,
-    ) -> LocalTrainingClient:
-        return await self.create_training_client_from_state_with_optimizer(
-            path, base_model, user_metadata, weights_access_token
-        )
+    create_training_client_from_state_with_optimizer_async = async_awaiting(
+        create_training_client_from_state_with_optimizer
+    )
 
     # --- sampling clients -------------------------------------------------------------------------------------
     def _new_sampling_client(
@@ -1342,14 +1256,7 @@ class LocalServiceClient:
             lambda: self._new_sampling_client(model_path, base_model, retry_config, record_stability_info)
         )
 
-    async def create_sampling_client_async(
-        self,
-        model_path: str | None = None,
-        base_model: str | None = None,
-        retry_config: Any = None,
-        record_stability_info: bool = False,
-    ) -> LocalSamplingClient:
-        return await self.create_sampling_client(model_path, base_model, retry_config, record_stability_info)
+    create_sampling_client_async = async_awaiting(create_sampling_client)
 
 
 _creator = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="client-create")
@@ -1423,3 +1330,10 @@ def _reject_unsupported(method: str, options: dict) -> None:
     used = {k: v for k, v in options.items() if v not in (None, 0, False)}
     if used:
         raise NotImplementedError(f"{method}: the local backend does not support {', '.join(used)}")
+
+
+def _conforms(service: LocalServiceClient, training: LocalTrainingClient, sampling: LocalSamplingClient) -> None:
+    """Never called: mypy checks here that these classes offer every member of the Protocols, typed compatibly."""
+    _service: protocol.ServiceClient = service
+    _training: protocol.TrainingClient = training
+    _sampling: protocol.SamplingClient = sampling

@@ -2,24 +2,34 @@
 
 Loops talk to a ServiceClient (create training / sampling clients), a TrainingClient (forward_backward,
 optim_step, save/load state, sampler weights) and a SamplingClient (sample, compute_logprobs), all exchanging the
-SDK's real `tinker.types` objects. Calls return futures with `.result()` that can also be awaited; the `*_async`
-variants the loops use return such a future once the request is queued. This module holds the typing Protocols
-(the loops' signatures name them; tests/test_client_protocols.py checks the local backend and the SDK offer every
-member) and the future type the local backends return; it contains no backend logic.
+SDK's real `tinker.types` objects. This module holds the one declaration of that surface, the typing Protocols the
+loops' signatures name; each member is the installed SDK's method with the SDK's parameters (names, order,
+defaults), which tests/test_client_protocols.py checks against the installed `tinker` package, together with every
+backend's signature of every member. Also here: the future type the local backends return, and `async_twin`, which
+makes a backend's `<name>_async` method from its plain `<name>` so each operation is written once.
+
+Calls return futures with `.result()` that can also be awaited (the SDK 0.38 style, `await client.forward(...)`).
+The SDK's `*_async` variants (deprecated by 0.38) come in two shapes, copied here member by member: a training
+request's (`forward_async`, `optim_step_async`, ...) returns the request's future once it is queued, so a loop can
+submit the next request before awaiting the previous one (`await (await client.forward_backward_async(...))`); the
+others (`sample_async`, `create_*_async`, `get_info_async`, ...) return the value. It contains no backend logic.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import inspect
 import warnings
-from collections.abc import Callable, Generator
-from typing import Any, Generic, Protocol, Self, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Generator
+from typing import Any, Concatenate, Generic, ParamSpec, Protocol, Self, TypeVar
 
 from tinker import types
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
+P = ParamSpec("P")
+C = TypeVar("C")  # the client class a twin method belongs to
 
 # what the local backend computes
 LOSS_FUNCTIONS = ("cross_entropy", "importance_sampling", "ppo", "cispo", "dro", "gspo", "stable_reinforce")
@@ -106,6 +116,7 @@ class ResultFuture(Protocol[T_co]):
     def __await__(self) -> Generator[Any, None, T_co]: ...
 
 
+# --- the SDK's surface (tinker 0.38), member by member: the plain call, then its `*_async` variant -----------------
 class SamplingClient(Protocol):
     def sample(
         self,
@@ -113,6 +124,11 @@ class SamplingClient(Protocol):
         num_samples: int,
         sampling_params: types.SamplingParams,
         include_prompt_logprobs: bool = False,
+        topk_prompt_logprobs: int = 0,
+        topk_sample_logprobs: int = 0,
+        target_prompt_logprobs: types.TensorData | None = None,
+        prompt_alt_tokens_k: int = 0,
+        prompt_logprobs_last_n: int | None = None,
     ) -> ResultFuture[types.SampleResponse]: ...
     async def sample_async(
         self,
@@ -120,16 +136,25 @@ class SamplingClient(Protocol):
         num_samples: int,
         sampling_params: types.SamplingParams,
         include_prompt_logprobs: bool = False,
+        topk_prompt_logprobs: int = 0,
+        topk_sample_logprobs: int = 0,
+        target_prompt_logprobs: types.TensorData | None = None,
+        prompt_alt_tokens_k: int = 0,
+        prompt_logprobs_last_n: int | None = None,
     ) -> types.SampleResponse: ...
-    def compute_logprobs(self, prompt: types.ModelInput) -> ResultFuture[list[float | None]]: ...
-    async def compute_logprobs_async(self, prompt: types.ModelInput) -> list[float | None]: ...
+    def compute_logprobs(
+        self, prompt: types.ModelInput, prompt_logprobs_last_n: int | None = None
+    ) -> ResultFuture[list[float | None]]: ...
+    async def compute_logprobs_async(
+        self, prompt: types.ModelInput, prompt_logprobs_last_n: int | None = None
+    ) -> list[float | None]: ...
     def get_tokenizer(self) -> Any: ...
     def get_base_model(self) -> str: ...
     async def get_base_model_async(self) -> str: ...
 
 
 class TrainingClient(Protocol):
-    """The loops' training surface. The `*_async` calls return a future once the request is queued, so a loop can
+    """The loops' training surface. The `*_async` requests return a future once the request is queued, so a loop can
     submit the next request before awaiting the previous one's result (`await (await client.x_async(...))`)."""
 
     def forward(
@@ -145,23 +170,69 @@ class TrainingClient(Protocol):
         self, data: list[types.Datum], loss_fn: str, loss_fn_config: dict | None = None
     ) -> ResultFuture[types.ForwardBackwardOutput]: ...
     def forward_backward_custom(
-        self, data: list[types.Datum], loss_fn: Callable
+        self, data: list[types.Datum], loss_fn: Callable, *, loss_type_input: str | None = None
     ) -> ResultFuture[types.ForwardBackwardOutput]: ...
     async def forward_backward_custom_async(
-        self, data: list[types.Datum], loss_fn: Callable
+        self, data: list[types.Datum], loss_fn: Callable, *, loss_type_input: str | None = None
     ) -> ResultFuture[types.ForwardBackwardOutput]: ...
-    def optim_step(self, optim_params: types.AdamParams) -> ResultFuture[types.OptimStepResponse]: ...
-    async def optim_step_async(self, optim_params: types.AdamParams) -> ResultFuture[types.OptimStepResponse]: ...
-    def save_state(self, name: str) -> ResultFuture[types.SaveWeightsResponse]: ...
-    async def save_state_async(self, name: str) -> ResultFuture[types.SaveWeightsResponse]: ...
-    def load_state(self, path: str) -> ResultFuture[Any]: ...
-    async def load_state_async(self, path: str) -> ResultFuture[Any]: ...
-    def load_state_with_optimizer(self, path: str) -> ResultFuture[Any]: ...
-    async def load_state_with_optimizer_async(self, path: str) -> ResultFuture[Any]: ...
-    def save_weights_for_sampler(self, name: str) -> ResultFuture[types.SaveWeightsForSamplerResponse]: ...
-    async def save_weights_for_sampler_async(self, name: str) -> ResultFuture[types.SaveWeightsForSamplerResponse]: ...
-    def save_weights_and_get_sampling_client(self, name: str | None = None) -> SamplingClient: ...
-    async def save_weights_and_get_sampling_client_async(self, name: str | None = None) -> SamplingClient: ...
+    def optim_step(
+        self, optim_params: types.AdamParams | None = None, *, adam_params: types.AdamParams | None = None
+    ) -> ResultFuture[types.OptimStepResponse]: ...
+    async def optim_step_async(
+        self, optim_params: types.AdamParams | None = None, *, adam_params: types.AdamParams | None = None
+    ) -> ResultFuture[types.OptimStepResponse]: ...
+    def save_state(
+        self,
+        name: str,
+        ttl_seconds: int | None = None,
+        overwrite: bool = False,
+        user_metadata: dict[str, str] | None = None,
+    ) -> ResultFuture[types.SaveWeightsResponse]: ...
+    async def save_state_async(
+        self,
+        name: str,
+        ttl_seconds: int | None = None,
+        overwrite: bool = False,
+        user_metadata: dict[str, str] | None = None,
+    ) -> ResultFuture[types.SaveWeightsResponse]: ...
+    def load_state(
+        self, path: str, weights_access_token: str | None = None
+    ) -> ResultFuture[types.LoadWeightsResponse]: ...
+    async def load_state_async(
+        self, path: str, weights_access_token: str | None = None
+    ) -> ResultFuture[types.LoadWeightsResponse]: ...
+    def load_state_with_optimizer(
+        self, path: str, weights_access_token: str | None = None
+    ) -> ResultFuture[types.LoadWeightsResponse]: ...
+    async def load_state_with_optimizer_async(
+        self, path: str, weights_access_token: str | None = None
+    ) -> ResultFuture[types.LoadWeightsResponse]: ...
+    def save_weights_for_sampler(
+        self, name: str, ttl_seconds: int | None = None, user_metadata: dict[str, str] | None = None
+    ) -> ResultFuture[types.SaveWeightsForSamplerResponse]: ...
+    async def save_weights_for_sampler_async(
+        self, name: str, ttl_seconds: int | None = None, user_metadata: dict[str, str] | None = None
+    ) -> ResultFuture[types.SaveWeightsForSamplerResponse]: ...
+    def save_weights_and_get_sampling_client(
+        self,
+        name: str | None = None,
+        retry_config: Any = None,
+        record_stability_info: bool = False,
+        kind: str = "snapshot",
+    ) -> ResultFuture[SamplingClient]: ...
+    async def save_weights_and_get_sampling_client_async(
+        self,
+        name: str | None = None,
+        retry_config: Any = None,
+        record_stability_info: bool = False,
+        kind: str = "snapshot",
+    ) -> SamplingClient: ...
+    def create_sampling_client(
+        self, model_path: str, retry_config: Any = None, record_stability_info: bool = False
+    ) -> ResultFuture[SamplingClient]: ...
+    async def create_sampling_client_async(
+        self, model_path: str, retry_config: Any = None, record_stability_info: bool = False
+    ) -> SamplingClient: ...
     def get_info(self) -> types.GetInfoResponse: ...
     async def get_info_async(self) -> types.GetInfoResponse: ...
     def get_tokenizer(self) -> Any: ...
@@ -179,6 +250,8 @@ class ServiceClient(Protocol):
         train_mlp: bool = True,
         train_attn: bool = True,
         train_unembed: bool = True,
+        user_metadata: dict[str, str] | None = None,
+        optimizer: Any = None,
     ) -> ResultFuture[TrainingClient]: ...
     async def create_lora_training_client_async(
         self,
@@ -188,60 +261,90 @@ class ServiceClient(Protocol):
         train_mlp: bool = True,
         train_attn: bool = True,
         train_unembed: bool = True,
+        user_metadata: dict[str, str] | None = None,
+        optimizer: Any = None,
     ) -> TrainingClient: ...
-    def create_training_client_from_state(self, path: str) -> ResultFuture[TrainingClient]: ...
-    async def create_training_client_from_state_async(self, path: str) -> TrainingClient: ...
-    def create_training_client_from_state_with_optimizer(self, path: str) -> ResultFuture[TrainingClient]: ...
-    async def create_training_client_from_state_with_optimizer_async(self, path: str) -> TrainingClient: ...
+    def create_training_client_from_state(
+        self,
+        path: str,
+        base_model: str | None = None,
+        user_metadata: dict[str, str] | None = None,
+        weights_access_token: str | None = None,
+        optimizer: Any = None,
+    ) -> ResultFuture[TrainingClient]: ...
+    async def create_training_client_from_state_async(
+        self,
+        path: str,
+        base_model: str | None = None,
+        user_metadata: dict[str, str] | None = None,
+        weights_access_token: str | None = None,
+        optimizer: Any = None,
+    ) -> TrainingClient: ...
+    def create_training_client_from_state_with_optimizer(
+        self,
+        path: str,
+        base_model: str | None = None,
+        user_metadata: dict[str, str] | None = None,
+        weights_access_token: str | None = None,
+    ) -> ResultFuture[TrainingClient]: ...
+    async def create_training_client_from_state_with_optimizer_async(
+        self,
+        path: str,
+        base_model: str | None = None,
+        user_metadata: dict[str, str] | None = None,
+        weights_access_token: str | None = None,
+    ) -> TrainingClient: ...
     def create_sampling_client(
-        self, model_path: str | None = None, base_model: str | None = None
+        self,
+        model_path: str | None = None,
+        base_model: str | None = None,
+        retry_config: Any = None,
+        record_stability_info: bool = False,
     ) -> ResultFuture[SamplingClient]: ...
     async def create_sampling_client_async(
-        self, model_path: str | None = None, base_model: str | None = None
+        self,
+        model_path: str | None = None,
+        base_model: str | None = None,
+        retry_config: Any = None,
+        record_stability_info: bool = False,
     ) -> SamplingClient: ...
     def get_server_capabilities(self) -> types.GetServerCapabilitiesResponse: ...
     async def get_server_capabilities_async(self) -> types.GetServerCapabilitiesResponse: ...
 
 
-class QueuedTrainingCalls:
-    """The `*_async` training calls of a client whose plain calls queue the request and return its future (the
-    clocked simulator's and the hosted backend's clients): each async call queues the same request and returns the
-    future, the SDK's shape (`await (await client.forward_backward_async(...))`). Not for the local client, whose
-    async calls take more of the SDK's options."""
+# --- one body per operation: the `*_async` twin of a backend's plain method ----------------------------------------
+def async_returning(
+    plain: Callable[Concatenate[C, P], T],
+) -> Callable[Concatenate[C, P], Coroutine[Any, Any, T]]:
+    """`<name>_async` that returns what `<name>` returns, for the SDK's `*_async` variants that hand back the
+    request's future once it is queued (forward_async, optim_step_async, save_state_async, ...) or a plain value
+    (get_info_async). Use in a class body: `forward_async = async_returning(forward)`."""
 
-    async def forward_async(self: Any, data, loss_fn="cross_entropy", loss_fn_config=None):
-        return self.forward(data, loss_fn, loss_fn_config)
+    async def twin(self: C, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return plain(self, *args, **kwargs)
 
-    async def forward_backward_async(self: Any, data, loss_fn="cross_entropy", loss_fn_config=None):
-        return self.forward_backward(data, loss_fn, loss_fn_config)
-
-    async def forward_backward_custom_async(self: Any, data, loss_fn, **kw):
-        return self.forward_backward_custom(data, loss_fn, **kw)
-
-    async def optim_step_async(self: Any, optim_params):
-        return self.optim_step(optim_params)
-
-    async def save_state_async(self: Any, name):
-        return self.save_state(name)
-
-    async def save_weights_for_sampler_async(self: Any, name):
-        return self.save_weights_for_sampler(name)
-
-    async def load_state_async(self: Any, path):
-        return self.load_state(path)
-
-    async def load_state_with_optimizer_async(self: Any, path):
-        return self.load_state_with_optimizer(path)
+    return _named_twin(twin, plain, "async_returning")
 
 
-class QueuedSamplingCalls:
-    """The `*_async` sampling calls of a client whose plain calls return futures: each awaits its result."""
+def async_awaiting(
+    plain: Callable[Concatenate[C, P], Awaitable[T]],
+) -> Callable[Concatenate[C, P], Coroutine[Any, Any, T]]:
+    """`<name>_async` that awaits the future `<name>` returns and returns its value, for the SDK's `*_async`
+    variants that return the value (sample_async, compute_logprobs_async, create_*_async, ...): as the SDK's own
+    deprecated methods do, `return await self.<name>(...)`."""
 
-    async def get_base_model_async(self: Any) -> str:
-        return self.get_base_model()
+    async def twin(self: C, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await plain(self, *args, **kwargs)
 
-    async def sample_async(self: Any, prompt, num_samples, sampling_params, include_prompt_logprobs=False, **options):
-        return await self.sample(prompt, num_samples, sampling_params, include_prompt_logprobs, **options)
+    return _named_twin(twin, plain, "async_awaiting")
 
-    async def compute_logprobs_async(self: Any, prompt):
-        return await self.compute_logprobs(prompt)
+
+def _named_twin(twin: Any, plain: Callable, maker: str) -> Any:
+    """The twin carries the plain method's signature (what inspect and the signature tests read) and its name with
+    `_async` appended; no `__wrapped__`, so inspect still sees a coroutine function."""
+    twin.__name__ = f"{plain.__name__}_async"
+    twin.__qualname__ = f"{plain.__qualname__}_async"
+    twin.__module__ = plain.__module__
+    twin.__doc__ = f"The async variant of `{plain.__name__}` (made from it by protocol.{maker})."
+    twin.__signature__ = inspect.signature(plain)
+    return twin

@@ -25,7 +25,7 @@ from tinker import types
 
 from cookbook_engine import models
 from cookbook_engine.backends import compat
-from cookbook_engine.backends.protocol import LocalFuture
+from cookbook_engine.backends.protocol import LocalFuture, async_awaiting
 
 CHECKPOINT_META, RUN_META = compat.CHECKPOINT_META, compat.RUN_META
 KIND_OF_FOLDER = compat.KIND_OF_FOLDER
@@ -117,6 +117,8 @@ class LocalRestClient:
     def list_checkpoints(self, training_run_id: str) -> LocalFuture:
         return _future(lambda: types.CheckpointsListResponse(checkpoints=_checkpoints(training_run_id)))
 
+    list_checkpoints_async = async_awaiting(list_checkpoints)
+
     def list_user_checkpoints(self, limit: int = 100, offset: int = 0) -> LocalFuture:
         def listing():
             runs = sorted(p.name for p in compat.checkpoint_root().iterdir() if p.is_dir())
@@ -124,6 +126,8 @@ class LocalRestClient:
             return types.CheckpointsListResponse(checkpoints=everything[offset : offset + limit])
 
         return _future(listing)
+
+    list_user_checkpoints_async = async_awaiting(list_user_checkpoints)
 
     def delete_checkpoint(self, training_run_id: str, checkpoint_id: str) -> LocalFuture:
         def delete():
@@ -134,15 +138,23 @@ class LocalRestClient:
 
         return _future(delete)
 
+    delete_checkpoint_async = async_awaiting(delete_checkpoint)
+
     def delete_checkpoint_from_tinker_path(self, tinker_path: str) -> LocalFuture:
         parsed = compat.parse_tinker_path(tinker_path)
         return self.delete_checkpoint(parsed.training_run_id, parsed.checkpoint_id)
 
+    delete_checkpoint_from_tinker_path_async = async_awaiting(delete_checkpoint_from_tinker_path)
+
     def get_training_run(self, training_run_id: str, access_scope: str = "owned") -> LocalFuture:
         return _future(lambda: _training_run(training_run_id))
 
+    get_training_run_async = async_awaiting(get_training_run)
+
     def get_training_run_by_tinker_path(self, tinker_path: str, access_scope: str = "owned") -> LocalFuture:
         return self.get_training_run(compat.parse_tinker_path(tinker_path).training_run_id, access_scope)
+
+    get_training_run_by_tinker_path_async = async_awaiting(get_training_run_by_tinker_path)
 
     def list_training_runs(
         self, limit: int = 20, offset: int = 0, access_scope: str = "owned", project_id: str | None = None
@@ -156,6 +168,8 @@ class LocalRestClient:
             )
 
         return _future(listing)
+
+    list_training_runs_async = async_awaiting(list_training_runs)
 
     def get_weights_info_by_tinker_path(self, tinker_path: str) -> LocalFuture:
         def info():
@@ -187,6 +201,8 @@ class LocalRestClient:
 
         return _future(set_ttl)
 
+    set_checkpoint_ttl_from_tinker_path_async = async_awaiting(set_checkpoint_ttl_from_tinker_path)
+
     def get_server_capabilities(self) -> LocalFuture:
         return LocalFuture.completed(
             types.GetServerCapabilitiesResponse(
@@ -196,33 +212,6 @@ class LocalRestClient:
 
     def get_telemetry(self) -> None:
         return None
-
-    # The SDK's *_async variants return the value itself.
-    async def list_checkpoints_async(self, training_run_id: str):
-        return await self.list_checkpoints(training_run_id)
-
-    async def list_user_checkpoints_async(self, limit: int = 100, offset: int = 0):
-        return await self.list_user_checkpoints(limit, offset)
-
-    async def delete_checkpoint_async(self, training_run_id: str, checkpoint_id: str):
-        return await self.delete_checkpoint(training_run_id, checkpoint_id)
-
-    async def delete_checkpoint_from_tinker_path_async(self, tinker_path: str):
-        return await self.delete_checkpoint_from_tinker_path(tinker_path)
-
-    async def get_training_run_async(self, training_run_id: str, access_scope: str = "owned"):
-        return await self.get_training_run(training_run_id, access_scope)
-
-    async def get_training_run_by_tinker_path_async(self, tinker_path: str, access_scope: str = "owned"):
-        return await self.get_training_run_by_tinker_path(tinker_path, access_scope)
-
-    async def list_training_runs_async(
-        self, limit: int = 20, offset: int = 0, access_scope: str = "owned", project_id: str | None = None
-    ):
-        return await self.list_training_runs(limit, offset, access_scope, project_id)
-
-    async def set_checkpoint_ttl_from_tinker_path_async(self, tinker_path: str, ttl_seconds: int | None):
-        return await self.set_checkpoint_ttl_from_tinker_path(tinker_path, ttl_seconds)
 
     def __getattr__(self, name: str) -> Any:
         if not name.startswith("_") and hasattr(tinker.RestClient, name):

@@ -7,10 +7,11 @@ and an unreachable service each give their own message within a few seconds (`Ti
 `hosted_service_client()` builds `tinker.ServiceClient(api_key=..., base_url=...)` and wraps it thinly: the SDK's
 clients already speak our protocol's methods and `tinker.types`, so the wrappers only (1) wrap the clients inside
 the SDK's futures of clients (create_* return futures, as the SDK's and the local backend's do; the `*_async`
-variants return clients), (2) give the `*_async` methods our loops call without the SDK's deprecation warnings,
-(3) keep named sampler weights persistent (`save_weights_and_get_sampling_client(name)`), (4) check the base model
-against the service's list. Checkpoint paths are `tinker://...` strings, stored like local paths; resuming goes
-through `create_training_client_from_state_with_optimizer`.
+variants return clients), (2) give the `*_async` methods our loops call without the SDK's deprecation warnings
+(each made from its plain method by protocol.py's `async_returning` / `async_awaiting`), (3) keep named sampler
+weights persistent (`save_weights_and_get_sampling_client(name)`), (4) check the base model against the service's
+list. Each method takes the SDK's parameters and passes them on by name. Checkpoint paths are `tinker://...`
+strings, stored like local paths; resuming goes through `create_training_client_from_state_with_optimizer`.
 
 The key comes from `cookbook_engine.secrets` (environment or the studio's session) and is handed to the SDK only.
 Not here: the training loops, anything about local models (backends/local.py), storage.
@@ -18,6 +19,7 @@ Not here: the training loops, anything about local models (backends/local.py), s
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import threading
 import time
@@ -32,7 +34,8 @@ from tinker import types
 from tinker.lib.base_url import DEFAULT_BASE_URL, resolve_base_url
 
 from cookbook_engine import models, secrets
-from cookbook_engine.backends.protocol import ClientFuture, QueuedSamplingCalls, QueuedTrainingCalls, map_future
+from cookbook_engine.backends import protocol
+from cookbook_engine.backends.protocol import ClientFuture, async_awaiting, async_returning, map_future
 from storage.input_error import InputError
 
 CAPABILITIES_PATH = "/api/v1/get_server_capabilities"  # the SDK's RestClient.get_server_capabilities endpoint
@@ -322,7 +325,7 @@ def _quietly(call: Callable[[], Any]) -> Any:
 
 
 class HostedServiceClient:
-    """tinker.ServiceClient behind our protocol: creation methods return clients, not futures of clients."""
+    """tinker.ServiceClient behind our protocol: create_* return futures of our clients around the SDK's."""
 
     def __init__(self, sdk_client: Any, models_offered: list[str]):
         self.sdk = sdk_client
@@ -333,8 +336,7 @@ class HostedServiceClient:
             supported_models=[types.SupportedModel(model_name=m) for m in self.models]
         )
 
-    async def get_server_capabilities_async(self) -> types.GetServerCapabilitiesResponse:
-        return self.get_server_capabilities()
+    get_server_capabilities_async = async_returning(get_server_capabilities)
 
     def _check_model(self, base_model: str) -> None:
         if self.models and base_model not in self.models:
@@ -342,27 +344,8 @@ class HostedServiceClient:
                 f"model {base_model}: the Tinker service does not offer it (it offers {', '.join(self.models[:8])})"
             )
 
-    def _lora_request(
-        self,
-        base_model: str,
-        rank: int,
-        seed: int | None,
-        train_mlp: bool,
-        train_attn: bool,
-        train_unembed: bool,
-        user_metadata: dict | None,
-    ):
-        base_model = models.canonical_name(base_model)
-        self._check_model(base_model)
-        return self.sdk.create_lora_training_client(
-            base_model=base_model,
-            rank=rank,
-            seed=seed,
-            train_mlp=train_mlp,
-            train_attn=train_attn,
-            train_unembed=train_unembed,
-            user_metadata=user_metadata,
-        )
+    def _training(self, sdk_future: Any) -> ClientFuture[HostedTrainingClient]:
+        return _wrapped(sdk_future, lambda sdk: HostedTrainingClient(self, sdk))
 
     def create_lora_training_client(
         self,
@@ -372,63 +355,87 @@ class HostedServiceClient:
         train_mlp: bool = True,
         train_attn: bool = True,
         train_unembed: bool = True,
-        user_metadata: dict | None = None,
-        **_: Any,
+        user_metadata: dict[str, str] | None = None,
+        optimizer: Any = None,
     ) -> ClientFuture[HostedTrainingClient]:
-        future = self._lora_request(base_model, rank, seed, train_mlp, train_attn, train_unembed, user_metadata)
-        return _wrapped(future, lambda sdk: HostedTrainingClient(self, sdk))
+        base_model = models.canonical_name(base_model)
+        self._check_model(base_model)
+        future = self.sdk.create_lora_training_client(
+            base_model=base_model,
+            rank=rank,
+            seed=seed,
+            train_mlp=train_mlp,
+            train_attn=train_attn,
+            train_unembed=train_unembed,
+            user_metadata=user_metadata,
+            optimizer=optimizer,
+        )
+        return self._training(future)
 
-    async def create_lora_training_client_async(
+    create_lora_training_client_async = async_awaiting(create_lora_training_client)
+
+    def create_training_client_from_state(
         self,
-        base_model: str,
-        rank: int = 32,
-        seed: int | None = None,
-        train_mlp: bool = True,
-        train_attn: bool = True,
-        train_unembed: bool = True,
-        user_metadata: dict | None = None,
-        **_: Any,
-    ) -> HostedTrainingClient:
-        future = self._lora_request(base_model, rank, seed, train_mlp, train_attn, train_unembed, user_metadata)
-        return HostedTrainingClient(self, await future)
+        path: str,
+        base_model: str | None = None,
+        user_metadata: dict[str, str] | None = None,
+        weights_access_token: str | None = None,
+        optimizer: Any = None,
+    ) -> ClientFuture[HostedTrainingClient]:
+        future = self.sdk.create_training_client_from_state(
+            path=path,
+            base_model=base_model,
+            user_metadata=user_metadata,
+            weights_access_token=weights_access_token,
+            optimizer=optimizer,
+        )
+        return self._training(future)
 
-    def create_training_client_from_state(self, path: str, **_: Any) -> ClientFuture:
-        future = self.sdk.create_training_client_from_state(path=path)
-        return _wrapped(future, lambda sdk: HostedTrainingClient(self, sdk))
+    create_training_client_from_state_async = async_awaiting(create_training_client_from_state)
 
-    def create_training_client_from_state_with_optimizer(self, path: str, **_: Any) -> ClientFuture:
-        future = self.sdk.create_training_client_from_state_with_optimizer(path=path)
-        return _wrapped(future, lambda sdk: HostedTrainingClient(self, sdk))
+    def create_training_client_from_state_with_optimizer(
+        self,
+        path: str,
+        base_model: str | None = None,
+        user_metadata: dict[str, str] | None = None,
+        weights_access_token: str | None = None,
+    ) -> ClientFuture[HostedTrainingClient]:
+        future = self.sdk.create_training_client_from_state_with_optimizer(
+            path=path, base_model=base_model, user_metadata=user_metadata, weights_access_token=weights_access_token
+        )
+        return self._training(future)
 
-    async def create_training_client_from_state_async(self, path: str, **_: Any) -> HostedTrainingClient:
-        return HostedTrainingClient(self, await self.sdk.create_training_client_from_state(path=path))
+    create_training_client_from_state_with_optimizer_async = async_awaiting(
+        create_training_client_from_state_with_optimizer
+    )
 
-    async def create_training_client_from_state_with_optimizer_async(self, path: str, **_: Any) -> HostedTrainingClient:
-        future = self.sdk.create_training_client_from_state_with_optimizer(path=path)
-        return HostedTrainingClient(self, await future)
-
-    def _sampling_request(self, model_path: str | None, base_model: str | None):
+    def create_sampling_client(
+        self,
+        model_path: str | None = None,
+        base_model: str | None = None,
+        retry_config: Any = None,
+        record_stability_info: bool = False,
+    ) -> ClientFuture[HostedSamplingClient]:
         if not model_path and not base_model:
             raise ValueError("create_sampling_client needs model_path or base_model")
         if base_model and not model_path:
             base_model = models.canonical_name(base_model)
             self._check_model(base_model)
-        return self.sdk.create_sampling_client(model_path=model_path or None, base_model=base_model or None)
-
-    def create_sampling_client(
-        self, model_path: str | None = None, base_model: str | None = None, **_: Any
-    ) -> ClientFuture:
-        return _wrapped(
-            self._sampling_request(model_path, base_model), lambda sdk: HostedSamplingClient(sdk, model_path)
+        future = self.sdk.create_sampling_client(
+            model_path=model_path or None,
+            base_model=base_model or None,
+            retry_config=retry_config,
+            record_stability_info=record_stability_info,
         )
+        return _wrapped(future, lambda sdk: HostedSamplingClient(sdk, model_path))
 
-    async def create_sampling_client_async(
-        self, model_path: str | None = None, base_model: str | None = None, **_: Any
-    ) -> HostedSamplingClient:
-        return HostedSamplingClient(await self._sampling_request(model_path, base_model), model_path)
+    create_sampling_client_async = async_awaiting(create_sampling_client)
 
 
-class HostedTrainingClient(QueuedTrainingCalls):
+_chained = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="hosted-sampler")
+
+
+class HostedTrainingClient:
     """tinker.TrainingClient behind our protocol. Every call returns the SDK's APIFuture at once (await it or call
     .result()); requests run on the service in submission order, so optim_step can be queued right behind
     forward_backward, and the next batch behind both."""
@@ -444,8 +451,7 @@ class HostedTrainingClient(QueuedTrainingCalls):
     def get_info(self) -> types.GetInfoResponse:
         return self.sdk.get_info()
 
-    async def get_info_async(self) -> types.GetInfoResponse:
-        return self.get_info()
+    get_info_async = async_returning(get_info)
 
     def base_model(self) -> str:
         info = self.get_info()
@@ -458,58 +464,103 @@ class HostedTrainingClient(QueuedTrainingCalls):
     def forward(self, data: list[types.Datum], loss_fn: str = "cross_entropy", loss_fn_config: dict | None = None):
         return self.sdk.forward(data=data, loss_fn=loss_fn, loss_fn_config=loss_fn_config)
 
+    forward_async = async_returning(forward)
+
     def forward_backward(
         self, data: list[types.Datum], loss_fn: str = "cross_entropy", loss_fn_config: dict | None = None
     ):
         return self.sdk.forward_backward(data=data, loss_fn=loss_fn, loss_fn_config=loss_fn_config)
 
-    def forward_backward_custom(self, data: list[types.Datum], loss_fn: Callable, **_: Any):
-        """loss_fn(data, logprobs_list) -> (loss, metrics); the SDK runs it here, on this machine."""
-        return self.sdk.forward_backward_custom(data=data, loss_fn=loss_fn)
+    forward_backward_async = async_returning(forward_backward)
 
-    def optim_step(self, optim_params: types.AdamParams):
-        return self.sdk.optim_step(optim_params=optim_params)
+    def forward_backward_custom(
+        self, data: list[types.Datum], loss_fn: Callable | Any, *, loss_type_input: str | None = None
+    ):
+        """loss_fn(data, logprobs_list) -> (loss, metrics); the SDK runs it here, on this machine."""
+        return self.sdk.forward_backward_custom(data=data, loss_fn=loss_fn, loss_type_input=loss_type_input)
+
+    forward_backward_custom_async = async_returning(forward_backward_custom)
+
+    def optim_step(self, optim_params: types.AdamParams | None = None, *, adam_params: types.AdamParams | None = None):
+        return self.sdk.optim_step(optim_params=optim_params, adam_params=adam_params)
+
+    optim_step_async = async_returning(optim_step)
 
     # --- checkpoints -------------------------------------------------------------------------------------------
-    def save_state(self, name: str):
+    def save_state(
+        self,
+        name: str,
+        ttl_seconds: int | None = None,
+        overwrite: bool = False,
+        user_metadata: dict[str, str] | None = None,
+    ):
         """Weights and optimizer state, for resuming; the response's path is tinker://..."""
-        return self.sdk.save_state(name=name)
+        return self.sdk.save_state(name=name, ttl_seconds=ttl_seconds, overwrite=overwrite, user_metadata=user_metadata)
 
-    def save_weights_for_sampler(self, name: str):
-        return self.sdk.save_weights_for_sampler(name=name)
+    save_state_async = async_returning(save_state)
 
-    def load_state(self, path: str):
+    def save_weights_for_sampler(
+        self, name: str, ttl_seconds: int | None = None, user_metadata: dict[str, str] | None = None
+    ):
+        return self.sdk.save_weights_for_sampler(name=name, ttl_seconds=ttl_seconds, user_metadata=user_metadata)
+
+    save_weights_for_sampler_async = async_returning(save_weights_for_sampler)
+
+    def load_state(self, path: str, weights_access_token: str | None = None):
         """Deprecated by the SDK (resume with the service's create_training_client_from_state*), kept for parity."""
-        return _quietly(lambda: self.sdk.load_state(path=path))
+        return _quietly(lambda: self.sdk.load_state(path=path, weights_access_token=weights_access_token))
 
-    def load_state_with_optimizer(self, path: str):
-        return _quietly(lambda: self.sdk.load_state_with_optimizer(path=path))
+    load_state_async = async_returning(load_state)
 
-    def save_weights_and_get_sampling_client(self, name: str | None = None, **_: Any) -> ClientFuture:
+    def load_state_with_optimizer(self, path: str, weights_access_token: str | None = None):
+        return _quietly(
+            lambda: self.sdk.load_state_with_optimizer(path=path, weights_access_token=weights_access_token)
+        )
+
+    load_state_with_optimizer_async = async_returning(load_state_with_optimizer)
+
+    def save_weights_and_get_sampling_client(
+        self,
+        name: str | None = None,
+        retry_config: Any = None,
+        record_stability_info: bool = False,
+        kind: str = "snapshot",
+    ) -> ClientFuture[HostedSamplingClient]:
         """A future of a sampling client on the weights as they are after every request submitted before this one.
         With a name the weights are saved persistently (the SDK's own call keeps only ephemeral weights and ignores
-        names), so the sampler's model_path can be stored and sampled from later."""
-        if name:
-            path = self.save_weights_for_sampler(name).result().path
-            return self.service.create_sampling_client(model_path=path)
-        return _wrapped(self.sdk.save_weights_and_get_sampling_client(), lambda sdk: HostedSamplingClient(sdk, None))
+        names), so the sampler's model_path can be stored and sampled from later: the save is queued now, in order,
+        and the sampling client is made on a helper thread once it is done."""
+        if not name:
+            future = self.sdk.save_weights_and_get_sampling_client(
+                retry_config=retry_config, record_stability_info=record_stability_info, kind=kind
+            )
+            return _wrapped(future, lambda sdk: HostedSamplingClient(sdk, None))
+        if kind != "snapshot":
+            raise ValueError(f"save_weights_and_get_sampling_client: named sampler weights are a snapshot, not {kind}")
+        saved = self.save_weights_for_sampler(name)
 
-    async def save_weights_and_get_sampling_client_async(
-        self, name: str | None = None, **_: Any
-    ) -> HostedSamplingClient:
-        if name:
-            saved = await self.save_weights_for_sampler(name)
-            return await self.service.create_sampling_client_async(model_path=saved.path)
-        return HostedSamplingClient(await self.sdk.save_weights_and_get_sampling_client(), None)
+        def sampling_client() -> HostedSamplingClient:
+            path = saved.result().path
+            return self.create_sampling_client(path, retry_config, record_stability_info).result()
 
-    def create_sampling_client(self, model_path: str) -> ClientFuture:
-        return self.service.create_sampling_client(model_path=model_path)
+        return ClientFuture(_chained.submit(sampling_client))
+
+    save_weights_and_get_sampling_client_async = async_awaiting(save_weights_and_get_sampling_client)
+
+    def create_sampling_client(
+        self, model_path: str, retry_config: Any = None, record_stability_info: bool = False
+    ) -> ClientFuture[HostedSamplingClient]:
+        return self.service.create_sampling_client(
+            model_path=model_path, retry_config=retry_config, record_stability_info=record_stability_info
+        )
+
+    create_sampling_client_async = async_awaiting(create_sampling_client)
 
     def close(self) -> None:
         """Nothing to free here: the service keeps the run and its checkpoints."""
 
 
-class HostedSamplingClient(QueuedSamplingCalls):
+class HostedSamplingClient:
     """tinker.SamplingClient behind our protocol; `model_path` is the tinker:// path it samples from, if any."""
 
     def __init__(self, sdk_client: Any, model_path: str | None):
@@ -518,6 +569,8 @@ class HostedSamplingClient(QueuedSamplingCalls):
 
     def get_base_model(self) -> str:
         return self.sdk.get_base_model()
+
+    get_base_model_async = async_returning(get_base_model)
 
     def get_tokenizer(self):
         return hosted_tokenizer(self.get_base_model())
@@ -528,16 +581,35 @@ class HostedSamplingClient(QueuedSamplingCalls):
         num_samples: int,
         sampling_params: types.SamplingParams,
         include_prompt_logprobs: bool = False,
-        **options: Any,
+        topk_prompt_logprobs: int = 0,
+        topk_sample_logprobs: int = 0,
+        target_prompt_logprobs: types.TensorData | None = None,
+        prompt_alt_tokens_k: int = 0,
+        prompt_logprobs_last_n: int | None = None,
     ):
         return self.sdk.sample(
             prompt=prompt,
             num_samples=num_samples,
             sampling_params=sampling_params,
             include_prompt_logprobs=include_prompt_logprobs,
-            **options,
+            topk_prompt_logprobs=topk_prompt_logprobs,
+            topk_sample_logprobs=topk_sample_logprobs,
+            target_prompt_logprobs=target_prompt_logprobs,
+            prompt_alt_tokens_k=prompt_alt_tokens_k,
+            prompt_logprobs_last_n=prompt_logprobs_last_n,
         )
 
-    def compute_logprobs(self, prompt: types.ModelInput):
+    sample_async = async_awaiting(sample)
+
+    def compute_logprobs(self, prompt: types.ModelInput, prompt_logprobs_last_n: int | None = None):
         """Log-probabilities of the prompt's tokens; index 0 is None."""
-        return self.sdk.compute_logprobs(prompt=prompt)
+        return self.sdk.compute_logprobs(prompt=prompt, prompt_logprobs_last_n=prompt_logprobs_last_n)
+
+    compute_logprobs_async = async_awaiting(compute_logprobs)
+
+
+def _conforms(service: HostedServiceClient, training: HostedTrainingClient, sampling: HostedSamplingClient) -> None:
+    """Never called: mypy checks here that these classes offer every member of the Protocols, typed compatibly."""
+    _service: protocol.ServiceClient = service
+    _training: protocol.TrainingClient = training
+    _sampling: protocol.SamplingClient = sampling
