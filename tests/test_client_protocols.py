@@ -6,6 +6,7 @@ deliberately does not offer, with reasons). No model is loaded.
 - every Protocol member is a public method of the SDK's class, not listed as unsupported, with the SDK's parameters
   (names, kinds, order, defaults), async where the SDK's is, and returning a future where the SDK's does;
 - where the SDK pairs `name` with `name_async`, the Protocol declares both;
+- every SDK client method the engine's code calls (read from its source) is declared;
 - the local, clocked and hosted backends offer every Protocol member with the SDK's signature (no parameter
   swallowed by **kwargs), async where the SDK's is; mypy checks the same classes against the Protocols' types
   (each backend module's `_conforms`).
@@ -13,7 +14,9 @@ The SDK methods outside the Protocols are the local backend's too (tests/test_ti
 
 from __future__ import annotations
 
+import ast
 import inspect
+from pathlib import Path
 
 import pytest
 import tinker
@@ -65,6 +68,7 @@ def returns_future(fn) -> bool:
     return "Future" in str(inspect.signature(fn).return_annotation).split("[")[0]
 
 
+ENGINE = Path(__file__).resolve().parent.parent / "cookbook_engine"
 MEMBERS = [(proto, name) for proto in SDK for name in declared_members(proto)]
 BACKEND_MEMBERS = [(proto, name, backend) for proto, name in MEMBERS for backend in BACKENDS[proto]]
 
@@ -92,11 +96,27 @@ def test_the_protocols_declare_each_sdk_pair_whole(proto: type):
             assert twin in declared, f"{proto.__name__} declares {name} but not its SDK twin {twin}"
 
 
-def test_the_protocols_hold_the_calls_the_loops_make():
-    assert {"forward_backward", "forward_backward_async", "optim_step_async", "save_state_async"} <= set(
-        declared_members(protocol.TrainingClient)
-    )
-    assert {"sample_async", "compute_logprobs_async"} <= set(declared_members(protocol.SamplingClient))
+def sdk_calls_in_engine() -> dict[str, set[str]]:
+    """Each SDK client method name the engine calls (`x.name(...)`, read from its source outside backends/ and
+    serve/, which implement the surface), with the files that call it. A name shared with other objects (`sample`
+    of `random`, `close` of files) is counted too: it errs towards declaring more."""
+    names = set().union(*(sdk_methods(sdk) for sdk in SDK.values()))
+    calls: dict[str, set[str]] = {}
+    for path in ENGINE.rglob("*.py"):
+        if {"backends", "serve"} & set(path.relative_to(ENGINE).parts):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in names:
+                calls.setdefault(node.func.attr, set()).add(str(path.relative_to(ENGINE)))
+    return calls
+
+
+def test_every_sdk_method_the_engine_calls_is_declared_in_the_protocols():
+    declared = set().union(*(declared_members(proto) for proto in SDK))
+    calls = sdk_calls_in_engine()
+    assert {"forward_backward_async", "optim_step_async", "sample_async"} <= set(calls)  # the reader finds calls
+    undeclared = {name: sorted(files) for name, files in calls.items() if name not in declared}
+    assert not undeclared, f"the engine calls SDK methods the Protocols do not declare: {undeclared}"
 
 
 @pytest.mark.parametrize(

@@ -59,6 +59,7 @@ from cookbook_engine.backends.protocol import (
     map_future,
 )
 from cookbook_engine.settings import bound_problems
+from storage.statuses import SessionEnd
 
 # A request's kind decides its admission: a cycle admits a training client's requests up to one optim_step, and
 # after it only checkpoint requests; sampling requests are all admitted at each tick.
@@ -257,7 +258,7 @@ class ClockedServiceClient:
     def cycles_per_step(self) -> float | None:
         return self.stats.cycles_per_step()
 
-    def close(self, reason: str = "the clocked backend was closed before this request ran") -> None:
+    def stop(self, reason: str = "the clocked backend was closed before this request ran") -> None:
         """Stop the clock; requests still queued or running fail."""
         with self._lock:
             self._closed = True
@@ -272,9 +273,14 @@ class ClockedServiceClient:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self.close()
+        self.stop()
 
     # --- the service surface -------------------------------------------------------------------------------------
+    def close(self, status: str = SessionEnd.SUCCESS, detail: str | None = None) -> LocalFuture:
+        """End the session (the SDK's close): stop the clock, then close the local session it runs on."""
+        self.stop()
+        return self.local.close(status, detail)
+
     def get_server_capabilities(self) -> types.GetServerCapabilitiesResponse:
         return self.local.get_server_capabilities()
 
@@ -360,7 +366,7 @@ def _run_clock(service_ref: weakref.ref[ClockedServiceClient], period_s: float) 
         try:
             service._tick()
         except Exception as exc:  # never leave a loop waiting on a clock that died
-            service.close(f"the clocked backend's clock failed: {type(exc).__name__}: {exc}")
+            service.stop(f"the clocked backend's clock failed: {type(exc).__name__}: {exc}")
             return
         next_tick = time.monotonic() + period_s  # a cycle lasts the period, or longer when its work does
         del service

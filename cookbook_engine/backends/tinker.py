@@ -338,6 +338,10 @@ class HostedServiceClient:
 
     get_server_capabilities_async = async_returning(get_server_capabilities)
 
+    def close(self, status: str, detail: str | None = None):
+        """End the session on the service (the SDK's close)."""
+        return self.sdk.close(status=status, detail=detail)
+
     def _check_model(self, base_model: str) -> None:
         if self.models and base_model not in self.models:
             raise models.ModelError(
