@@ -237,11 +237,6 @@ def reply_text(page, index: int) -> str:
     )
 
 
-@pytest.mark.xfail(
-    reason="failed in the 2026-11-25 integration run on a loaded machine after issue 27's chat changes (Stop per "
-    "reply, queued messages); not yet diagnosed: load or a regression. First thing to check next session.",
-    strict=False,
-)
 def test_chat_send_during_a_reply_stop_save_and_add_to_a_dataset(studio, page):
     box = open_chat(studio, page, max_tokens=300)
     box.fill("Write a long story about a dragon.")
@@ -268,14 +263,17 @@ def test_chat_send_during_a_reply_stop_save_and_add_to_a_dataset(studio, page):
     assert "no reply" not in assistant_text(page, 1)
     shot(page, "chat-stopped")
 
+    second_empty = "stopped before it wrote anything" in assistant_text(page, 3)  # Stop may beat the first token
     with page.expect_download() as download:
         page.get_by_role("button", name="Save conversation (.jsonl)").click()
     lines = Path(download.value.path()).read_text().splitlines()
     messages = __import__("json").loads(lines[0])["messages"]
-    assert [m["role"] for m in messages][:3] == ["user", "assistant", "user"] and len(lines) == 1
+    # a reply stopped before it wrote anything is saved without its question (never two user turns in a row)
+    expected_roles = ["user", "assistant"] if second_empty else ["user", "assistant", "user", "assistant"]
+    assert [m["role"] for m in messages] == expected_roles and len(lines) == 1
 
     page.get_by_text("Add turns to a dataset").click()
-    turns = 1 if "stopped before it wrote anything" in assistant_text(page, 3) else 2  # an empty reply is not ticked
+    turns = 1 if second_empty else 2  # an empty reply is not ticked
     page.get_by_role("button", name=f"Add {turns} turn{'s' if turns > 1 else ''}").click()
     page.get_by_text(f"Added {turns} example{'s' if turns > 1 else ''} to chat-examples").wait_for()
     shot(page, "chat-added-to-dataset")
