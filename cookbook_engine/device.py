@@ -11,12 +11,14 @@ clearly when it is not there. `dtype="auto"` then picks the compute precision fo
 `dtype="fp32"` forces fp32 anywhere. `dtype="bf16"` is refused with the reason on MPS and on CUDA GPUs older than
 8.0; on a CPU without bf16 matrix units it is allowed (numerics comparisons need it) and the reason says it will be
 many times slower. Only the frozen base weights take the chosen dtype: LoRA weights and their AdamW state stay fp32
-(master weights; peft keeps adapters in fp32 and casts activations at their boundary).
+(master weights), and so do the activations (mixed precision, fast_ops.install_frozen_linears): the base matmuls run
+in bf16, while the residual stream, the LoRA delta's addition and the LM head's log-softmax run in fp32.
 
 What it is not: the code that moves tensors (the local backend moves a batch's inputs to the model's device and
 brings log-probabilities back to the CPU, where the loss math and sampling decisions run), nor a memory planner.
-The CPU's fast paths (packed attention, the merged-weights decoder) run only on the CPU in fp32; elsewhere, and in
-bf16, the model's own forward runs, which tests/test_fast_paths.py checks the fast paths against.
+The CPU's fast paths run only on the CPU (packed attention in either dtype, the merged-weights decoder in fp32);
+elsewhere, and for bf16 sampling, the model's own forward runs, which tests/test_fast_paths.py checks the fast paths
+against; tests/test_bf16.py checks bf16 against fp32.
 """
 
 from __future__ import annotations

@@ -197,6 +197,44 @@ def test_lm_head_gradient_only_where_needed_matches_autograd():
     assert bool((fast_grad[~grad_rows] == 0).all())
 
 
+@pytest.mark.parametrize("kernel", ["onednn", "mkl"])  # onednn: the fused LoRA op; mkl: peft's own forward
+def test_bf16_base_is_mixed_precision_and_keeps_a_small_lora_delta(kernel, monkeypatch):
+    """bf16 base weights with fp32 activations: the base matmul runs in bf16 and returns fp32, and a LoRA delta of
+    ~1e-3 of the output (below bf16's half-ulp, what a few Adam steps give) is added in fp32, not rounded away."""
+    from peft import LoraConfig, get_peft_model
+
+    class Tiny(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(64, 32, bias=False)
+
+        def forward(self, x):
+            return self.proj(x)
+
+    monkeypatch.setitem(fast_ops.KERNELS, "train", kernel)
+    torch.manual_seed(0)
+    model = Tiny().to(torch.bfloat16).requires_grad_(False)
+    fast_ops.install_frozen_linears(model)
+    model = get_peft_model(model, LoraConfig(r=4, lora_alpha=4, target_modules=["proj"], init_lora_weights=False))
+    fast_ops.install_fast_lora(model)
+    layer = model.base_model.model.proj
+    a, b = layer.lora_A["default"].weight, layer.lora_B["default"].weight
+    assert a.dtype == b.dtype == torch.float32
+    x = torch.randn(8, 64, requires_grad=True)
+    base = layer.base_layer(x)
+    assert base.dtype == torch.float32
+    assert torch.allclose(base, x.detach().bfloat16().float() @ layer.base_layer.weight.float().t(), rtol=1e-2)
+    with torch.no_grad():
+        delta = x @ a.t() @ b.t()
+        b.mul_(1e-3 * float(base.norm() / delta.norm()))
+        delta = x @ a.t() @ b.t()
+    y = model(x)
+    assert y.dtype == torch.float32
+    assert torch.allclose(y - base, delta, rtol=1e-3, atol=1e-6 * float(base.abs().max()))  # fp32 rounding of y
+    y.square().sum().backward()
+    assert x.grad is not None and x.grad.dtype == torch.float32 and b.grad is not None and b.grad.dtype == torch.float32
+
+
 # ---------------------------------------------------------------------------------------------------- sampling
 
 
