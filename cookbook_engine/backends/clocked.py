@@ -11,7 +11,9 @@ next request pays whole cycles for each round trip. This backend reproduces that
   tick has finished (a cycle lasts `period_s`, or longer when its work does: so the counts below do not depend on
   how fast, or how loaded, this CPU is), then admits the queued requests (one cycle), runs them on the local
   backend, and only then releases the answers of the previous cycle. An answer therefore arrives one tick after
-  its request was admitted, and anything sent in reply to it waits for the tick after that;
+  its request was admitted, and anything sent in reply to it waits for the tick after that. A period in which
+  nothing is queued and nothing is to be answered (the loop is still computing its next request) is not counted
+  as a tick, so the loop's own think time, which grows when the CPU is loaded, never adds cycles;
 - per training client a cycle admits requests in order up to and including one optim_step, plus the checkpoint
   requests queued right behind it; the next forward/forward_backward/optim_step waits for the next cycle. Sampling
   requests (a separate pool at Tinker) are all admitted at each tick, or, with `samples_per_tick=N`, the N oldest
@@ -28,8 +30,9 @@ awaiting forward_backward before sending optim_step pays 4.
 
 Choosing the period: the answers of a cycle arrive at the next tick, and the loop must have queued its next step
 before the tick after that, so the loop's own work per step (logging to DuckDB, building the batch: ~50 ms here)
-must fit in one period. Periods of 0.2-0.5 s with tiny batches (2 short examples) keep the figures exact on this
-2-core CPU; compute longer than the period only stretches the cycle, it never changes the counts.
+should fit in one period; when it does not (a loaded CPU) the wait is not counted (`idle_waits`). Periods of
+0.2-0.5 s with tiny batches (2 short examples) keep the figures exact on this 2-core CPU; compute longer than the
+period only stretches the cycle, it never changes the counts.
 
 Not here: a model of the service's latency or capacity, multi-tenant pools, anything but counting cycles.
 """
@@ -87,8 +90,9 @@ class ClockStats:
     """A clocked service's counts. They outlive the service, so they can be read after a run has ended."""
 
     period_s: float
-    tick_count: int = 0  # ticks so far
+    tick_count: int = 0  # ticks so far (not counting waits for the client: see idle_waits)
     cycles: int = 0  # ticks that admitted work
+    idle_waits: int = 0  # periods with nothing queued and nothing to answer: the client was busy, no tick counted
     cycle_log: list[tuple[int, list[str]]] = field(default_factory=list)  # (tick, methods admitted), work ticks only
     optim_step_ticks: list[int] = field(default_factory=list)  # tick at which each optim_step's answer came
 
@@ -183,9 +187,12 @@ class ClockedServiceClient:
         previous = self._in_flight
         concurrent.futures.wait([r.inner.future() for r in previous if r.inner is not None])
         with self._lock:
+            admitted = self._admit()
+            if not admitted and not previous:  # the service waits for its client's next request: no cycle passes
+                self.stats.idle_waits += 1
+                return
             self.stats.tick_count += 1
             tick = self.stats.tick_count
-            admitted = self._admit()
         for request in admitted:
             try:
                 request.inner = request.start()
