@@ -250,11 +250,6 @@ def test_rl_loop_runs_unmodified_through_the_sdk_over_http_with_its_samples_reco
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    reason="its last run before landing failed and its assertions were changed after it without a rerun "
-    "(issue 24 stays open until it passes over HTTP)",
-    strict=False,
-)
 def test_math_rl_recipe_runs_with_its_defaults_stable_reinforce_over_http(over_http, tmp_path):
     model, state = over_http
     steps = run_math_rl(model, tmp_path / "math-rl-http")
