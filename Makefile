@@ -1,5 +1,5 @@
 # The README's two commands. Both set the machine up first if needed (idempotent, fast the second time).
-.PHONY: setup run test lint demo
+.PHONY: setup run test test-slow lint demo
 
 setup:
 	@./scripts/setup.sh
@@ -8,10 +8,16 @@ setup:
 run: setup
 	@./scripts/run.sh
 
-# The whole test suite, after the lint step (a lint or type error fails it before any test runs).
+# The test suite, after the lint step (a lint or type error fails it before any test runs): every test except those
+# marked `slow`, which CI runs this way too (about 30 minutes on a 2-core CPU).
 test: setup lint
 	@./scripts/browser-deps.sh
 	@./scripts/test.sh
+
+# The tests marked `slow` (they train, sample or drive chromium for minutes each: about an hour on a 2-core CPU).
+test-slow: setup
+	@./scripts/browser-deps.sh
+	@./scripts/test.sh -m slow
 
 # The linter and formatter check (ruff, its rules in pyproject.toml) and the type checker (mypy over cookbook_engine,
 # storage, app, pages). `.venv/bin/ruff format .` formats the tree.

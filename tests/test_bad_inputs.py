@@ -117,7 +117,6 @@ def errors_shown(at: AppTest) -> str:
     return re.sub(r"\\(.)", r"\1", text)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("file_name", sorted(EXPECTED))
 def test_studio_upload_refuses_every_corpus_file_and_saves_nothing(home, file_name):
     kind, expected_text = EXPECTED[file_name]
@@ -131,7 +130,6 @@ def test_studio_upload_refuses_every_corpus_file_and_saves_nothing(home, file_na
     nothing_written(home)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "file_name",
     [
@@ -166,7 +164,6 @@ def form_error(at: AppTest) -> str:
     return errors_shown(at)
 
 
-@pytest.mark.slow
 def test_studio_form_refuses_bad_settings_with_one_message_each(home, default_model_ready, monkeypatch):
     monkeypatch.delenv("TINKER_API_KEY", raising=False)
     at = open_page("new_run")
