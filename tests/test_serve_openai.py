@@ -111,13 +111,21 @@ def test_the_base_model_chats_streamed_and_not_and_completes_a_prompt(server, de
 # ------------------------------------------------------------------------------------------ a trained checkpoint
 
 
-@pytest.mark.slow  # trains 2 steps first: ~1 min on a 2-core CPU
+@pytest.mark.slow  # trains 6 steps first: ~2 min on a loaded 2-core CPU
 def test_the_openai_client_chats_with_a_trained_checkpoint(server, default_model_ready, tmp_path, capsys):  # noqa: F811
     url, _ = server
     data = tmp_path / "tiny.jsonl"
     data.write_text("\n".join(json.dumps({"prompt": f"Say {w}.", "completion": w}) for w in WORDS))
     config = cfg.SLConfig(
-        dataset=str(data), max_steps=2, batch_size=2, max_length=64, lora_rank=4, test_fraction=0.0, save_every=0
+        dataset=str(data),
+        max_steps=6,
+        batch_size=4,
+        learning_rate=3e-3,
+        max_length=64,
+        lora_rank=4,
+        test_fraction=0.0,
+        save_every=0,
+        eval_every=0,
     )
     manager = RunManager()
     run_id = manager.start(config)
@@ -131,7 +139,7 @@ def test_the_openai_client_chats_with_a_trained_checkpoint(server, default_model
     )
     assert ids == [models.DEFAULT_MODEL, tinker_path] and tinker_path.endswith(f"/sampler_weights/{checkpoint['name']}")
     short = f"{run_id}:{checkpoint['name']}"
-    messages = [{"role": "system", "content": "Answer in one word."}, {"role": "user", "content": "Say plum."}]
+    messages = [{"role": "user", "content": "Say plum."}]
     transcript = [f"models: {ids}"]
     for model in (tinker_path, short):
         reply = client.chat.completions.create(model=model, messages=messages, temperature=0, max_tokens=16, seed=0)

@@ -35,6 +35,7 @@ from tinker import types
 from cookbook_engine import chat, models
 from cookbook_engine.backends import compat
 from storage import RunStore, Store
+from storage.home import db_path
 
 DEFAULT_CHAT_MAX_TOKENS = 256  # the studio's Chat page's default; OpenAI's "as many as fit" would be the context
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
@@ -143,7 +144,10 @@ class ServedModel:
 
 
 def served_models(store: RunStore | None = None) -> list[ServedModel]:
-    """The base models, then every local checkpoint with sampler weights (newest first), each with its ids."""
+    """The base models, then every local checkpoint with sampler weights (newest first), each with its ids. A home
+    without a database (nothing trained here yet) serves the default model, and no database is made for it."""
+    if store is None and not db_path().exists():
+        return [ServedModel(models.DEFAULT_MODEL, chat.base_target(), 0)]
     store = store or Store.default()
     runs = {run["run_id"]: run for run in store.list_runs()}
     found = [
