@@ -323,6 +323,11 @@ def settings_form(
             for row in (("seed", "weight_decay", "grad_clip_norm"), ("beta1", "beta2", "eps")):
                 for where, name in zip(st.columns(3), row):
                     put(where, name)
+        with st.expander("Experiment trackers: W&B, MLflow, TensorBoard"):
+            put(st, "log_to", placeholder="none: the studio only")
+            for pair in (("wandb_project", "wandb_name"), ("mlflow_tracking_uri", "mlflow_experiment")):
+                for where, name in zip(st.columns(2), pair):
+                    put(where, name)
         c1, c2, _ = st.columns([1, 1, 3])
         check = c1.form_submit_button("Check settings", icon=":material/fact_check:", width="stretch")
         start = c2.form_submit_button("Start run", type="primary", icon=":material/play_arrow:", width="stretch")

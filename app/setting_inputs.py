@@ -1,10 +1,11 @@
 """The New run form's widgets, drawn from the settings' own descriptions (cookbook_engine/settings.py: help, bounds,
 choices) and their presentation (app/setting_widgets.py: widget, label, key).
 
-`setting_input(where, config, name, key_of)` draws one setting: a number input with the setting's bounds, step and
-help, a selectbox of its choices, a checkbox or a text input, labelled and keyed as setting_widgets.py says, and
-returns the value entered. `form_settings(cls)` names the settings a kind's form should offer, so a test can
-hold the form to it. Where the form lays the widgets out is app/forms.py's business, not this module's.
+`setting_input(where, config, name, key_of)` draws one setting: a number input with the setting's bounds, step and help,
+a selectbox of its choices, a multiselect of its options (kept comma-separated), a checkbox or a text input, labelled
+and keyed as setting_widgets.py says, and returns the value entered. `form_settings(cls)` names the settings a kind's
+form should offer, so a test can hold the form to it. Where the form lays the widgets out is app/forms.py's business,
+not this module's.
 """
 
 from __future__ import annotations
@@ -47,6 +48,11 @@ def setting_input(where: Any, config: Any, name: str, key_of: Callable[[str], st
         return where.text_input(label, value=value, **kwargs)
     if widget.kind == "checkbox":
         return where.checkbox(label, value=bool(value), **kwargs)
+    if widget.kind == "multiselect":  # the setting holds the chosen options comma-separated
+        chosen = [item.strip() for item in str(value).split(",") if item.strip()]
+        options = list(kwargs.pop("options", None) or spec.choices or spec.options)
+        picked = where.multiselect(label, options + [c for c in chosen if c not in options], default=chosen, **kwargs)
+        return ",".join(picked)
     if widget.kind == "select":
         options = list(kwargs.pop("options", None) or spec.choices or spec.options)
         fallback = options.index(leaf.default) if leaf.default in options else 0

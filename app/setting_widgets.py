@@ -11,12 +11,12 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Widget:
-    kind: str  # "number" | "select" | "checkbox" | "text"
+    kind: str  # "number" | "select" | "checkbox" | "text" | "multiselect" (a comma-separated list of its options)
     label: str
     key: str = ""  # the widget's key suffix (default: the setting's last name)
 
 
-KINDS = ("number", "select", "checkbox", "text")
+KINDS = ("number", "select", "checkbox", "text", "multiselect")
 
 WIDGETS: dict[str, Widget | None] = {
     "renderer": Widget("select", "Renderer"),
@@ -58,6 +58,11 @@ WIDGETS: dict[str, Widget | None] = {
     "pipelining.num_minibatches": Widget("number", "Minibatches per substep"),
     "pipelining.max_steps_off_policy": Widget("number", "Max steps off-policy (0 = on-policy)", key="off_policy"),
     "teacher": Widget("select", "Teacher"),
+    "log_to": Widget("multiselect", "Log to (experiment trackers)"),
+    "wandb_project": Widget("text", "W&B project"),
+    "wandb_name": Widget("text", "W&B run name"),
+    "mlflow_tracking_uri": Widget("text", "MLflow tracking URI", key="mlflow_uri"),
+    "mlflow_experiment": Widget("text", "MLflow experiment"),
 }
 BY_KIND: dict[tuple[str, str], Widget | None] = {
     ("dpo", "max_examples"): None,

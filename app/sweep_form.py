@@ -1,10 +1,10 @@
 """The Sweeps page's form, turned into the sweep spec the YAML tab writes by hand, and the table's run links.
 
-A person fills in a kind, a dataset, a step count, rows of "setting: values to try" (a grid), eval sets and whether
-to evaluate the base model too; `spec_from_form` builds the same mapping a sweep file holds, so one check
-(`sweeps.plan`) serves both tabs and the page can show the equivalent YAML. Values are read as YAML scalars
-(`3e-4` is a number, `true` a boolean). Not here: planning and running sweeps (cookbook_engine/evals/sweeps.py),
-drawing (pages/sweeps.py).
+A person fills in a kind, a dataset, a step count, rows of "setting: values to try" (a grid), eval sets, the experiment
+trackers every member logs to, and whether to evaluate the base model too; `spec_from_form` builds the same mapping a
+sweep file holds, so one check (`sweeps.plan`) serves both tabs and the page can show the equivalent YAML. Values are
+read as YAML scalars (`3e-4` is a number, `true` a boolean). Not here: planning and running sweeps
+(cookbook_engine/evals/sweeps.py), drawing (pages/sweeps.py).
 """
 
 from __future__ import annotations
@@ -15,10 +15,18 @@ import pandas as pd
 import streamlit as st
 import yaml
 
+from cookbook_engine import config as cfg, trackers
 from cookbook_engine.evals.sweeps import SweepError, SweepPlan
+from cookbook_engine.settings import help_text, leaves
 
+TRACKERS = trackers.TRACKER_NAMES
 GRID_COLUMNS = ("Setting", "Values to try")
 GRID_EXAMPLE = pd.DataFrame({"Setting": ["learning_rate"], "Values to try": ["3e-4, 1e-3, 3e-3"]})
+
+
+def setting_help(name: str) -> str:
+    """A run setting's help, as the New run form and `--help` show it."""
+    return help_text(next(leaf.spec for leaf in leaves(cfg.SLConfig) if leaf.name == name))
 
 
 def values(text: str, setting: str) -> list[Any]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -231,6 +231,7 @@ class Reply:
     text: str = ""
     tokens: list[int] = field(default_factory=list)
     finish: str | None = None  # None while generating; "stop" (the model ended it), "length" (max_tokens), "stopped"
+    prompt_tokens: int = 0  # the rendered conversation's length in tokens (the OpenAI endpoint's usage counts it)
     generation: int = 0  # bumped by each stream_reply() call on it: the newest one owns it
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
@@ -242,7 +243,7 @@ def stream_reply(
     store: RunStore | None = None,
     weights: Weights | None = None,
     reply: Reply | None = None,
-) -> Iterator[str]:
+) -> Generator[str]:
     """Yield the assistant's reply to `messages` piece by piece (the pieces join into the whole reply), sampled
     from `weights` (default: `open_weights(target)`, fresh for this reply). With a `reply` that already holds
     tokens, its text is yielded first and generation continues after its tokens; `reply.finish` ends as "stop" or
@@ -257,6 +258,7 @@ def stream_reply(
     stop = renderer.get_stop_sequences()
     with reply.lock:
         reply.generation += 1
+        reply.prompt_tokens = len(prompt_T)
         mine, shown, tokens_T = reply.generation, reply.text, list(reply.tokens)
     if shown:
         yield shown

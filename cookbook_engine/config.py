@@ -17,7 +17,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from cookbook_engine import device
+from cookbook_engine import device, trackers
 from cookbook_engine.backends.clocked_settings import ClockedConfig
 from cookbook_engine.data.loading import DEFAULT_SEED, DEFAULT_TEST_FRACTION
 from cookbook_engine.device import DTYPES
@@ -157,6 +157,25 @@ class CommonConfig:
         zero_means="off",
         help="Clip the gradient's norm to this",
     )
+    log_to: str = setting(
+        "",
+        options=trackers.TRACKER_NAMES,
+        help="Experiment trackers to log the settings, each step's metrics and the checkpoints' paths to, besides the "
+        "studio: wandb, mlflow, tensorboard (comma-separated; each an optional package: "
+        f"{trackers.INSTALL_HINT}). A tracker that fails mid-run is logged and dropped; training goes on",
+    )
+    wandb_project: str = setting(
+        "",
+        help=f"W&B project (tinker-cookbook's key; naming one also turns W&B on). Empty: {trackers.DEFAULT_PROJECT}. "
+        "WANDB_MODE=offline logs to the run folder only; WANDB_ENTITY picks the team",
+    )
+    wandb_name: str = setting("", help="W&B run name (tinker-cookbook's key). Empty: the run's name")
+    mlflow_tracking_uri: str = setting(
+        "",
+        help="MLflow tracking URI (a server, sqlite:///file.db or file:/folder). Empty: MLFLOW_TRACKING_URI, else the "
+        f"file store {trackers.MLFLOW_FOLDER}/ in the studio home",
+    )
+    mlflow_experiment: str = setting("", help=f"MLflow experiment. Empty: {trackers.DEFAULT_PROJECT}")
     clocked: ClockedConfig = section(ClockedConfig, help="The clocked simulator's own settings (backend=clocked)")
 
     @property
@@ -506,6 +525,7 @@ def validate(config: CommonConfig) -> list[str]:
     """Every problem with the settings themselves (files and models are checked by `check_resources`): each value
     against its bounds and choices, then the rules that tie settings together."""
     problems = bound_problems(config)
+    problems.extend(trackers.problems(config.log_to, config.wandb_project))
     if config.backend == "local":
         try:
             device.choose(config.device, dtype=config.dtype if config.dtype in DTYPES else "auto")

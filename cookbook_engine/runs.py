@@ -23,7 +23,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from cookbook_engine import config as cfg, memory, paths, secrets
+from cookbook_engine import config as cfg, memory, paths, secrets, trackers
 from cookbook_engine.training.context import RunContext as RunContext, step_line as step_line
 from cookbook_engine.training.run_logger import RunLogger
 from storage import RunStore, Store, statuses
@@ -273,8 +273,10 @@ class RunManager:
 
     def _execute(self, config: cfg.CommonConfig, context: RunContext, prepared: Any) -> None:
         store, run_id = self.store, context.run_id
+        status: str = RunStatus.FAILED
         try:
             store.claim_run(run_id)
+            _open_trackers(config, context, store.get_run(run_id))
             asyncio.run(loop_module(config.kind).train(config, context, prepared))
             # a stop asked for after the last step still leaves a completed run
             stopped_early = context.cancel_event.is_set() and not _all_steps_done(store.get_run(run_id))
@@ -282,6 +284,7 @@ class RunManager:
             store.update_run(run_id, status=status, finished_at=datetime.now(UTC))
             context.note(f"run {status}")
         except RunCancelled:
+            status = RunStatus.CANCELLED
             store.update_run(run_id, status=RunStatus.CANCELLED, finished_at=datetime.now(UTC))
             context.note("run cancelled")
         except BaseException as exc:  # a failing run must never take the process down with it
@@ -298,8 +301,30 @@ class RunManager:
             except Exception:
                 logger.exception("run %s failed (%s) and the failure could not be recorded", run_id, message)
         finally:
+            context.logger.close(status)
             with self._lock:
                 self._contexts.pop(run_id, None)
+
+
+def _open_trackers(config: cfg.CommonConfig, context: RunContext, run: dict | None) -> None:
+    """Start the experiment trackers the run names (log_to, wandb_project), with its settings."""
+    names = trackers.requested(config.log_to, config.wandb_project)
+    if not names:
+        return
+    settings = trackers.TrackerSettings(
+        names=tuple(names),
+        run_id=context.run_id,
+        run_name=(run or {}).get("name") or config.name or context.run_id,
+        kind=config.kind,
+        log_dir=context.log_dir,
+        wandb_project=config.wandb_project,
+        wandb_name=config.wandb_name,
+        mlflow_tracking_uri=config.mlflow_tracking_uri,
+        mlflow_experiment=config.mlflow_experiment,
+    )
+    context.logger.open_trackers(
+        settings, {"run_id": context.run_id, "kind": config.kind, **cfg.to_dict(config)}, context.note
+    )
 
 
 def _all_steps_done(run: dict | None) -> bool:

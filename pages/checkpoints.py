@@ -1,13 +1,14 @@
-"""Checkpoints: every run's saved weights; export a LoRA adapter (PEFT), a merged Hugging Face model or a GGUF file
-(f16, q8_0), download;
-the exports made so far with their sizes, each removable after a confirmation."""
+"""Checkpoints: every run's saved weights; the line to call one from your own tools through `cookbook serve`'s
+OpenAI-compatible endpoint; export a LoRA adapter (PEFT), a merged Hugging Face model or a GGUF file (f16, q8_0),
+download; the exports made so far with their sizes, each removable after a confirmation."""
 
 from pathlib import Path
 
 import streamlit as st
 
 from app import state, state_keys, widgets
-from cookbook_engine import export, export_gguf, paths
+from cookbook_engine import export, export_gguf, paths, serve
+from cookbook_engine.serve import openai_api
 
 st.title("Checkpoints")
 st.caption(
@@ -109,6 +110,16 @@ path = st.selectbox(
 )
 checkpoint = by_path[path]
 stem = f"{run['name']}-{checkpoint['name']}"
+
+if checkpoint.get("sampler_path") and run["backend"] != "tinker":
+    server = serve.status()
+    model_id = openai_api.short_id(run_id, checkpoint["name"])
+    st.markdown(f"**Call it from your own tools** (OpenAI-compatible; model id `{model_id}`)")
+    st.code(
+        serve.openai_snippet(server.url or f"http://{serve.HOST}:{serve.DEFAULT_PORT}", model_id), language="python"
+    )
+    if not server.running:
+        st.caption("Start the server first: `cookbook serve` (it answers on 127.0.0.1 only; docs/SERVE.md).")
 
 c1, c2, c3 = st.columns(3, gap="medium")
 with c1.container(border=True):

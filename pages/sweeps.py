@@ -52,6 +52,12 @@ with form_tab, st.form("sweep-builder"):
         },
     )
     evals = st.multiselect("Eval sets", sweep_form.eval_set_names(), default=["builtin:facts-probes"])
+    log_to = st.multiselect(
+        "Log to (experiment trackers)",
+        sweep_form.TRACKERS,
+        help=sweep_form.setting_help("log_to"),
+        placeholder="none: the studio only",
+    )
     include_base = st.checkbox("Also evaluate the base model (the table's first row)", value=True)
     c1, c2, _ = st.columns([1, 1, 4])
     form_check = c1.form_submit_button("Check", icon=":material/fact_check:", width="stretch")
@@ -62,7 +68,13 @@ if form_check or form_start:
             lambda: sweep_form.spec_from_form(
                 name,
                 kind,
-                {"dataset": dataset, "max_steps": int(max_steps), "save_every": 0, "eval_every": 0},
+                {
+                    "dataset": dataset,
+                    "max_steps": int(max_steps),
+                    "save_every": 0,
+                    "eval_every": 0,
+                    "log_to": ",".join(log_to),
+                },
                 grid.to_dict("records"),
                 evals,
                 include_base,

@@ -157,7 +157,13 @@ def new_run_form(kind: str) -> AppTest:
 @pytest.mark.parametrize("kind", KINDS)
 def test_the_new_run_form_offers_a_widget_for_every_form_setting_with_its_bounds(home, default_model_ready, kind):
     at = new_run_form(kind)
-    widgets = {"number": at.number_input, "select": at.selectbox, "checkbox": at.checkbox, "text": at.text_input}
+    widgets = {
+        "number": at.number_input,
+        "select": at.selectbox,
+        "checkbox": at.checkbox,
+        "text": at.text_input,
+        "multiselect": at.multiselect,
+    }
     cls = cfg.CONFIG_TYPES[kind]
     by_name = {leaf.name: leaf for leaf in leaves(cls)}
     for name in form_settings(cls):

@@ -124,6 +124,7 @@ NOT_BAD_INPUT = {
     "ProtocolError": "a sandboxed process sent a malformed message",
     "StorageOwnerError": "the database's owner process could not start or died: not the input's fault",
     "SetupError": "the sandbox's launcher could not set up its isolation (a mount, a namespace): the machine's fault",
+    "OpenAIError": "an answer of cookbook serve's /v1 routes in OpenAI's error shape (4xx or 5xx), by their handler",
 }
 
 

@@ -137,13 +137,23 @@ def _grid(grid, where: str) -> list[dict]:
 def _member(default_kind: str, base: dict, variant: dict, where: str) -> Member:
     merged = {**base, **variant}
     kind = str(merged.pop("kind", default_kind))
-    words = [f"{key}={str(value).lower() if isinstance(value, bool) else value}" for key, value in merged.items()]
+    words = [f"{key}={_setting_text(value)}" for key, value in merged.items()]
     try:
         config = cfg.parse_overrides(kind, words)
         cfg.check(config)
     except cfg.ConfigError as exc:
         raise SweepError(f"{where}: {exc}") from None
     return Member(kind, {"kind": kind, **merged}, config)
+
+
+def _setting_text(value) -> str:
+    """A setting's value as `key=value` writes it: booleans lower case, a list (`log_to: [wandb, mlflow]`,
+    `evals: [...]`) comma-separated."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return ",".join(str(item) for item in value)
+    return str(value)
 
 
 def varying_keys(members: list[dict]) -> list[str]:

@@ -11,7 +11,9 @@ it is for this machine's user, not a network service. So it refuses what is not 
 than its address (DNS rebinding), a foreign Origin, bodies that are not JSON (or the SDK's protobuf), bodies over
 `--max-request-mb`, checkpoint and run names that are not one plain folder name, and paths outside the studio home
 unless `--allow-path DIR` names their folder. While it runs, `<home>/serve.json` names its address and pid;
-`status()` reads it and probes /api/v1/healthz, which is how the studio's Home shows whether it is up.
+`status()` reads it and probes /api/v1/healthz, which is how the studio's Home shows whether it is up. It also
+answers OpenAI's /v1/models, /v1/chat/completions and /v1/completions for the base model and local checkpoints
+(openai_api.py); `openai_snippet()` is the line to copy the Checkpoints page shows.
 
 Not here: authentication, multiple machines, the hosted service's projects, billing or console.
 """
@@ -40,6 +42,19 @@ class ServeStatus:
     def env_line(self) -> str | None:
         """The line to paste into a shell before using the tinker SDK against this server."""
         return f"export TINKER_BASE_URL={self.url} TINKER_API_KEY={LOCAL_API_KEY}" if self.url else None
+
+
+def openai_snippet(url: str, model: str) -> str:
+    """The lines to paste to call `model` through the OpenAI-compatible endpoint of the server at `url`: the
+    `openai` Python client, and the same request with curl."""
+    return (
+        "from openai import OpenAI\n"
+        f'client = OpenAI(base_url="{url}/v1", api_key="{LOCAL_API_KEY}")\n'
+        f'reply = client.chat.completions.create(model="{model}", messages=[{{"role": "user", "content": "Hello"}}])\n'
+        "print(reply.choices[0].message.content)\n\n"
+        f"# or: curl {url}/v1/chat/completions -H 'Content-Type: application/json' \\\n"
+        f'#   -d \'{{"model": "{model}", "messages": [{{"role": "user", "content": "Hello"}}]}}\''
+    )
 
 
 def _status_path():

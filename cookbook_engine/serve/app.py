@@ -31,7 +31,7 @@ from cookbook_engine import models
 from cookbook_engine.backends import compat
 from cookbook_engine.backends.protocol import map_future
 from cookbook_engine.backends.rest import LocalRestClient
-from cookbook_engine.serve import guard, wire
+from cookbook_engine.serve import guard, openai_api, wire
 from cookbook_engine.serve.state import ServerState, SessionEnded
 from storage.statuses import SessionEnd
 
@@ -97,6 +97,7 @@ def create_app(
     _sampling_routes(app, state, policy)
     _future_routes(app, state)
     _rest_routes(app, state)
+    openai_api.add_routes(app)  # /v1: the OpenAI-compatible endpoint over the base model and local checkpoints
 
     @app.api_route("/api/v1/{rest:path}", methods=["GET", "POST", "PUT", "DELETE"])
     async def not_implemented(rest: str) -> JSONResponse:

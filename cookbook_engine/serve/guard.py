@@ -155,7 +155,7 @@ class GuardMiddleware:
         except Refused as exc:
             await refusal(exc)(scope, receive, send)
             return
-        await self.app(scope, _replay(body), send)
+        await self.app(scope, _replay(body, receive), send)
 
     async def _read_body(self, headers: Headers, receive: Receive, path: str) -> bytes | None:
         limit = self.max_request_bytes
@@ -180,7 +180,9 @@ class GuardMiddleware:
                 return b"".join(chunks)
 
 
-def _replay(body: bytes) -> Receive:
+def _replay(body: bytes, receive_next: Receive) -> Receive:
+    """The body read already, then the connection's own messages: a streamed response (server-sent events) waits on
+    them for the client's disconnect, so they must not claim one that has not happened."""
     sent = False
 
     async def receive() -> Message:
@@ -188,7 +190,7 @@ def _replay(body: bytes) -> Receive:
         if not sent:
             sent = True
             return {"type": "http.request", "body": body, "more_body": False}
-        return {"type": "http.disconnect"}
+        return await receive_next()
 
     return receive
 
