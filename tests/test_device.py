@@ -11,8 +11,17 @@ from cookbook_engine import config as cfg, device
 from cookbook_engine.device import DeviceError, Probes, choose
 
 
-def machine(cuda=False, mps=False, capability=(9, 0)) -> Probes:
-    return Probes(cuda=lambda: cuda, mps=lambda: mps, cuda_capability=lambda: capability)
+def machine(cuda=False, mps=False, capability=(9, 0), cpu_flags=(), bf16_speedup=1.0) -> Probes:
+    """A machine with these devices; its CPU has `cpu_flags` and runs bf16 matmuls `bf16_speedup` times as fast as
+    fp32 (the calibration's figure), whatever CPU runs the test."""
+    return Probes(
+        cuda=lambda: cuda,
+        mps=lambda: mps,
+        cuda_capability=lambda: capability,
+        cpu_flags=lambda: frozenset(cpu_flags),
+        bf16_speedup=lambda: bf16_speedup,
+        calibrate=lambda: True,
+    )
 
 
 def test_auto_prefers_cuda_then_mps_then_cpu():
