@@ -237,6 +237,24 @@ def test_bf16_base_is_mixed_precision_and_keeps_a_small_lora_delta(kernel, monke
     assert x.grad is not None and x.grad.dtype == torch.float32 and b.grad is not None and b.grad.dtype == torch.float32
 
 
+def test_bf16_logits_come_from_an_fp32_head_so_near_ties_stay_apart(default_model_ready):
+    """A mixed-precision model's LM head computes fp32 logits (from a cached fp32 copy of the bf16 weight): a bf16
+    head rounded the logits to steps of up to 1/4, which tied the default model's 'The' and 'L' (0.08 nats apart in
+    fp32) as the first token for the capital of France, and the greedy reply became "L'Étoile, la Marseillaise..."."""
+    model = models.load_model(default_model_ready, torch.bfloat16).eval().requires_grad_(False)  # as the worker has it
+    fast_ops.install_frozen_linears(model)
+    head = model.get_output_embeddings()
+    assert type(head) is fast_ops.FrozenHead and head.weight.dtype == torch.bfloat16
+    tokenizer = models.load_tokenizer(default_model_ready)
+    question = [{"role": "user", "content": "What is the capital of France?"}]
+    ids = torch.tensor([get_renderer("auto", tokenizer).build_generation_prompt(question).to_ints()])
+    with torch.no_grad():
+        logits = model(ids).logits[0, -1]
+    assert logits.dtype == torch.float32 and bool((logits != logits.bfloat16().float()).any())  # not bf16 values
+    top2 = logits.log_softmax(-1).topk(2)
+    assert tokenizer.decode([int(top2.indices[0])]) == "The" and float(top2.values[0] - top2.values[1]) > 0.03
+
+
 # ---------------------------------------------------------------------------------------------------- sampling
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from tinker import types
 
-from cookbook_engine import models
+from cookbook_engine import device, models
 from cookbook_engine.backends.local import LocalServiceClient
 from cookbook_engine.renderers import get_renderer
 from cookbook_engine.training.common import datum_from_tokens
@@ -79,8 +79,11 @@ def test_sampler_logprobs_match_compute_logprobs_and_prompt_logprobs(base, rende
     full = base.compute_logprobs(types.ModelInput.from_ints(p.to_ints() + seq.tokens)).result()
     assert full[0] is None and response.prompt_logprobs[0] is None
     n = p.length
-    assert response.prompt_logprobs[1:] == pytest.approx(full[1:n], abs=1e-3)
-    assert seq.logprobs == pytest.approx(full[n:], abs=1e-3)
+    # fp32: equal to rounding. bf16 (dtype=auto on a CPU with bf16 units): the decoder's cached keys and one full
+    # forward round differently; measured at most 0.013 nats apart with the head in fp32 (0.087 when it was bf16).
+    tolerance = 1e-3 if device.choose("auto").dtype == torch.float32 else 0.04
+    assert response.prompt_logprobs[1:] == pytest.approx(full[1:n], abs=tolerance)
+    assert seq.logprobs == pytest.approx(full[n:], abs=tolerance)
 
 
 def test_lr_zero_changes_nothing_and_training_lowers_the_loss(service, renderer):

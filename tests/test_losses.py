@@ -35,7 +35,7 @@ def base_model(default_model_ready):
 
 @pytest.fixture(scope="module")
 def service(default_model_ready):
-    return LocalServiceClient()
+    return LocalServiceClient(dtype="fp32")  # compared with a direct fp32 computation; bf16 has test_bf16
 
 
 def direct_logprobs(model, tokens: list[int]) -> torch.Tensor:
