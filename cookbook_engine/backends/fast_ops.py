@@ -147,11 +147,13 @@ class FrozenHead(FrozenLinear):
 def fp32_head_weight(head: torch.nn.Module) -> torch.Tensor:
     """The head's weight in fp32: the weight itself when it is fp32, else its fp32 copy (made on first use, kept)."""
     weight = head.weight
+    assert isinstance(weight, torch.Tensor)
     if weight.dtype == torch.float32:
         return weight
-    copy = head.__dict__.get("_fp32_weight")
+    copy: torch.Tensor | None = head.__dict__.get("_fp32_weight")
     if copy is None or copy.device != weight.device:
-        copy = head.__dict__["_fp32_weight"] = weight.detach().float()
+        copy = weight.detach().float()
+        head.__dict__["_fp32_weight"] = copy
     return copy
 
 
