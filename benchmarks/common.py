@@ -13,6 +13,7 @@ import os
 import platform
 import random
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -133,6 +134,31 @@ def machine() -> dict[str, Any]:
 
 def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
+
+
+def start_serve(port: int, *options: str, ready_within_s: float = 180) -> subprocess.Popen:
+    """`cookbook serve --port PORT OPTIONS...` as a subprocess (the environment's COOKBOOK_HOME is its studio home),
+    returned once /api/v1/healthz answers; terminated if it does not within `ready_within_s`."""
+    import httpx
+
+    server = subprocess.Popen(
+        [sys.executable, "-m", "cookbook_engine.cli", "serve", "--port", str(port), *options],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + ready_within_s
+    while time.monotonic() < deadline and server.poll() is None:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/api/v1/healthz", timeout=1).status_code == 200:
+                return server
+        except httpx.HTTPError:
+            time.sleep(0.5)
+    server.terminate()
+    server.wait(30)
+    raise RuntimeError(
+        f"cookbook serve did not answer on port {port} within {ready_within_s:g} s (exit {server.poll()})"
+    )
 
 
 def on_model_worker(fn):

@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
-import sys
 import time
 
 import common  # noqa: F401 (puts the repository on sys.path)
-from common import REPO, chat_examples, load_average, median, print_table, write_result
+from common import chat_examples, load_average, median, print_table, start_serve, write_result
 
 
 def datums(batch: str, tokenizer):
@@ -53,26 +51,6 @@ def one_step(client, data) -> float:
     return time.perf_counter() - started
 
 
-def start_server(port: int) -> subprocess.Popen:
-    import httpx
-
-    server = subprocess.Popen(
-        [sys.executable, "-m", "cookbook_engine.cli", "serve", "--port", str(port), "--no-record"],
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/api/v1/healthz", timeout=1).status_code == 200:
-                return server
-        except httpx.HTTPError:
-            time.sleep(0.5)
-    server.terminate()
-    raise RuntimeError(f"cookbook serve did not answer on port {port} within 180 s")
-
-
 def interleaved(batches: dict, steps: int, port: int) -> dict[str, dict[str, list[float]]]:
     """Both clients made first; then, per batch, one warm-up step each and `steps` pairs of steps that alternate
     in process / over HTTP, so that a change of load on the machine hits both sides alike."""
@@ -86,7 +64,7 @@ def interleaved(batches: dict, steps: int, port: int) -> dict[str, dict[str, lis
         .create_lora_training_client(models.DEFAULT_MODEL, rank=32, seed=0, train_unembed=False)
         .result()
     )
-    server = start_server(port)
+    server = start_serve(port, "--no-record")
     try:
         service = tinker.ServiceClient(base_url=f"http://127.0.0.1:{port}", api_key="tml-local")
         remote = service.create_lora_training_client(

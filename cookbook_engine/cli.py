@@ -10,7 +10,7 @@
     cookbook evals                  (list evaluations; see cookbook_engine/evals/commands.py)
     cookbook sweep FILE [--dry-run] (train each configuration, evaluate each)   cookbook sweep --resume SWEEP_ID
     cookbook studio [--port 8501] [--address 127.0.0.1] [--allowed-host NAME]
-    cookbook serve [--port 8600] [--allow-path DIR] [--max-request-mb 64]   (a Tinker API server here)
+    cookbook serve [--port 8600] [--allow-path DIR] [--max-request-mb 64] [--session-timeout-s 60]  (Tinker API)
 
 `--dry-run` validates everything (settings, model, renderer, data) and prints the resolved config without
 training. learning_rate=auto (the default) uses the model's suggested rate. Bad input exits with code 2 and a
@@ -239,6 +239,12 @@ def serve(argv: list[str]) -> int:
         "--max-request-mb", type=int, default=None, help="largest request body accepted, in MiB (default 64)"
     )
     parser.add_argument(
+        "--session-timeout-s",
+        type=float,
+        default=None,
+        help="end a session after this many seconds without a heartbeat or request (default 60; SDK beats every 10)",
+    )
+    parser.add_argument(
         "--allow-path",
         action="append",
         default=[],
@@ -253,6 +259,10 @@ def serve(argv: list[str]) -> int:
         return _bad_input(f"--port must be between 1 and 65535, got {options.port}")
     if options.max_request_mb is not None and not 0 < options.max_request_mb <= 65536:
         return _bad_input(f"--max-request-mb must be between 1 and 65536, got {options.max_request_mb}")
+    if options.session_timeout_s is not None and not 0 < options.session_timeout_s <= 86400:
+        return _bad_input(
+            f"--session-timeout-s must be more than 0 and at most 86400, got {options.session_timeout_s:g}"
+        )
     missing = [folder for folder in options.allow_path if not os.path.isdir(folder)]
     if missing:
         return _bad_input(f"--allow-path: no such folder: {', '.join(missing)}")
@@ -261,6 +271,7 @@ def serve(argv: list[str]) -> int:
         record=not options.no_record,
         max_request_mb=options.max_request_mb,
         allow_paths=tuple(options.allow_path),
+        session_timeout_s=options.session_timeout_s,
     )
     return 0
 

@@ -155,8 +155,8 @@ def test_status_says_not_running_without_a_server(home):
 
 
 def test_sessions_whose_heartbeats_stop_expire_free_what_they_held_and_answer_410(home):
-    """No heartbeat or request for session_timeout_s: completed when no work was queued, interrupted (its work
-    cancelled) when some was; a live session that heartbeats stays; a late heartbeat answers 410 Gone."""
+    """No heartbeat, request or poll for session_timeout_s: completed when no work was queued, interrupted (its work
+    cancelled) when some was; a session that heartbeats, or polls for a result, stays; a late heartbeat answers 410."""
     import concurrent.futures
 
     from fastapi.testclient import TestClient
@@ -164,22 +164,25 @@ def test_sessions_whose_heartbeats_stop_expire_free_what_they_held_and_answer_41
     from cookbook_engine.serve.state import SessionEnded
 
     state = ServerState(record=True, session_timeout_s=3600)
-    quiet, busy, live = (state.new_session(name, None) for name in ("quiet", "busy", "live"))
-    for session in (quiet, busy, live):
+    quiet, busy, live, polling = (state.new_session(name, None) for name in ("quiet", "busy", "live", "polling"))
+    for session in (quiet, busy, live, polling):
         state.start_run(session, models.DEFAULT_MODEL)
     queued: concurrent.futures.Future = concurrent.futures.Future()
     state.futures.add(queued, "forward_backward", session=busy)
+    long_running = state.futures.add(concurrent.futures.Future(), "asample", session=polling).request_id
     state.session_timeout_s = 0.3
     deadline = time.monotonic() + 10
     while (quiet.session_id in state.sessions or busy.session_id in state.sessions) and time.monotonic() < deadline:
         state.session(live.session_id)  # what a heartbeat does
+        state.future(long_running)  # what the SDK's poll for a result (retrieve_future) does
         time.sleep(0.05)
-    state.session_timeout_s = 3600  # the live session stays while the test reads the store
+    state.session_timeout_s = 3600  # the live sessions stay while the test reads the store
     store = state._storage()
     assert store.get_run(quiet.run_id)["status"] == "completed"
     assert store.get_run(busy.run_id)["status"] == "interrupted" and queued.cancelled()
     assert live.session_id in state.sessions and store.get_run(live.run_id)["status"] == "running"
-    assert len(state.futures) == 0 and set(state.sessions) == {live.session_id}  # nothing of theirs is kept
+    assert polling.session_id in state.sessions  # a client waiting on its result is alive, heartbeat or not
+    assert len(state.futures) == 1 and set(state.sessions) == {live.session_id, polling.session_id}
     with pytest.raises(SessionEnded, match="no heartbeat"):
         state.session(quiet.session_id)
     answer = TestClient(create_app(state)).post("/api/v1/session_heartbeat", json={"session_id": busy.session_id})

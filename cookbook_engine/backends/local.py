@@ -485,23 +485,26 @@ class LocalSamplingClient:
         scored, the others are None)."""
         _check_last_n(prompt_logprobs_last_n, True)
         tokens = prompt.to_ints()
-
-        def fn():
-            if len(tokens) < 2:
-                return [None] * len(tokens)
-            model = self._worker.model
-            with torch.inference_mode():
-                if fast_ops.supports_packed(model):
-                    lp = fast_ops.packed_logprobs(model, [tokens[:-1]], [torch.tensor(tokens[1:])], [None])[0]
-                    return _last_n([None, *lp.tolist()], prompt_logprobs_last_n)
-                ids = torch.tensor([tokens], dtype=torch.long, device=self._worker.device)
-                logits = model(input_ids=ids).logits
-                lp_list = sampler.target_logprobs(logits[:, :-1].float(), ids[:, 1:])[0].cpu().tolist()
-            return _last_n([None, *lp_list], prompt_logprobs_last_n)
-
-        return self._run(fn)
+        return self._run(lambda: _last_n(_prompt_logprobs(self._worker, tokens), prompt_logprobs_last_n))
 
     compute_logprobs_async = async_awaiting(compute_logprobs)
+
+
+def _prompt_logprobs(worker: Any, tokens: list[int]) -> list[float | None]:
+    """Each prompt token's log-probability under the weights in place (index 0: None), with the training forward's
+    arithmetic: compute_logprobs returns these, and so does sample(include_prompt_logprobs=True), which is how the
+    SDK asks for them over HTTP. The decoder's own prefill logits differ from them by rounding (up to ~0.05 nat a
+    token in bf16), enough to break DPO's policy == reference at step 0 through `cookbook serve`."""
+    if len(tokens) < 2:
+        return [None] * len(tokens)
+    model = worker.model
+    with torch.inference_mode():
+        if fast_ops.supports_packed(model):
+            lp = fast_ops.packed_logprobs(model, [tokens[:-1]], [torch.tensor(tokens[1:])], [None])[0]
+            return [None, *lp.tolist()]
+        ids = torch.tensor([tokens], dtype=torch.long, device=worker.device)
+        logits = model(input_ids=ids).logits
+        return [None, *sampler.target_logprobs(logits[:, :-1].float(), ids[:, 1:])[0].cpu().tolist()]
 
 
 _samplers: weakref.WeakValueDictionary[str, LocalSamplingClient] = weakref.WeakValueDictionary()
@@ -535,9 +538,13 @@ class SampleJob:
         worker, snapshot = self.client._worker, self.client._snapshot
 
         def run():
-            return sampler.sample_many(
+            results = sampler.sample_many(
                 worker.model, worker.tokenizer, requests, worker.max_context, weights_key=self.weights
             )
+            return [  # prompt log-probs as compute_logprobs gives them (_prompt_logprobs), not the decoder's
+                (rows, _prompt_logprobs(worker, request.prompt_tokens) if request.include_prompt_logprobs else lp)
+                for request, (rows, lp) in zip(requests, results)
+            ]
 
         if snapshot is None:
             with worker.model.disable_adapter():

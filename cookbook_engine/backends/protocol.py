@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import inspect
 import warnings
 from collections.abc import Awaitable, Callable, Coroutine, Generator
@@ -73,14 +74,19 @@ class LocalFuture(Generic[T]):
 
 
 def map_future(future: concurrent.futures.Future, fn: Callable[[Any], Any]) -> concurrent.futures.Future:
-    """A future of fn(result): fn runs when `future` finishes (on whichever thread finishes it); errors pass on."""
+    """A future of fn(result): fn runs when `future` finishes (on whichever thread finishes it); errors pass on.
+    When the returned future was cancelled meanwhile (nobody waits for it), fn still runs and its outcome is dropped."""
     out: concurrent.futures.Future = concurrent.futures.Future()
 
     def settle(done: concurrent.futures.Future) -> None:
         try:
-            out.set_result(fn(done.result()))
+            value = fn(done.result())
         except BaseException as exc:
-            out.set_exception(exc)
+            with contextlib.suppress(concurrent.futures.InvalidStateError):
+                out.set_exception(exc)
+            return
+        with contextlib.suppress(concurrent.futures.InvalidStateError):
+            out.set_result(value)
 
     future.add_done_callback(settle)
     return out

@@ -335,7 +335,7 @@ def _future_routes(app: FastAPI, state: ServerState) -> None:
     @app.post("/api/v1/retrieve_future")
     async def retrieve_future(request: Request):
         body = types.FutureRetrieveRequest.model_validate(await request.json())
-        entry = state.futures.get(body.request_id)
+        entry = state.future(body.request_id)
         if entry is None:
             return JSONResponse(
                 {"error": f"future {body.request_id} is unknown to this server (was it restarted?)", "category": "user"}

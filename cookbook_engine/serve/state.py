@@ -10,7 +10,9 @@ step as metrics (train_mean_nll for cross_entropy), saved weights as checkpoints
 never fails a request: a storage error is logged and the training goes on.
 
 Sessions end like the hosted service's: when the client closes them, or when nothing names them (no heartbeat, the
-SDK sends one every 10 s, and no request) for `session_timeout_s` (default 60 s). A session whose heartbeats stop
+SDK sends one every 10 s, no request and no poll for one of its results) for `session_timeout_s` (default 60 s;
+`cookbook serve --session-timeout-s`; keep it above the heartbeat period, or a client busy on its own side between
+requests for longer than it loses its session). A session whose heartbeats stop
 ends **completed** when none of its work is still queued (the client process finished and exited without closing,
 as tinker-cookbook's train_dpo and train_on_policy do) and **interrupted** when some is (its queued work is
 cancelled). An ended session frees what it held: its training clients' adapters, its sampling clients' weight
@@ -73,6 +75,7 @@ class Futures:
 
     def __init__(self):
         self._futures: dict[str, tuple[concurrent.futures.Future, str]] = {}
+        self._owners: dict[str, Session] = {}  # request id -> the session whose work it is
         self._lock = threading.Lock()
 
     def add(
@@ -87,6 +90,7 @@ class Futures:
             self._futures[request_id] = (future, kind)
             if session is not None:
                 session.request_ids.add(request_id)
+                self._owners[request_id] = session
         return types.UntypedAPIFuture(request_id=request_id, sample_sequence_ids=sample_sequence_ids)
 
     def done(self, value: Any, kind: str) -> types.UntypedAPIFuture:
@@ -98,9 +102,16 @@ class Futures:
         with self._lock:
             return self._futures.get(request_id)
 
+    def owner(self, request_id: str) -> Session | None:
+        with self._lock:
+            return self._owners.get(request_id)
+
     def forget(self, request_id: str) -> None:
         with self._lock:
             self._futures.pop(request_id, None)
+            session = self._owners.pop(request_id, None)
+            if session is not None:
+                session.request_ids.discard(request_id)
 
     def pending(self, request_ids: set[str] | None = None) -> int:
         with self._lock:
@@ -114,6 +125,7 @@ class Futures:
         """Cancel what has not started and forget all of them (an ended session's)."""
         with self._lock:
             for request_id in request_ids:
+                self._owners.pop(request_id, None)
                 entry = self._futures.pop(request_id, None)
                 if entry is not None:
                     entry[0].cancel()
@@ -179,6 +191,13 @@ class ServerState:
         session, client = self.models[model_id]
         session.last_seen = time.monotonic()
         return session, client
+
+    def future(self, request_id: str) -> tuple[concurrent.futures.Future, str] | None:
+        """A request's queued work; the SDK polling for it names its session as alive."""
+        session = self.futures.owner(request_id)
+        if session is not None:
+            session.last_seen = time.monotonic()
+        return self.futures.get(request_id)
 
     def sampler(self, sampling_session_id: str) -> tuple[Session, LocalSamplingClient]:
         if sampling_session_id not in self.samplers:
