@@ -152,7 +152,8 @@ def fp32_head_weight(head: torch.nn.Module) -> torch.Tensor:
         return weight
     copy: torch.Tensor | None = head.__dict__.get("_fp32_weight")
     if copy is None or copy.device != weight.device:
-        copy = weight.detach().float()
+        with torch.inference_mode(False):  # a plain tensor even when first made while sampling: training reuses it
+            copy = weight.detach().float()
         head.__dict__["_fp32_weight"] = copy
     return copy
 
