@@ -9,6 +9,7 @@ typing in them reruns nothing. Both buttons, "Check settings" and "Start run", r
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -18,7 +19,7 @@ import streamlit as st
 
 from app import nav, settings_view, state, state_keys, widgets
 from app.setting_inputs import setting_input
-from cookbook_engine import config as cfg, models, renderers, speed
+from cookbook_engine import compute_lease, config as cfg, models, renderers, speed
 from cookbook_engine.data import loading as datasets
 from cookbook_engine.data.builtin import BUILTIN
 from cookbook_engine.runs import loop_module
@@ -521,7 +522,18 @@ def estimate(config: cfg.CommonConfig, prepared: object) -> str:
     return (
         f"{text}; roughly {bound}{_minutes(seconds)} ({run_time.parts()}) at this machine's speed measured at "
         f"{measured} ({rate.train_tok_s:.0f} training, {rate.sample_tok_s:.0f} sampled tokens/s; slower while other "
-        f"work runs).{sharing} The run page corrects this from the run's own step times."
+        f"work runs).{sharing}{other_process_note()} The run page corrects this from the run's own step times."
+    )
+
+
+def other_process_note() -> str:
+    """Whether another process (a CLI run, a sweep, `cookbook serve`) is computing on this machine now: runs take
+    turns with it step by step (compute_lease.py), which no estimate from this studio's own runs can foresee."""
+    holder = compute_lease.holder_now()
+    if holder is None or holder[1] in (0, os.getpid()):
+        return ""
+    return (
+        f" Another process ({holder[0]}) is computing on this machine now: while it does, this run takes turns with it."
     )
 
 

@@ -147,3 +147,15 @@ def test_the_estimate_counts_evaluations_saves_and_the_prompt_tokens_rl_trains(m
     assert time.num_saves == 3 and time.saves == 3 * estimate.SAVE_S  # after steps 5 and 10, and the final one
     assert time.total == time.loading + time.steps + time.evaluations + time.saves
     assert "3 evaluations" in time.parts() and "3 checkpoint saves" in time.parts()
+
+
+def test_the_estimate_says_when_another_process_is_computing_on_this_machine(monkeypatch):
+    """A CLI run, a sweep or `cookbook serve` in another process takes turns with the run (the compute lease); the
+    studio's own run list does not show them, so the estimate names the one computing now."""
+    from app import forms
+    from cookbook_engine import compute_lease
+
+    monkeypatch.setattr(compute_lease, "holder_now", lambda: ("cookbook sweep (pid 42)", 42))
+    assert "Another process (cookbook sweep (pid 42)) is computing" in forms.other_process_note()
+    monkeypatch.setattr(compute_lease, "holder_now", lambda: None)
+    assert forms.other_process_note() == ""
