@@ -501,12 +501,11 @@ def estimate(config: cfg.CommonConfig, prepared: object) -> str:
         text = f"{steps} steps × {config.batch_size} {what} ≈ {plan.tokens:,} training tokens"
     run_time = estimate_time.run_time(config, prepared, plan, rate)
     seconds = run_time.total
-    bound = "up to " if config.kind in SAMPLING_KINDS else ""  # every reply counted at max_tokens
     if config.backend == "tinker":
         return f"{text}; time depends on the Tinker service's queue."
     if not rate.measured_at:
         return (
-            f"{text}; roughly {bound}{_minutes(seconds)} on an idle 2-core CPU ({run_time.parts()}; this machine's "
+            f"{text}; roughly {_minutes(seconds)} on an idle 2-core CPU ({run_time.parts()}; this machine's "
             "own speed is being measured: check again in a minute)."
         )
     measured = datetime.fromtimestamp(rate.measured_at).strftime("%H:%M")
@@ -520,7 +519,7 @@ def estimate(config: cfg.CommonConfig, prepared: object) -> str:
         else ""
     )
     return (
-        f"{text}; roughly {bound}{_minutes(seconds)} ({run_time.parts()}) at this machine's speed measured at "
+        f"{text}; roughly {_minutes(seconds)} ({run_time.parts()}) at this machine's speed measured at "
         f"{measured} ({rate.train_tok_s:.0f} training, {rate.sample_tok_s:.0f} sampled tokens/s; slower while other "
         f"work runs).{sharing}{other_process_note()} The run page corrects this from the run's own step times."
     )

@@ -114,7 +114,7 @@ def test_the_forms_estimate_says_how_much_longer_while_other_runs_take_turns(mon
     )
     monkeypatch.setattr(state, "store", lambda: Store(["completed"]))
     alone_text = forms.estimate(config, prepared)
-    assert "take turns" not in alone_text and f"roughly up to {forms._minutes(alone)}" in alone_text
+    assert "take turns" not in alone_text and f"roughly {forms._minutes(alone)}" in alone_text
 
 
 def test_an_rl_runs_time_left_comes_from_its_own_step_times():
@@ -127,10 +127,9 @@ def test_an_rl_runs_time_left_comes_from_its_own_step_times():
     assert speed.step_seconds([(0, 80.0), (1, 110.0)], "sl") == [30.0]  # SL: seconds since the run started
 
 
-def test_the_estimate_counts_evaluations_saves_and_the_prompt_tokens_rl_trains(monkeypatch):
+def test_the_estimate_counts_rl_evaluations_and_checkpoint_saves(monkeypatch):
     """What the form's estimate missed (issue 27, item 11, 'said 1.6 min for a run of 2 min 16 s'): RL's held-out
-    evaluations at step 0, every eval_every steps and at the end, the prompt tokens every reply is trained with,
-    and the checkpoint saves."""
+    evaluations at step 0, every eval_every steps and at the end (one reply per problem), and the checkpoint saves."""
     from cookbook_engine import config as cfg
     from cookbook_engine.rl import envs, loop
     from cookbook_engine.training import estimate
@@ -140,13 +139,14 @@ def test_the_estimate_counts_evaluations_saves_and_the_prompt_tokens_rl_trains(m
     prepared = loop.PreparedRL(envs.build_env(config, renderer=None), "auto", None, 46)
     plan = loop.plan(config, prepared)
     time = estimate.run_time(config, prepared, plan, rate)
-    replies = 12 * config.groups_per_batch * config.group_size
-    assert time.steps == pytest.approx(replies * config.max_tokens / 100.0 + replies * (46 + config.max_tokens) / 100.0)
+    assert time.steps == pytest.approx(plan.tokens / 100.0 + plan.tokens / 100.0)
     assert time.num_evaluations == 3  # before steps 0 and 10, and at the end
     assert time.evaluations == pytest.approx(3 * len(prepared.env.test) * config.max_tokens / 20.0)
     assert time.num_saves == 3 and time.saves == 3 * estimate.SAVE_S  # after steps 5 and 10, and the final one
     assert time.total == time.loading + time.steps + time.evaluations + time.saves
     assert "3 evaluations" in time.parts() and "3 checkpoint saves" in time.parts()
+    sl = cfg.parse_overrides("sl", ["max_steps=25", "eval_every=10"])
+    assert estimate.evaluation_points(sl, 25) == 4  # steps 0, 10, 20 and the end (the form counted 3)
 
 
 def test_the_estimate_says_when_another_process_is_computing_on_this_machine(monkeypatch):
