@@ -9,6 +9,7 @@ typing in them reruns nothing. Both buttons, "Check settings" and "Start run", r
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -18,18 +19,18 @@ import streamlit as st
 
 from app import nav, settings_view, state, state_keys, widgets
 from app.setting_inputs import setting_input
-from cookbook_engine import config as cfg, models, renderers, speed
+from cookbook_engine import compute_lease, config as cfg, models, renderers, speed
 from cookbook_engine.data import loading as datasets
 from cookbook_engine.data.builtin import BUILTIN
 from cookbook_engine.runs import loop_module
 from cookbook_engine.sl import suggested as suggested_settings
-from cookbook_engine.training import skeleton as train_loop
+from cookbook_engine.training import estimate as estimate_time, skeleton as train_loop
 from cookbook_engine.training.learning_rate import learning_rate_with_reason, model_rate
 from storage import statuses
 from storage.input_error import BAD_INPUT
 
 DATA_KIND = {"sl": "chat", "dpo": "preference", "rl": "rl", "distill": "chat"}
-SAMPLING_KINDS = ("rl", "distill")  # runs that sample groups: their batches are groups of samples
+SAMPLING_KINDS = estimate_time.SAMPLING_KINDS  # runs that sample groups: their batches are groups of samples
 SOURCES = ("Built-in", "Uploaded", "Hugging Face", "File path")
 TRAIN_ON_LABELS = {
     "last_assistant_message": "Last assistant message",
@@ -49,7 +50,6 @@ GRADER_HELP = {
     "regex": "the answer is a regex that must match",
     "python_tests": "the answer is Python asserts, run against the reply's code in the sandbox",
 }
-STARTUP_S = 10.0  # loading the model, saving checkpoints
 
 
 @dataclass
@@ -483,9 +483,9 @@ def _minutes(seconds: float) -> str:
 
 
 def estimate(config: cfg.CommonConfig, prepared: object) -> str:
-    """Tokens the run will process and a rough time, from the loop's own plan (its `plan(config, prepared)`, the step
-    count it runs) and this machine's measured speeds for the model (see cookbook_engine/speed.py); the run page then
-    corrects it from the run's own step times."""
+    """Tokens the run will process and a rough time by part, from the loop's own plan (its `plan(config, prepared)`,
+    the step count it runs) and this machine's measured speeds for the model (training/estimate.py counts the steps,
+    evaluations, checkpoint saves and loading); the run page then corrects it from the run's own step times."""
     if config.kind not in SAMPLING_KINDS and not getattr(prepared, "train", None):
         return ""
     rate = speed.speeds(config.model)
@@ -496,29 +496,22 @@ def estimate(config: cfg.CommonConfig, prepared: object) -> str:
             f"{steps} steps × {config.groups_per_batch} problems × {config.group_size} samples: at most "
             f"{plan.tokens:,} sampled tokens"
         )
-        seconds = plan.tokens / rate.sample_tok_s + plan.tokens / rate.train_tok_s
     elif isinstance(config, cfg.DistillConfig):
         text = (
             f"{steps} steps × {config.groups_per_batch} prompts × {config.group_size} samples: at most "
             f"{plan.tokens:,} sampled tokens, each scored by the teacher"
         )
-        # the student samples, the teacher scores the replies (a forward pass), the student trains on them
-        seconds = plan.tokens / rate.sample_tok_s + plan.tokens / rate.eval_tok_s + plan.tokens / rate.train_tok_s
     else:
         what = "pairs" if config.kind == "dpo" else "examples"
         text = f"{steps} steps × {config.batch_size} {what} ≈ {plan.tokens:,} training tokens"
-        # DPO also scores every pair under the reference model (a forward pass without gradients)
-        seconds = plan.tokens / rate.train_tok_s + (plan.tokens / rate.eval_tok_s if config.kind == "dpo" else 0.0)
-        test = getattr(prepared, "test", None) or []
-        evals = (steps // config.eval_every if config.eval_every else 0) + 1
-        seconds += evals * _datum_tokens(test) / rate.eval_tok_s
-    seconds += STARTUP_S
+    run_time = estimate_time.run_time(config, prepared, plan, rate)
+    seconds = run_time.total
     if config.backend == "tinker":
         return f"{text}; time depends on the Tinker service's queue."
     if not rate.measured_at:
         return (
-            f"{text}; roughly {_minutes(seconds)} on an idle 2-core CPU (this machine's own speed is being "
-            "measured: check again in a minute)."
+            f"{text}; roughly {_minutes(seconds)} on an idle 2-core CPU ({run_time.parts()}; this machine's "
+            "own speed is being measured: check again in a minute)."
         )
     measured = datetime.fromtimestamp(rate.measured_at).strftime("%H:%M")
     busy = sum(r["status"] in statuses.ACTIVE for r in state.store().list_runs())
@@ -531,9 +524,20 @@ def estimate(config: cfg.CommonConfig, prepared: object) -> str:
         else ""
     )
     return (
-        f"{text}; roughly {_minutes(seconds)} at this machine's speed measured at {measured} "
-        f"({rate.train_tok_s:.0f} training, {rate.sample_tok_s:.0f} sampled tokens/s; slower while other work "
-        f"runs).{sharing} The run page corrects this from the run's own step times."
+        f"{text}; roughly {_minutes(seconds)} ({run_time.parts()}) at this machine's speed measured at "
+        f"{measured} ({rate.train_tok_s:.0f} training, {rate.sample_tok_s:.0f} sampled tokens/s; slower while other "
+        f"work runs).{sharing}{other_process_note()} The run page corrects this from the run's own step times."
+    )
+
+
+def other_process_note() -> str:
+    """Whether another process (a CLI run, a sweep, `cookbook serve`) is computing on this machine now: runs take
+    turns with it step by step (compute_lease.py), which no estimate from this studio's own runs can foresee."""
+    holder = compute_lease.holder_now()
+    if holder is None or holder[1] in (0, os.getpid()):
+        return ""
+    return (
+        f" Another process ({holder[0]}) is computing on this machine now: while it does, this run takes turns with it."
     )
 
 
@@ -556,16 +560,6 @@ def epochs_note(config: cfg.CommonConfig, prepared) -> str:
         f"({per_epoch} steps each), more than Epochs = {config.num_epochs}: the run repeats the data. Lower Max "
         "steps (or set it to 0) to stop after the epochs."
     )
-
-
-def _datum_tokens(data) -> int:
-    """Tokens in a list of datums, or of preference pairs (both sides)."""
-    total = 0
-    for item in data:
-        for datum in (item.chosen, item.rejected) if hasattr(item, "chosen") else (item,):
-            model_input = getattr(datum, "model_input", None)
-            total += model_input.length if model_input is not None else 0
-    return total
 
 
 def show_check(result: CheckResult, config: cfg.CommonConfig) -> None:

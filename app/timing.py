@@ -36,7 +36,9 @@ def run_timing(store, run: dict) -> RunTiming:
     if run["status"] not in statuses.ACTIVE:
         return RunTiming(elapsed, None, None)
     frame = store.get_metrics(run["run_id"], ["time/total"])
-    durations = speed.step_seconds(list(zip(frame["step"].astype(int), frame["value"].astype(float))))
+    durations = speed.step_seconds(
+        list(zip(frame["step"].astype(int), frame["value"].astype(float))), run.get("kind", "sl")
+    )
     return RunTiming(
         elapsed,
         speed.eta_seconds(run.get("step"), run.get("total_steps"), durations),

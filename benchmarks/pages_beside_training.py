@@ -74,6 +74,7 @@ def phase(store, run_id: str, steps: int, pages: bool, slots: str) -> dict:
     for worker in workers:
         worker.join(timeout=300)
     return {
+        "loadavg_after": Path("/proc/loadavg").read_text().split()[:3],
         "pages_loading": len(workers),
         "page_slot": slots != "0",
         "step_s": [round(d, 2) for d in durations],
@@ -105,7 +106,9 @@ def main() -> None:
     ]
     manager.cancel(run_id)
     manager.wait(run_id, timeout=120)
-    print(json.dumps({"cpu_count": os.cpu_count(), "phases": results}, indent=1))
+    lines = Path("/proc/cpuinfo").read_text().splitlines()
+    cpu = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "")
+    print(json.dumps({"cpu": cpu, "cpu_count": os.cpu_count(), "phases": results}, indent=1))
 
 
 if __name__ == "__main__":

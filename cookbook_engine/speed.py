@@ -18,6 +18,7 @@ import logging
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,7 +28,10 @@ from cookbook_engine import models, paths, shutdown
 if TYPE_CHECKING:
     import psutil
 
-CALIBRATION_TOKENS = 64  # per sequence; two sequences per forward/backward
+CALIBRATION_TOKENS = 64  # per sequence
+CALIBRATION_BATCH = 8  # sequences per forward/backward, and replies per group: the default batch and group size
+CALIBRATION_REPLY = 16  # sampled tokens per reply
+CALIBRATION_REPEATS = 3  # each speed is the median of this many timings
 RECENT_STEPS = 5  # the ETA uses the median of the last few step times
 MEASUREMENT_MAX_AGE_S = 6 * 3600.0  # a machine's load changes: measure again after this long
 log = logging.getLogger(__name__)
@@ -36,9 +40,14 @@ log = logging.getLogger(__name__)
 @dataclass
 class Speeds:
     train_tok_s: float  # LoRA forward + backward + optimizer step
-    eval_tok_s: float  # forward without gradients (held-out loss, DPO reference)
+    eval_tok_s: float  # forward without gradients, a batch at once (held-out loss, DPO reference)
     sample_tok_s: float  # generated tokens per second, a group of samples at once
     measured_at: float = 0.0  # time.time() of the calibration; 0 = not measured here (idle-machine figures)
+    single_sample_tok_s: float = 0.0  # generated tokens per second, one reply per request (RL's held-out evaluations)
+
+    def __post_init__(self) -> None:
+        if not self.single_sample_tok_s:  # measured once: 32 single replies at 13.5 tok/s beside a group's 46.9
+            self.single_sample_tok_s = self.sample_tok_s / 3.5
 
 
 IDLE_2_CORE = Speeds(train_tok_s=120.0, eval_tok_s=300.0, sample_tok_s=60.0)  # DESIGN.md's measured figures
@@ -49,8 +58,9 @@ _lock = threading.Lock()
 
 def _cache_file(model: str) -> Path:
     # "compute": measured as the worker's own compute time; older files (wall time, which counted the wait for other
-    # runs' turns: one measured 18 tok/s on a machine that trains at 400) are not read
-    return paths.models_dir() / f"speed-compute-{models.canonical_name(model).replace('/', '--')}.json"
+    # runs' turns: one measured 18 tok/s on a machine that trains at 400) are not read. "batch8": measured on a batch
+    # of 8 and a group of 8 replies, as runs train and sample; older files (2 sequences, 4 replies) are not read
+    return paths.models_dir() / f"speed-compute-batch8-{models.canonical_name(model).replace('/', '--')}.json"
 
 
 def speeds(model: str = models.DEFAULT_MODEL) -> Speeds:
@@ -80,22 +90,46 @@ def calibrate(model: str = models.DEFAULT_MODEL) -> Speeds:
     )
     try:
         trainer.forward_backward([datum], "cross_entropy").result()  # warm-up: first call builds the adapter
-        train_s = _seconds(trainer.forward_backward([datum, datum], "cross_entropy"))
-        train_s += _seconds(trainer.optim_step(types.AdamParams(learning_rate=0.0)))
-        train = 2 * CALIBRATION_TOKENS / train_s
+        batch = [datum] * CALIBRATION_BATCH
+        tokens = CALIBRATION_BATCH * CALIBRATION_TOKENS
+        train = _median_rate(
+            lambda: (
+                tokens
+                / (
+                    _seconds(trainer.forward_backward(batch, "cross_entropy"))
+                    + _seconds(trainer.optim_step(types.AdamParams(learning_rate=0.0)))
+                )
+            )
+        )
         sampler = service.create_sampling_client(base_model=model).result()
         prompt = types.ModelInput.from_ints(tokens_T)
         sampler.sample(prompt, 4, types.SamplingParams(max_tokens=2)).result()  # warm-up: builds the decoder
-        evaluation = CALIBRATION_TOKENS / _seconds(sampler.compute_logprobs(prompt))
-        request = sampler.sample(prompt, 4, types.SamplingParams(max_tokens=16, temperature=1.0))
-        sample_s = _seconds(request)
-        sample = max(1, sum(len(s.tokens) for s in request.result().sequences)) / sample_s
+        # scoring without gradients, batched as held-out evaluations and DPO's reference are (a single 64-token
+        # compute_logprobs call measured a sixth of that throughput under load: its fixed cost dominated)
+        evaluation = _median_rate(lambda: tokens / _seconds(trainer.forward(batch, "cross_entropy")))
+        sample = _median_rate(lambda: _sampled_rate(sampler, prompt, CALIBRATION_BATCH))
     finally:
         if hasattr(trainer, "close"):
             trainer.close()
     measured = Speeds(round(train, 1), round(evaluation, 1), round(sample, 1), time.time())
     _cache_file(model).write_text(json.dumps(asdict(measured)) + "\n")
     return measured
+
+
+def _median_rate(measure: Callable[[], float], times: int = CALIBRATION_REPEATS) -> float:
+    """The median of a few measurements: on a machine other work shares, one timing of a few seconds read 64 and,
+    three minutes later, 440 training tokens/s (benchmarks/README.md, the estimate against the run)."""
+    return statistics.median(measure() for _ in range(times))
+
+
+def _sampled_rate(sampler, prompt, replies: int) -> float:
+    """Tokens per second sampling `replies` replies of CALIBRATION_REPLY tokens at once."""
+    from tinker import types
+
+    params = types.SamplingParams(max_tokens=CALIBRATION_REPLY, temperature=1.0)
+    request = sampler.sample(prompt, replies, params)
+    seconds = _seconds(request)
+    return max(1, sum(len(s.tokens) for s in request.result().sequences)) / seconds
 
 
 def _seconds(future) -> float:
@@ -138,10 +172,16 @@ def _calibrate_quietly(model: str) -> None:
 # ---------------------------------------------------------------------------------------------- a run's own timing
 
 
-def step_seconds(total_T: list[tuple[int, float]]) -> list[float]:
-    """Durations of finished steps from the run's `time/total` metric [(step, seconds since the run started)];
-    a resume restarts that clock, so steps across a restart are left out."""
+PER_STEP_TOTAL_KINDS = ("rl", "distill")  # their time/total is each step's own time (tinker-cookbook's RL metric)
+
+
+def step_seconds(total_T: list[tuple[int, float]], kind: str = "sl") -> list[float]:
+    """Durations of finished steps from the run's `time/total` metric [(step, value)]. In SL and DPO the value is the
+    seconds since the run started (a resume restarts that clock, so steps across a restart are left out); in RL and
+    distillation it is the step's own time (its evaluation included), so the values are the durations."""
     ordered = sorted(total_T)
+    if kind in PER_STEP_TOTAL_KINDS:
+        return [seconds for _, seconds in ordered if seconds > 0]
     if len(ordered) == 1:  # one step done: its time since the start (with loading: an upper bound) until a second
         return [ordered[0][1]] if ordered[0][1] > 0 else []
     return [

@@ -288,3 +288,73 @@ def test_item13_while_a_run_trains_pages_draw_one_at_a_time(home, monkeypatch):
     for thread in threads:
         thread.join()
     assert abs(entered[1] - entered[0]) < 0.3  # nothing training: side by side
+
+
+def pending_reply(text: str, panes: str = "ab") -> conversation.Turn:
+    return conversation.Turn(text, {pane: conversation.PaneReply(chat.base_target()) for pane in panes})
+
+
+def test_item2_a_stop_ends_its_own_reply_only_side_by_side_and_queued(home):
+    turns = [pending_reply("Write a long story."), pending_reply("Name three colours.")]
+    turns[0].replies["a"].reply.text = "Once upon"
+    conversation.stop(turns, 0, "a")  # the left pane's Stop under the first message
+    assert turns[0].replies["a"].reply.finish == "stopped" and turns[0].replies["a"].reply.text == "Once upon"
+    assert conversation.pending(turns) == [(0, "b"), (1, "a"), (1, "b")]  # the right pane and the queue still come
+
+
+def test_item2_the_last_message_can_be_regenerated_or_edited_and_resent(home, monkeypatch):
+    turns = [finished("Q1", "A1"), finished("What is 2+2?", "5")]
+    at = chat_page({state_keys.CHAT_HISTORY: turns})
+    assert [b for b in at.button if b.label == "Regenerate"]
+    assert by_label(at.text_area, "Your last message").value == "What is 2+2?"  # in the Edit and resend popover
+    assert [b for b in at.button if b.label == "Send edited"]
+
+    monkeypatch.setattr(conversation, "history", lambda: turns)
+    conversation.resend(1, "What is 2+3?", {"a": chat.base_target()})
+    assert [t.user for t in turns] == ["Q1", "What is 2+3?"]  # replaced, not added after
+    assert conversation.pending(turns) == [(1, "a")] and turns[0].replies["a"].reply.text == "A1"
+
+
+def test_item11_the_transcripts_step_slider_says_steps_count_from_zero(home):
+    from cookbook_engine import models
+
+    store = get_manager().store
+    store.create_run(
+        "rl-three",
+        name="three-steps",
+        kind="rl",
+        backend="local",
+        base_model=models.DEFAULT_MODEL,
+        config={"env": "arithmetic"},
+        log_dir=home / "runs" / "rl-three",
+        status="completed",
+        total_steps=3,
+    )
+    rows = [
+        {
+            "step": step,
+            "group_idx": 0,
+            "sample_idx": sample,
+            "prompt": "1+1=",
+            "completion": "2",
+            "reward": float(sample),
+            "advantage": sample - 0.5,
+            "stop_reason": "stop",
+            "metrics": {},
+        }
+        for step in range(3)
+        for sample in (0, 1)
+    ]
+    store.add_transcripts("rl-three", rows)
+    at = open_page("transcripts", run="rl-three")
+    slider = by_label(at.select_slider, "Step (0 = the first)")
+    assert slider.options == ["0", "1", "2"] and slider.value == 2  # 3 steps: indexes 0..2, named as such
+
+
+def test_item8_sweep_members_link_to_their_run_pages():
+    import pandas as pd
+
+    from app import sweep_form
+
+    table = pd.DataFrame({"member": ["base", "0", "1"], "run": ["", "sl-a", "sl-b"]})
+    assert sweep_form.with_run_links(table)["run"].tolist() == ["", "run?run=sl-a", "run?run=sl-b"]

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import io
 
+import pytest
+
 from cookbook_engine import progress, speed
 
 
@@ -88,12 +90,12 @@ def test_the_forms_estimate_says_how_much_longer_while_other_runs_take_turns(mon
     from app import forms, state
     from cookbook_engine import config as cfg
     from cookbook_engine.rl import envs, loop
+    from cookbook_engine.training import estimate
 
     monkeypatch.setattr(speed, "speeds", lambda model: speed.Speeds(100.0, 300.0, 100.0, measured_at=1.0))
     config = cfg.parse_overrides(
         "rl", ["env=arithmetic", "max_steps=2", "groups_per_batch=2", "group_size=2", "max_tokens=25"]
     )
-    alone = 2 * 2 * 2 * 25 / 100.0 * 2 + forms.STARTUP_S
 
     class Store:
         def __init__(self, statuses):
@@ -104,12 +106,56 @@ def test_the_forms_estimate_says_how_much_longer_while_other_runs_take_turns(mon
 
     monkeypatch.setattr(state, "store", lambda: Store(["running", "queued", "completed"]))
     prepared = loop.PreparedRL(envs.build_env(config, renderer=None), "auto", None, 0)
+    alone = estimate.run_time(config, prepared, loop.plan(config, prepared), speed.speeds(config.model)).total
     busy = forms.estimate(config, prepared)
     assert (
         f"2 runs training now take turns with it on the CPU: while they run, expect up to "
         f"{forms._minutes(alone * 3)}" in busy
     )
     monkeypatch.setattr(state, "store", lambda: Store(["completed"]))
-    assert "take" not in forms.estimate(config, prepared) and f"roughly {forms._minutes(alone)}" in forms.estimate(
-        config, prepared
-    )
+    alone_text = forms.estimate(config, prepared)
+    assert "take turns" not in alone_text and f"roughly {forms._minutes(alone)}" in alone_text
+
+
+def test_an_rl_runs_time_left_comes_from_its_own_step_times():
+    """RL's time/total is each step's own time (tinker-cookbook's metric), not the time since the start as in SL:
+    two steps of 80 s and 30 s are two durations, so the time left is known from the first step on (issue 27, item
+    7: 'time left: known after two steps' never resolved in a 3-step RL run)."""
+    durations = speed.step_seconds([(0, 80.0), (1, 30.0)], "rl")
+    assert durations == [80.0, 30.0]
+    assert speed.eta_seconds(2, 3, durations) == 55.0
+    assert speed.step_seconds([(0, 80.0), (1, 110.0)], "sl") == [30.0]  # SL: seconds since the run started
+
+
+def test_the_estimate_counts_rl_evaluations_and_checkpoint_saves(monkeypatch):
+    """What the form's estimate missed (issue 27, item 11, 'said 1.6 min for a run of 2 min 16 s'): RL's held-out
+    evaluations at step 0, every eval_every steps and at the end (one reply per problem), and the checkpoint saves."""
+    from cookbook_engine import config as cfg
+    from cookbook_engine.rl import envs, loop
+    from cookbook_engine.training import estimate
+
+    rate = speed.Speeds(100.0, 300.0, 100.0, measured_at=1.0, single_sample_tok_s=20.0)
+    config = cfg.parse_overrides("rl", ["env=arithmetic", "max_steps=12", "eval_every=10", "save_every=5"])
+    prepared = loop.PreparedRL(envs.build_env(config, renderer=None), "auto", None, 46)
+    plan = loop.plan(config, prepared)
+    time = estimate.run_time(config, prepared, plan, rate)
+    assert time.steps == pytest.approx(plan.tokens / 100.0 + plan.tokens / 100.0)
+    assert time.num_evaluations == 3  # before steps 0 and 10, and at the end
+    assert time.evaluations == pytest.approx(3 * len(prepared.env.test) * config.max_tokens / 20.0)
+    assert time.num_saves == 3 and time.saves == 3 * estimate.SAVE_S  # after steps 5 and 10, and the final one
+    assert time.total == time.loading + time.steps + time.evaluations + time.saves
+    assert "3 evaluations" in time.parts() and "3 checkpoint saves" in time.parts()
+    sl = cfg.parse_overrides("sl", ["max_steps=25", "eval_every=10"])
+    assert estimate.evaluation_points(sl, 25) == 4  # steps 0, 10, 20 and the end (the form counted 3)
+
+
+def test_the_estimate_says_when_another_process_is_computing_on_this_machine(monkeypatch):
+    """A CLI run, a sweep or `cookbook serve` in another process takes turns with the run (the compute lease); the
+    studio's own run list does not show them, so the estimate names the one computing now."""
+    from app import forms
+    from cookbook_engine import compute_lease
+
+    monkeypatch.setattr(compute_lease, "holder_now", lambda: ("cookbook sweep (pid 42)", 42))
+    assert "Another process (cookbook sweep (pid 42)) is computing" in forms.other_process_note()
+    monkeypatch.setattr(compute_lease, "holder_now", lambda: None)
+    assert forms.other_process_note() == ""
