@@ -14,7 +14,7 @@ import openai
 import pytest
 from test_serve import server  # noqa: F401  (the server on a free port in this process)
 
-from cookbook_engine import config as cfg, models
+from cookbook_engine import chat, config as cfg, models
 from cookbook_engine.runs import RunManager
 from cookbook_engine.serve import LOCAL_API_KEY, openai_api
 
@@ -72,19 +72,20 @@ def test_stop_strings_cut_the_text_before_them():
 def test_the_base_model_chats_streamed_and_not_and_completes_a_prompt(server, default_model_ready):  # noqa: F811
     url, _ = server
     client = client_for(url)
-    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    # a reply longer than the chat's first sampled chunk (chat.FIRST_CHUNK_TOKENS), so that it streams in pieces
+    messages = [{"role": "user", "content": "Describe the city of Paris in two sentences."}]
     reply = client.chat.completions.create(
-        model=models.DEFAULT_MODEL, messages=messages, temperature=0, max_tokens=12, seed=1
+        model=models.DEFAULT_MODEL, messages=messages, temperature=0, max_tokens=20, seed=1
     )
     text = reply.choices[0].message.content
     assert text and reply.choices[0].finish_reason in ("stop", "length")
-    assert 0 < reply.usage.completion_tokens <= 12 and reply.usage.prompt_tokens > 5
+    assert chat.FIRST_CHUNK_TOKENS < reply.usage.completion_tokens <= 20 and reply.usage.prompt_tokens > 5
     assert reply.usage.total_tokens == reply.usage.prompt_tokens + reply.usage.completion_tokens
     stream = client.chat.completions.create(
         model=models.DEFAULT_MODEL,
         messages=messages,
         temperature=0,
-        max_tokens=12,
+        max_tokens=20,
         seed=1,
         stream=True,
         stream_options={"include_usage": True},
@@ -95,7 +96,7 @@ def test_the_base_model_chats_streamed_and_not_and_completes_a_prompt(server, de
     assert chunks[-1].usage.completion_tokens == reply.usage.completion_tokens
     first_word = text.split()[0]
     cut = client.chat.completions.create(
-        model=models.DEFAULT_MODEL, messages=messages, temperature=0, max_tokens=12, seed=1, stop=[first_word]
+        model=models.DEFAULT_MODEL, messages=messages, temperature=0, max_tokens=20, seed=1, stop=[first_word]
     )
     assert cut.choices[0].message.content == text[: text.index(first_word)] and cut.choices[0].finish_reason == "stop"
     several = client.chat.completions.create(
