@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 from types import SimpleNamespace
 
-from cookbook_engine import runs
+from cookbook_engine import config as cfg, runs
 
 ENGINE = Path(runs.__file__).resolve().parent
 
@@ -25,6 +25,9 @@ class BrokenStore:
 
     def claim_run(self, run_id: str) -> None:
         pass
+
+    def get_run(self, run_id: str) -> None:
+        return None
 
     def update_run(self, run_id: str, **changes: object) -> None:
         raise OSError("disk full")
@@ -45,9 +48,16 @@ def test_a_failed_run_whose_failure_cannot_be_recorded_logs_both(monkeypatch, ca
         raise RuntimeError("loss is NaN")
 
     monkeypatch.setattr(runs, "loop_module", lambda kind: SimpleNamespace(train=failing_train))
-    context = SimpleNamespace(run_id="sl-2", cancel_event=threading.Event(), note=lambda message: None)
+    closed = []
+    context = SimpleNamespace(
+        run_id="sl-2",
+        cancel_event=threading.Event(),
+        note=lambda message: None,
+        logger=SimpleNamespace(close=closed.append),
+    )
     with caplog.at_level(logging.ERROR, logger="cookbook_engine.runs"):
-        runs.RunManager(store=BrokenStore())._execute(SimpleNamespace(kind="sl"), context, None)  # type: ignore[arg-type]
+        runs.RunManager(store=BrokenStore())._execute(cfg.SLConfig(), context, None)  # type: ignore[arg-type]
+    assert closed == ["failed"]  # the run's logger (and its trackers) closed with the run's status
     record = next(r for r in caplog.records if "sl-2" in r.getMessage())
     assert "loss is NaN" in record.getMessage() and "disk full" in str(record.exc_info[1])
 
