@@ -144,13 +144,29 @@ def test_a_killed_owner_is_replaced_by_the_next_call_and_its_files_are_recognise
     assert store.get_metrics("r")["step"].tolist() == [0, 1]  # what the killed owner had committed is kept
 
 
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of a process so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def kill_once_busy(pid: int, cpu_s: float, timeout_s: float = 120) -> None:
+    """SIGKILL `pid` once it has used `cpu_s` more seconds of CPU than now (it is working on a call)."""
+    start, deadline = cpu_seconds(pid), time.monotonic() + timeout_s
+    while cpu_seconds(pid) - start < cpu_s and time.monotonic() < deadline:
+        time.sleep(0.005)
+    os.kill(pid, signal.SIGKILL)
+
+
 def test_a_call_in_flight_when_its_owner_dies_says_so_and_the_next_call_works(db, tmp_path):
     store = Store(db)
     make_run(store, "r", tmp_path)
     pid = owner_pid(db)
-    steps = np.repeat(np.arange(20_000), 20)
-    frame = pd.DataFrame({"step": steps, "name": np.tile([f"m{i}" for i in range(20)], 20_000), "value": 1.0})
-    threading.Timer(0.5, os.kill, (pid, signal.SIGKILL)).start()  # the owner dies while inserting 400,000 points
+    steps = np.repeat(np.arange(100_000), 20)
+    frame = pd.DataFrame({"step": steps, "name": np.tile([f"m{i}" for i in range(20)], 100_000), "value": 1.0})
+    # the owner dies while inserting 2,000,000 points: once it has spent 0.3 s of CPU on them, not after a fixed
+    # time (on a quiet machine 400,000 points were in before a 0.5 s timer fired; under load, before they were sent)
+    threading.Thread(target=kill_once_busy, args=(pid, 0.3), daemon=True).start()
     with pytest.raises(StorageOwnerError, match=f"studio home {db.parent}.* ended during Store._append"):
         store.log_metrics_bulk("r", frame)
     wait_for(lambda: gone(pid), 10)
