@@ -84,3 +84,47 @@ def test_supervised_train_main_runs_evaluates_saves_and_its_loss_falls(model, tm
     saved = [json.loads(line)["name"] for line in (log_path / "checkpoints.jsonl").read_text().splitlines()]
     assert saved[0] == "000002" and saved[-1] == "final", saved
     assert final_checkpoint(log_path)["state_path"].startswith("tinker://")
+
+
+def preference_rows() -> list[dict]:
+    """Each fact's true answer preferred over a wrong one (label A), as ComparisonBuilderFromJsonl reads them."""
+    return [
+        {
+            "comparison": {
+                "prompt_conversation": [{"role": "user", "content": q}],
+                "completion_A": [{"role": "assistant", "content": a}],
+                "completion_B": [{"role": "assistant", "content": "I do not know."}],
+            },
+            "label": "A",
+        }
+        for q, a in FACTS
+    ]
+
+
+def test_dpo_train_main_runs_and_logs_a_finite_dpo_loss(model, tmp_path):
+    from tinker_cookbook.preference import train_dpo
+    from tinker_cookbook.preference.dpo_datasets import DPODatasetBuilderFromComparisons
+    from tinker_cookbook.preference.preference_datasets import ComparisonBuilderFromJsonl
+
+    comparisons = ComparisonBuilderFromJsonl(train_path=write_jsonl(tmp_path / "prefs.jsonl", preference_rows()))
+    log_path = tmp_path / "dpo"
+    config = train_dpo.Config(
+        log_path=str(log_path),
+        model_name=model,
+        recipe_name="test_entry_points",
+        renderer_name=RENDERER,
+        dataset_builder=DPODatasetBuilderFromComparisons(
+            comparison_builder=comparisons, common_config=common_config(model, 2)
+        ),
+        learning_rate=1e-4,
+        lora_rank=4,
+        save_every=1,
+        max_steps=2,
+    )
+    torch.manual_seed(0)
+    train_dpo.main(config)
+    steps = metrics_by_step(log_path)
+    assert {0, 1} <= set(steps), steps
+    assert all(math.isfinite(steps[step]["dpo_loss"]) for step in (0, 1)), steps
+    assert steps[0]["dpo_loss"] == pytest.approx(math.log(2), abs=1e-3)  # policy == reference at the first step
+    assert final_checkpoint(log_path)["state_path"].startswith("tinker://")
