@@ -128,3 +128,52 @@ def test_dpo_train_main_runs_and_logs_a_finite_dpo_loss(model, tmp_path):
     assert all(math.isfinite(steps[step]["dpo_loss"]) for step in (0, 1)), steps
     assert steps[0]["dpo_loss"] == pytest.approx(math.log(2), abs=1e-3)  # policy == reference at the first step
     assert final_checkpoint(log_path)["state_path"].startswith("tinker://")
+
+
+def arithmetic(model: str, groups: int, batches: int):
+    from tinker_cookbook.recipes.math_rl.arithmetic_env import ArithmeticDatasetBuilder
+
+    return ArithmeticDatasetBuilder(
+        batch_size=groups, model_name_for_tokenizer=model, renderer_name=RENDERER, n_batches=batches, group_size=4
+    )
+
+
+def rl_mode(mode: str) -> dict:
+    from tinker_cookbook.rl.train import AsyncConfig, StreamMinibatchConfig
+
+    if mode == "async":
+        return {"async_config": AsyncConfig(max_steps_off_policy=1, groups_per_batch=2)}
+    if mode == "stream_minibatch":
+        return {"stream_minibatch_config": StreamMinibatchConfig(groups_per_batch=2, num_minibatches=2)}
+    return {}
+
+
+@pytest.mark.parametrize("mode", ["sync", "async", "stream_minibatch"])
+def test_rl_train_main_runs_two_steps_with_rewards_logged_and_a_final_checkpoint(model, tmp_path, mode):
+    from tinker_cookbook.rl import train
+
+    log_path = tmp_path / "rl"
+    config = train.Config(
+        log_path=str(log_path),
+        model_name=model,
+        recipe_name="test_entry_points",
+        renderer_name=RENDERER,
+        dataset_builder=arithmetic(model, groups=2, batches=4),
+        learning_rate=1e-4,
+        max_tokens=8,
+        lora_rank=4,
+        save_every=0,
+        eval_every=0,
+        max_steps=2,
+        **rl_mode(mode),
+    )
+    torch.manual_seed(0)
+    asyncio.run(train.main(config))
+    steps = metrics_by_step(log_path)
+    assert {0, 1} <= set(steps), steps
+    assert all(-1.0 <= steps[step]["env/all/reward/total"] <= 1.0 for step in (0, 1)), steps
+    for step in (0, 1):  # a step whose groups all got equal rewards has zero advantages, so zero gradient
+        row = steps[step]
+        assert math.isfinite(row["grad_norm"]), row
+        assert row["grad_norm"] > 0 or row["env/all/by_group/frac_mixed"] == 0, row
+    assert final_checkpoint(log_path)["sampler_path"].startswith("tinker://")
