@@ -177,3 +177,36 @@ def test_rl_train_main_runs_two_steps_with_rewards_logged_and_a_final_checkpoint
         assert math.isfinite(row["grad_norm"]), row
         assert row["grad_norm"] > 0 or row["env/all/by_group/frac_mixed"] == 0, row
     assert final_checkpoint(log_path)["sampler_path"].startswith("tinker://")
+
+
+def test_on_policy_distillation_main_runs_with_the_base_model_as_teacher(model, tmp_path):
+    from tinker_cookbook.distillation import train_on_policy
+    from tinker_cookbook.distillation.datasets import DistillationDatasetConfig, TeacherConfig
+
+    log_path = tmp_path / "distill"
+    config = train_on_policy.Config(
+        log_path=str(log_path),
+        model_name=model,
+        recipe_name="test_entry_points",
+        renderer_name=RENDERER,
+        dataset_configs=[
+            DistillationDatasetConfig(
+                dataset_builder=arithmetic(model, groups=2, batches=4),
+                teacher_config=TeacherConfig(base_model=model),
+                groups_per_batch=2,
+            )
+        ],
+        learning_rate=1e-4,
+        max_tokens=8,
+        lora_rank=4,
+        save_every=0,
+        eval_every=0,
+        max_steps=2,
+    )
+    torch.manual_seed(0)
+    asyncio.run(train_on_policy.main(config))
+    steps = metrics_by_step(log_path)
+    assert {0, 1} <= set(steps), steps
+    assert all(math.isfinite(steps[step]["teacher_kl"]) for step in (0, 1)), steps
+    assert abs(steps[0]["teacher_kl"]) < 0.05, steps[0]  # the untrained student is its teacher: no divergence yet
+    assert final_checkpoint(log_path)["sampler_path"].startswith("tinker://")
