@@ -18,6 +18,7 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pandas as pd
+import psutil
 import pytest
 
 from cookbook_engine.runs import RunContext
@@ -145,9 +146,9 @@ def test_a_killed_owner_is_replaced_by_the_next_call_and_its_files_are_recognise
 
 
 def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time of a process so far (/proc/PID/stat)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User plus system CPU time of a process so far."""
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
 
 
 def kill_once_busy(pid: int, cpu_s: float, timeout_s: float = 120) -> None:

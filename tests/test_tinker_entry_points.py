@@ -138,6 +138,11 @@ def arithmetic(model: str, groups: int, batches: int):
     )
 
 
+def short_sampling_run() -> dict:
+    """The settings RL and distillation share here: two steps of 8-token samples, rank 4, no saves or evals between."""
+    return {"learning_rate": 1e-4, "max_tokens": 8, "lora_rank": 4, "save_every": 0, "eval_every": 0, "max_steps": 2}
+
+
 def rl_mode(mode: str) -> dict:
     from tinker_cookbook.rl.train import AsyncConfig, StreamMinibatchConfig
 
@@ -159,12 +164,7 @@ def test_rl_train_main_runs_two_steps_with_rewards_logged_and_a_final_checkpoint
         recipe_name="test_entry_points",
         renderer_name=RENDERER,
         dataset_builder=arithmetic(model, groups=2, batches=4),
-        learning_rate=1e-4,
-        max_tokens=8,
-        lora_rank=4,
-        save_every=0,
-        eval_every=0,
-        max_steps=2,
+        **short_sampling_run(),
         **rl_mode(mode),
     )
     torch.manual_seed(0)
@@ -196,12 +196,7 @@ def test_on_policy_distillation_main_runs_with_the_base_model_as_teacher(model, 
                 groups_per_batch=2,
             )
         ],
-        learning_rate=1e-4,
-        max_tokens=8,
-        lora_rank=4,
-        save_every=0,
-        eval_every=0,
-        max_steps=2,
+        **short_sampling_run(),
     )
     torch.manual_seed(0)
     asyncio.run(train_on_policy.main(config))
