@@ -13,8 +13,8 @@ if str(REPO_ROOT) not in sys.path:  # `app`, `cookbook_engine` and `storage` imp
 
 import streamlit as st  # noqa: E402
 
-from app import nav, notices, state  # noqa: E402
-from cookbook_engine import compute_lease  # noqa: E402
+from app import nav, notices, state, widgets  # noqa: E402
+from cookbook_engine import compute_lease, priority  # noqa: E402
 from cookbook_engine.log import setup_logging  # noqa: E402
 from cookbook_engine.paths import make_files_private  # noqa: E402
 from storage import statuses  # noqa: E402
@@ -29,6 +29,8 @@ st.set_page_config(
     layout="wide",
 )
 state.start_default_model_preparation()
+state.store()  # the storage owner, when this starts it, at the studio's priority (it serves the runs too)
+priority.lower_this_thread()  # the page draws below the runs training in this process (cookbook_engine/priority)
 
 page = st.navigation(nav.sections())
 
@@ -48,9 +50,9 @@ with st.sidebar:
     settling = state.default_model_status()[0] == state.ModelState.PREPARING or any(
         r["status"] in statuses.ACTIVE for r in state.store().list_runs()
     )
-    st.fragment(run_every=3 if settling else None)(sidebar_status)()
+    widgets.fragment(run_every=3 if settling else None)(sidebar_status)()
 
-st.fragment(run_every=3 if notices.watching() else None)(notices.toast_finished_runs)()  # toasts for my runs
+widgets.fragment(run_every=3 if notices.watching() else None)(notices.toast_finished_runs)()  # toasts for my runs
 
 with state.page_slot():  # while a run trains here, pages draw one at a time (training keeps a core)
     page.run()

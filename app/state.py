@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from cookbook_engine import models, paths, shutdown
+from cookbook_engine import models, paths, priority, shutdown
 from cookbook_engine.runs import RunManager, get_manager
 from storage import RunStore
 
@@ -155,7 +155,7 @@ def start_default_model_preparation(retry: bool = False) -> None:
             return
         _prep_error = None
         _prep_thread = threading.Thread(target=_prepare_in_background, name="prepare-default-model", daemon=True)
-        _prep_thread.start()
+        priority.start(_prep_thread)
         thread = _prep_thread
         shutdown.register(
             "default model preparation", shutdown.PREPARATION, lambda timeout_s: shutdown.join_thread(thread, timeout_s)

@@ -6,6 +6,7 @@ never as raw HTML. These helpers read what they show from the arguments they get
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Literal, NoReturn
@@ -14,6 +15,7 @@ import pandas as pd
 import streamlit as st
 
 from app import state_keys
+from cookbook_engine import priority
 from cookbook_engine.training.metric_names import KEY_METRIC, key_metric
 from storage.statuses import RunStatus
 
@@ -29,6 +31,22 @@ STATUS_STYLE: dict[str, tuple[BadgeColor, str | None, str]] = {
     RunStatus.CANCELLED: ("gray", ":material/stop_circle:", "#6b7280"),
     RunStatus.INTERRUPTED: ("orange", ":material/warning:", "#c2410c"),
 }
+
+
+def fragment(run_every: float | None = None) -> Callable[[Callable], Callable]:
+    """st.fragment, drawn below the studio's priority like the rest of a page: a fragment's own rerun (a live
+    refresh every few seconds) draws on a fresh script thread that app/main.py never ran on
+    (cookbook_engine/priority.py)."""
+
+    def decorate(draw: Callable) -> Callable:
+        @functools.wraps(draw)  # Streamlit tells fragments apart by the function's name
+        def lowered(*args, **kwargs):
+            priority.lower_this_thread()
+            return draw(*args, **kwargs)
+
+        return st.fragment(run_every=run_every)(lowered)
+
+    return decorate
 
 
 def status_badge(status: str) -> None:

@@ -1,13 +1,15 @@
-"""A training step's time with ten studio pages loading beside it, without and with the page slot (issue 27, item 13).
+"""A training step's time with ten studio pages loading beside it, with pages drawn at the process's priority and
+below it (issue 27, item 13).
 
 The studio draws pages on Streamlit's script threads in the same process as the runs' training threads. This script
 does the same in one process: it starts a short SL run on the default model through the RunManager (as the New run
-form does), then measures the run's step times (from its `time/total` metric) in three phases of `--steps` steps:
-no pages loading; ten pages loading in parallel and again as each finishes (Streamlit's AppTest, the same page
-scripts) with the page slot off (COOKBOOK_PAGE_SLOTS=0, the studio before the fix); the same with the slot on. It
-prints the median step time and the page load times of each phase as JSON.
+form does), then measures the run's step times (from its `time/total` metric) in phases of `--steps` steps: no
+pages loading; ten pages loading in parallel and again as each finishes (Streamlit's AppTest, the same page scripts)
+at the process's priority (COOKBOOK_PAGE_NICE=0, the studio before cookbook_engine/priority.py), with and without the
+page slot; the same with pages drawn below it (the default). It prints each phase's step times, page load times and
+load average as JSON.
 
-    flock /work/wt/heavy.lock .venv/bin/python benchmarks/pages_beside_training.py --steps 3
+    flock /work/wt/heavy.lock .venv/bin/python benchmarks/pages_beside_training.py --steps 3 --rounds 2
 """
 
 from __future__ import annotations
@@ -56,8 +58,9 @@ def last_step(store, run_id: str) -> int:
     return int(frame["step"].max()) if len(frame) else -1
 
 
-def phase(store, run_id: str, steps: int, pages: bool, slots: str) -> dict:
+def phase(store, run_id: str, steps: int, pages: bool, slots: str, nice: str) -> dict:
     os.environ["COOKBOOK_PAGE_SLOTS"] = slots
+    os.environ["COOKBOOK_PAGE_NICE"] = nice
     stop = threading.Event()
     loads: list[float] = []
 
@@ -77,38 +80,64 @@ def phase(store, run_id: str, steps: int, pages: bool, slots: str) -> dict:
         "loadavg_after": Path("/proc/loadavg").read_text().split()[:3],
         "pages_loading": len(workers),
         "page_slot": slots != "0",
+        "page_nice": int(nice),
         "step_s": [round(d, 2) for d in durations],
-        "median_step_s": round(statistics.median(durations), 2),
+        "page_load_s": loads,
+    }
+
+
+def summary(phases: list[dict]) -> dict:
+    """One setting's phases (one per round) together."""
+    steps = [d for p in phases for d in p["step_s"]]
+    loads = [x for p in phases for x in p.pop("page_load_s")]
+    return {
+        **{k: phases[0][k] for k in ("pages_loading", "page_slot", "page_nice")},
+        "loadavg_after": [p["loadavg_after"] for p in phases],
+        "step_s": steps,
+        "median_step_s": round(statistics.median(steps), 2),
+        "max_step_s": round(max(steps), 2),
         "page_loads": len(loads),
         "median_page_load_s": round(statistics.median(loads), 2) if loads else None,
+        "max_page_load_s": round(max(loads), 2) if loads else None,
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=3, help="steps measured per phase")
+    parser.add_argument("--rounds", type=int, default=2, help="times each setting is measured, interleaved")
     options = parser.parse_args()
     os.environ.setdefault("COOKBOOK_HOME", tempfile.mkdtemp(prefix="pages-beside-training-"))
     from cookbook_engine import models
     from cookbook_engine.config import SLConfig
     from cookbook_engine.runs import get_manager
 
+    loadavg_before = Path("/proc/loadavg").read_text().split()[:3]
     models.prepare_default_model()
     manager = get_manager()
     config = SLConfig(max_steps=200, batch_size=4, save_every=0, eval_every=0, name="beside-pages")
     run_id = manager.start(config)
     store = manager.store
     step_times(store, run_id, 0, 1)  # loaded and past the first step
-    results = [
-        phase(store, run_id, options.steps, pages=False, slots="1"),
-        phase(store, run_id, options.steps, pages=True, slots="0"),
-        phase(store, run_id, options.steps, pages=True, slots="1"),
+    settings = [  # (pages, slot, nice): no pages; the studio before; pages below the run; neither; nice, no slot
+        (False, "1", "0"),
+        (True, "1", "0"),
+        (True, "1", "10"),
+        (True, "0", "0"),
+        (True, "0", "10"),
     ]
+    rounds = [  # interleaved, so a change in the machine's load falls on every setting alike
+        [phase(store, run_id, options.steps, pages, slots, nice) for pages, slots, nice in settings]
+        for _ in range(options.rounds)
+    ]
+    results = [summary([round_[i] for round_ in rounds]) for i in range(len(settings))]
     manager.cancel(run_id)
     manager.wait(run_id, timeout=120)
     lines = Path("/proc/cpuinfo").read_text().splitlines()
     cpu = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "")
-    print(json.dumps({"cpu": cpu, "cpu_count": os.cpu_count(), "phases": results}, indent=1))
+    bf16 = any("avx512_bf16" in line for line in lines if line.startswith("flags"))
+    report = {"cpu": cpu, "avx512_bf16": bf16, "cpu_count": os.cpu_count(), "loadavg_before": loadavg_before}
+    print(json.dumps({**report, "phases": results}, indent=1))
 
 
 if __name__ == "__main__":

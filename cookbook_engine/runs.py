@@ -23,7 +23,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from cookbook_engine import config as cfg, memory, paths, secrets, trackers
+from cookbook_engine import config as cfg, memory, paths, priority, secrets, trackers
 from cookbook_engine.training.context import RunContext as RunContext, step_line as step_line
 from cookbook_engine.training.run_logger import RunLogger
 from storage import RunStore, Store, statuses
@@ -269,7 +269,7 @@ class RunManager:
         with self._lock:
             self._threads[context.run_id] = thread
             self._contexts[context.run_id] = context
-        thread.start()
+        priority.start(thread)  # a run started from a page trains at the studio's priority, not the page's
 
     def _execute(self, config: cfg.CommonConfig, context: RunContext, prepared: Any) -> None:
         store, run_id = self.store, context.run_id

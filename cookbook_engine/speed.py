@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cookbook_engine import models, paths, shutdown
+from cookbook_engine import models, paths, priority, shutdown
 
 if TYPE_CHECKING:
     import psutil
@@ -155,7 +155,7 @@ def calibrate_in_background(model: str = models.DEFAULT_MODEL) -> bool:
             return False
         thread = threading.Thread(target=_calibrate_quietly, args=(model,), name=f"calibrate:{key}", daemon=True)
         _calibrating[key] = thread
-        thread.start()
+        priority.start(thread)  # measured at the studio's priority, not a page's
         shutdown.register(
             f"calibration of {key}", shutdown.CLIENTS, lambda timeout_s: shutdown.join_thread(thread, timeout_s)
         )

@@ -103,7 +103,7 @@ picked = widgets.row_picker(
 eval_id = picked["eval_id"]
 
 
-@st.fragment(run_every=2 if picked["status"] in statuses.ACTIVE else None)
+@widgets.fragment(run_every=2 if picked["status"] in statuses.ACTIVE else None)
 def progress_line() -> None:
     job = store.get_job(eval_id)
     if job is None:  # deleted meanwhile

@@ -136,7 +136,7 @@ def sandbox_status() -> None:
 
 
 waiting = state.default_model_status()[0] == ModelState.PREPARING or state.tinker_status().state == TinkerState.CHECKING
-st.fragment(run_every=2 if waiting else None)(backend_status)()
+widgets.fragment(run_every=2 if waiting else None)(backend_status)()
 
 
 def runs_at_a_glance(store, runs: list[dict]) -> None:
@@ -211,7 +211,7 @@ def runs_overview() -> None:
     recent_runs(store, runs)
 
 
-st.fragment(run_every=widgets.LIVE_REFRESH_S)(runs_overview)()
+widgets.fragment(run_every=widgets.LIVE_REFRESH_S)(runs_overview)()
 
 usage = state.home_usage()
 parts = sorted(((name, size) for name, size in usage.items() if size >= 1_000_000), key=lambda item: -item[1])

@@ -48,7 +48,7 @@ def live_header(run_id: str) -> None:
         st.caption(f":material/hourglass_top: {widgets.safe_markdown(turn)}")
 
 
-st.fragment(run_every=2 if run["status"] in statuses.ACTIVE else None)(live_header)(run_id)
+widgets.fragment(run_every=2 if run["status"] in statuses.ACTIVE else None)(live_header)(run_id)
 
 # --- actions --------------------------------------------------------------------------------------------------
 c1, c2, c3, c4, c5, c6 = st.columns(6)
@@ -141,7 +141,7 @@ def live_overview(run_id: str, was_active: bool) -> None:
 overview, config_tab, checkpoints_tab, log_tab = st.tabs(["Overview", "Config", "Checkpoints", "Log"])
 with overview:
     is_active = run["status"] in statuses.ACTIVE
-    st.fragment(run_every=2 if is_active else None)(live_overview)(run_id, is_active)
+    widgets.fragment(run_every=2 if is_active else None)(live_overview)(run_id, is_active)
 with config_tab:
     config = cfg.from_dict(run["kind"], run["config"])
     st.markdown("Start the same run from a terminal, in the repository folder:")

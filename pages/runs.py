@@ -78,5 +78,5 @@ def runs_table() -> None:
         st.caption(f":material/autorenew: Live: refreshing every {widgets.LIVE_REFRESH_S} s.")
 
 
-st.fragment(run_every=widgets.LIVE_REFRESH_S)(runs_table)()
+widgets.fragment(run_every=widgets.LIVE_REFRESH_S)(runs_table)()
 actions.confirm_pending_delete()

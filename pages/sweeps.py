@@ -99,7 +99,7 @@ picked = widgets.row_picker("Sweep", all_sweeps, "sweep_id", "sweep", lambda s: 
 sweep_id = picked["sweep_id"]
 
 
-@st.fragment(run_every=3 if picked["status"] in statuses.ACTIVE else None)
+@widgets.fragment(run_every=3 if picked["status"] in statuses.ACTIVE else None)
 def sweep_table() -> None:
     sweep = runner.store.get_sweep(sweep_id)
     if sweep is None:  # deleted meanwhile

@@ -28,6 +28,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "cookbook_engine.speed",
             "cookbook_engine.progress",
             "cookbook_engine.compute_lease",
+            "cookbook_engine.priority",
             "cookbook_engine.exit_codes",
             "cookbook_engine.sandbox",
             "cookbook_engine.renderers",

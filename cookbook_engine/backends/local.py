@@ -35,7 +35,7 @@ from safetensors.torch import load_file, save_file
 from tinker import types
 from tinker.lib.public_interfaces.custom_loss import LossHandle
 
-from cookbook_engine import compute_lease, device, models, shutdown
+from cookbook_engine import compute_lease, device, models, priority, shutdown
 from cookbook_engine.backends import compat, fast_ops, losses, protocol, sampler, stability
 from cookbook_engine.backends.protocol import ClientFuture, LocalFuture, async_awaiting, async_returning
 from storage.statuses import SessionEnd
@@ -103,7 +103,7 @@ class ModelWorker:
         self.busy_seconds = 0.0
         self._stopping = False
         self._thread = threading.Thread(target=self._loop, name=f"model-worker:{base_model}", daemon=True)
-        self._thread.start()
+        priority.start(self._thread)  # a worker made for a page's chat still computes a run's steps
 
     def stop(self, timeout_s: float) -> None:
         """End the worker thread: the request in flight finishes, requests still queued are cancelled."""
@@ -1272,7 +1272,7 @@ _creator = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_pref
 def _client_future(make: Callable[[], Any]) -> ClientFuture:
     """Build a client on a helper thread (it may wait for the model to load) and return its future at once, the
     SDK's return type; errors come out of .result() / await, as with the SDK."""
-    return ClientFuture(_creator.submit(make))
+    return ClientFuture(priority.at_process_priority(lambda: _creator.submit(make)))  # its threads too
 
 
 def _check_optimizer(optimizer: Any) -> None:

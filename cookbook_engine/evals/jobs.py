@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
-from cookbook_engine import models, renderers
+from cookbook_engine import models, priority, renderers
 from cookbook_engine.evals import evaluators, sets, targets
 from cookbook_engine.evals.evaluators import EvalCancelled, EvalResult, EvalSettings
 from storage import statuses
@@ -240,7 +240,7 @@ class EvalManager:
         job = _Job(self.store, eval_id, echo)
         thread = threading.Thread(target=self._execute, args=(prepared, job), name=f"eval:{eval_id}", daemon=True)
         self._threads[eval_id], self._jobs[eval_id] = thread, job
-        thread.start()
+        priority.start(thread)
         return eval_id
 
     def _execute(self, prepared: PreparedEval, job: _Job) -> None:

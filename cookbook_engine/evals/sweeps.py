@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from cookbook_engine import config as cfg
+from cookbook_engine import config as cfg, priority
 from cookbook_engine.evals import jobs, report, sets
 from cookbook_engine.evals.evaluators import EvalSettings
 from cookbook_engine.training.metric_names import key_metric
@@ -224,7 +224,7 @@ class SweepRunner:
         self._stop[sweep_id] = threading.Event()
         thread = threading.Thread(target=self._execute, args=(sweep_id,), name=f"sweep:{sweep_id}", daemon=True)
         self._threads[sweep_id] = thread
-        thread.start()
+        priority.start(thread)
 
     def _note(self, message: str) -> None:
         self.notes.append(message)
