@@ -1,5 +1,5 @@
-"""Which models the Chat page's two pickers hold: the run a "Chat with it" button asked for, and what they held
-before, kept as long as it exists.
+"""Which models the Chat page's two pickers hold: the run a "Chat with it" button asked for, or the run its address
+names (/chat?run=RUN_ID: a link or a reload), and what they held before, kept as long as it exists.
 
 A picker never moves to another run's weights on its own: a request for a run with no weights (deleted, or nothing
 saved yet) is refused with a message naming the run, and a picked checkpoint that was deleted (from another tab)
@@ -22,13 +22,20 @@ def newest_of_run(targets: list[ChatTarget], run_id: str) -> ChatTarget | None:
     return next((t for t in mine if t.kind == "latest"), mine[0] if mine else None)
 
 
+def _new_address_run() -> str | None:
+    """The run the page's address names, the first time this session sees it (a model picked afterwards stays)."""
+    run_id = st.query_params.get("run")
+    return run_id if run_id and run_id != st.session_state.get(state_keys.CHAT_URL_RUN) else None
+
+
 def settle(targets: list[ChatTarget]) -> list[str]:
     """Set the pickers' session values (before they are drawn); returns the sentences to show about what moved."""
     by_key = {t.key: t for t in targets}
     base = targets[0].key
     said: list[str] = []
-    request = st.session_state.pop(state_keys.CHAT_TARGET_REQUEST, None)
+    request = st.session_state.pop(state_keys.CHAT_TARGET_REQUEST, None) or _new_address_run()
     if request is not None:
+        st.session_state[state_keys.CHAT_URL_RUN] = request
         wanted = newest_of_run(targets, request)
         if wanted is None:
             said.append(f"Run {request} has no weights to chat with: it was deleted, or has saved nothing yet.")

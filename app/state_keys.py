@@ -19,6 +19,7 @@ NEW_RUN_BASE = "new_run_base"  # {"kind", "config", "name"}: the run the New run
 FORM_GENERATION = "form_generation"  # bumped to give the New run form's widgets fresh keys (and values)
 CHAT_HISTORY = "chat-history"  # the chat page's conversation (app/conversation.py)
 CHAT_TARGET_REQUEST = "chat_target_request"  # a run id: the Run page's "Chat with it" asks the chat page for it
+CHAT_URL_RUN = "chat-url-run"  # the run id of the chat page's ?run= that its pickers already took
 CHAT_LEFT = "chat-a"  # the chat page's left model (a selectbox)
 CHAT_RIGHT = "chat-b"  # the chat page's right model (a selectbox)
 CHAT_SIDE_BY_SIDE = "chat-side-by-side"  # the chat page's "Side by side" toggle

@@ -75,7 +75,7 @@ if c4.button(
     disabled=run["status"] not in statuses.ACTIVE and not store.list_checkpoints(run_id),
 ):
     st.session_state[state_keys.CHAT_TARGET_REQUEST] = run_id
-    nav.go("chat")
+    nav.go("chat", run=run_id)
 if c5.button("Transcripts", icon=":material/forum:", width="stretch", disabled=run["kind"] != "rl"):
     nav.go("transcripts", run=run_id)
 if c6.button("Delete", icon=":material/delete:", width="stretch"):

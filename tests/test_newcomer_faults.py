@@ -358,3 +358,16 @@ def test_item8_sweep_members_link_to_their_run_pages():
 
     table = pd.DataFrame({"member": ["base", "0", "1"], "run": ["", "sl-a", "sl-b"]})
     assert sweep_form.with_run_links(table)["run"].tolist() == ["", "run?run=sl-a", "run?run=sl-b"]
+
+
+def test_chat_opened_with_a_run_in_its_address_picks_that_runs_newest_checkpoint(home):
+    """/chat?run=RUN_ID (a link, a reload, the Run page's "Chat with it") chats with that run, not the base model;
+    a model picked afterwards stays picked on the next rerun."""
+    make_run(home, "sl-old", "the-old-run")
+    make_run(home, "sl-new", "the-new-run")
+    at = open_page("chat", run="sl-old")
+    picker = by_label(at.selectbox, "Model")
+    assert "sl-old" in picker.value and picker.value.startswith("checkpoint"), picker.value
+    base = chat.base_target().key
+    picker.set_value(base).run()
+    assert by_label(at.selectbox, "Model").value == base  # the address does not take the picker back

@@ -57,7 +57,7 @@ def test_eta_uses_recent_step_times_and_skips_a_resume():
     total_T = [(0, 5.0), (1, 7.0), (2, 9.0), (3, 11.5), (4, 1.0), (5, 3.0)]  # the clock restarted at step 4
     durations = speed.step_seconds(total_T)
     assert durations == [2.0, 2.0, 2.5, 2.0]
-    assert speed.eta_seconds(6, 10, durations) == 4 * 2.0
+    assert speed.eta_seconds(6, 10, durations) == 4 * 2.125  # the mean step time, steps across the resume left out
     assert speed.eta_seconds(6, 10, []) is None
     assert speed.clock(45) == "45 s" and speed.clock(130) == "2 min 10 s" and speed.clock(5400) == "1 h 30 min"
 
@@ -115,6 +115,17 @@ def test_the_forms_estimate_says_how_much_longer_while_other_runs_take_turns(mon
     monkeypatch.setattr(state, "store", lambda: Store(["completed"]))
     alone_text = forms.estimate(config, prepared)
     assert "take turns" not in alone_text and f"roughly {forms._minutes(alone)}" in alone_text
+
+
+def test_the_time_left_holds_still_while_the_machines_load_comes_and_goes():
+    """The Runs table and the Run page said 5 min 17 s and 9 min 32 s left for the same 400-step run, read at steps 52
+    and 57: a median of the last five steps followed each swing of a shared machine's load. Steps of 0.9 s and 1.7 s
+    in turns of five (and a 6 s evaluation every 10 steps) give one time left, read five steps apart."""
+    durations = [0.9 if (step // 5) % 2 == 0 else 1.7 for step in range(60)]
+    durations = [d + (6.0 if step % 10 == 0 else 0.0) for step, d in enumerate(durations)]
+    per_step = [speed.eta_seconds(step, 400, durations[:step]) / (400 - step) for step in (52, 57)]
+    assert abs(per_step[0] - per_step[1]) <= 0.1 * min(per_step), per_step
+    assert 1.8 <= per_step[0] <= 2.0  # 1.3 s a step, plus the evaluations' 0.6 s a step
 
 
 def test_an_rl_runs_time_left_comes_from_its_own_step_times():
