@@ -2,10 +2,11 @@
 
 What it is for: the studio trains on threads of the same process that draws its pages, so a page and a training step
 share one interpreter lock. A page's Python holds that lock while a training thread, between two torch operations,
-waits for it; with both cores busy the page thread wins the core and the step stalls (one SL step took 24 s instead
-of 4.8 s beside one busy Python thread, 13.8 s when that thread ran at nice 19; benchmarks/README.md, "Pages beside
-training"). Linux gives each thread its own nice value, unprivileged, so a page thread lowers its own priority
-(`lower_this_thread`) and the kernel gives the training threads the cores first.
+waits for it; with the cores busy the page thread wins a core and the step stalls (a forward and backward of the
+default model on a thread took 24.4 s beside one busy Python thread, 14.5 s alone and 13.8 s beside the same thread
+at nice 19: medians of 4, load 7-8 on 2 cores; benchmarks/README.md, "Pages beside training"). Linux gives each
+thread its own nice value, unprivileged, so a page thread lowers its own priority (`lower_this_thread`) and the
+kernel gives the training threads the cores first.
 
 A thread inherits the nice value of the thread that starts it, and an unprivileged thread can never raise its
 priority again. So every thread that does the studio's work (a run, a model worker, an evaluation, a calibration) is
