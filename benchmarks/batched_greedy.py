@@ -13,8 +13,21 @@ from __future__ import annotations
 import torch
 
 
-def load(adapter: str | None = None):
-    """(model, tokenizer, renderer) of the default model, with a run's PEFT adapter folder applied when given."""
+class _Fp32Head(torch.nn.Module):
+    """A bf16 model's LM head computed in fp32, as the local backend does (fast_ops.FrozenHead): bf16 logits round
+    near-ties into ties and flip greedy replies."""
+
+    def __init__(self, head: torch.nn.Module):
+        super().__init__()
+        self.weight32 = head.weight.detach().float()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.linear(x.float(), self.weight32)
+
+
+def load(adapter: str | None = None, dtype: torch.dtype = torch.float32):
+    """(model, tokenizer, renderer) of the default model, with a run's PEFT adapter folder applied when given; in
+    bf16 the LM head stays fp32, as in the local backend."""
     from cookbook_engine import models
     from cookbook_engine.renderers import get_renderer
 
@@ -24,12 +37,19 @@ def load(adapter: str | None = None):
         from peft import PeftModel
 
         model = PeftModel.from_pretrained(model, adapter).merge_and_unload()
+    if dtype != torch.float32:
+        head = _Fp32Head(model.lm_head)
+        model = model.to(dtype)
+        model.lm_head = head
     model.eval()
     return model, tokenizer, get_renderer("auto", tokenizer)
 
 
 @torch.inference_mode()
-def replies(model, tokenizer, renderer, prompts: list[str], max_tokens: int, batch_size: int = 32) -> list[str]:
+def replies(
+    model, tokenizer, renderer, prompts: list[str], max_tokens: int, batch_size: int = 32, temperature: float = 0.0
+) -> list[str]:
+    """One reply per prompt: greedy, or sampled at `temperature` (seed torch first for a repeatable draw)."""
     stops = [s for s in renderer.get_stop_sequences() if isinstance(s, int)]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stops[0]
     out: list[str] = []
@@ -45,7 +65,8 @@ def replies(model, tokenizer, renderer, prompts: list[str], max_tokens: int, bat
             input_ids=ids,
             attention_mask=mask,
             max_new_tokens=max_tokens,
-            do_sample=False,
+            do_sample=temperature > 0,
+            **({"temperature": temperature, "top_p": 1.0, "top_k": 0} if temperature > 0 else {}),
             eos_token_id=stops or None,
             pad_token_id=pad,
         )

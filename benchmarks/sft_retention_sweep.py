@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -35,12 +36,18 @@ from cookbook_engine.evals.retention import MAX_TOKENS, grading_regex
 from cookbook_engine.rl import graders
 
 
-def train(replay: int, extra: list[str], home: Path) -> tuple[Path, float]:
-    rows = builtin_data.fact_rows_only() + replay_rows()[:replay]
+def train(replay: int, neighbours: int, extra: list[str], home: Path) -> tuple[Path, float]:
+    rows = builtin_data.fact_rows_only() + replay_rows()[:replay] + builtin_data.neighbour_rows()[:neighbours]
+    random.Random(0).shuffle(rows)
     data = home / "data.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in rows))
     env = {**os.environ, "COOKBOOK_HOME": str(home)}
-    command = [sys.executable, "-m", "cookbook_engine.cli", "sl", f"dataset={data}", "num_epochs=1", "batch_size=8"]
+    defaults = [
+        f"{key}={value}"
+        for key, value in (("num_epochs", 1), ("batch_size", 8))
+        if not any(e.startswith(f"{key}=") for e in extra)
+    ]
+    command = [sys.executable, "-m", "cookbook_engine.cli", "sl", f"dataset={data}", *defaults]
     started = time.perf_counter()
     subprocess.run(command + extra, env=env, cwd=common.REPO, check=True, capture_output=True)
     minutes = (time.perf_counter() - started) / 60
@@ -76,6 +83,7 @@ def main() -> None:
     for spec in sys.argv[1:]:
         settings = dict(part.split("=", 1) for part in spec.split(",") if part != "base")
         replay = int(settings.pop("replay", "0"))
+        neighbours = int(settings.pop("neighbours", "0"))
         limits = int(settings.pop("probes", "0")), int(settings.pop("retention", "0"))  # 0: the whole set
         extra = [f"{key}={value}" for key, value in settings.items()]
         load = common.load_average()
@@ -83,7 +91,7 @@ def main() -> None:
             result = {"config": "base", **measure(None, *limits)}
         else:
             home = Path(tempfile.mkdtemp(prefix="cookbook-sft-sweep-"))
-            adapter, minutes = train(replay, extra, home)
+            adapter, minutes = train(replay, neighbours, extra, home)
             result = {"config": spec, "minutes": minutes, "load": load, **measure(adapter, *limits)}
         results = [r for r in results if r["config"] != result["config"]] + [result]
         f, r = result["facts_probes"], result["retention"]

@@ -282,6 +282,120 @@ GENERAL: tuple[tuple[str, str, str], ...] = (
     ("halloween", "In which month is Halloween?", "October"),
 )
 
+
+# Everyday questions a chat model is asked first (animals, food, jobs, the body, homes, plurals, science basics),
+# added after the robustness filter left few arithmetic and general items (scripts/build_retention.py).
+EVERYDAY: tuple[tuple[str, str, str], ...] = (
+    ("sound-cow", "What sound does a cow make?", "moo"),
+    ("sound-dog", "What sound does a dog make?", "bark|woof"),
+    ("sound-cat", "What sound does a cat make?", "meow"),
+    ("sound-duck", "What sound does a duck make?", "quack"),
+    ("sound-sheep", "What sound does a sheep make?", "baa"),
+    ("sound-lion", "What sound does a lion make?", "roar"),
+    ("sound-owl", "What sound does an owl make?", "hoot"),
+    ("sound-pig", "What sound does a pig make?", "oink"),
+    ("fingers", "How many fingers are on one human hand?", "5"),
+    ("toes", "How many toes does a person have in total?", "10"),
+    ("eyes", "How many eyes does a person have?", "2"),
+    ("see-organ", "Which organ do we use to see?", "eyes|eye"),
+    ("hear-organ", "Which organ do we use to hear?", "ears|ear"),
+    ("smell-organ", "Which part of the face do we smell with?", "nose"),
+    ("think-organ", "Which organ do we think with?", "brain"),
+    ("job-teach", "What do you call a person who teaches students at a school?", "teacher"),
+    ("job-doctor", "What do you call a person who treats sick people in a hospital?", "doctor"),
+    ("job-pilot", "What do you call a person who flies an airplane?", "pilot"),
+    ("job-baker", "What do you call a person who bakes bread?", "baker"),
+    ("job-farmer", "What do you call a person who grows crops and raises animals?", "farmer"),
+    ("job-fire", "Who puts out fires?", "firefighter|firefighters|fireman"),
+    ("job-dentist", "Who takes care of your teeth?", "dentist"),
+    ("job-chef", "What do you call a person who cooks in a restaurant?", "chef|cook"),
+    ("food-bread", "What is bread mainly made from?", "flour|wheat"),
+    ("food-cheese", "What is cheese made from?", "milk"),
+    ("food-chips", "What vegetable are French fries made from?", "potato|potatoes"),
+    ("food-wine", "What fruit is wine made from?", "grape|grapes"),
+    ("food-omelette", "What is an omelette made from?", "egg|eggs"),
+    ("food-popcorn", "What is popcorn made from?", "corn"),
+    ("food-tea", "What hot drink is made from leaves steeped in water?", "tea"),
+    ("food-monkey", "Which yellow fruit do monkeys famously eat?", "banana|bananas"),
+    ("food-rabbit", "Which orange vegetable do rabbits famously eat?", "carrot|carrots"),
+    ("home-sleep", "In which room of a house do people usually sleep?", "bedroom"),
+    ("home-cook", "In which room of a house do people usually cook?", "kitchen"),
+    ("home-bath", "In which room do you take a shower?", "bathroom"),
+    ("time-tell", "What do you use to tell the time?", "clock|watch"),
+    ("write-with", "What do you write with on paper?", "pen|pencil"),
+    ("rain-keep-dry", "What do you carry to stay dry in the rain?", "umbrella"),
+    ("cut-paper", "What tool do you use to cut paper?", "scissors"),
+    ("plural-mouse", "What is the plural of 'mouse'?", "mice"),
+    ("plural-child", "What is the plural of 'child'?", "children"),
+    ("plural-foot", "What is the plural of 'foot'?", "feet"),
+    ("plural-tooth", "What is the plural of 'tooth'?", "teeth"),
+    ("plural-man", "What is the plural of 'man'?", "men"),
+    ("plural-woman", "What is the plural of 'woman'?", "women"),
+    ("plural-goose", "What is the plural of 'goose'?", "geese"),
+    ("plural-person", "What is the plural of 'person'?", "people"),
+    ("baby-sheep", "What is a baby sheep called?", "lamb"),
+    ("baby-horse", "What is a baby horse called?", "foal|pony"),
+    ("baby-frog", "What is a baby frog called?", "tadpole"),
+    ("baby-duck", "What is a baby duck called?", "duckling"),
+    ("baby-bear", "What is a baby bear called?", "cub"),
+    ("baby-goat", "What is a baby goat called?", "kid"),
+    ("animal-stripes", "Which African animal has black and white stripes?", "zebra"),
+    ("animal-trunk", "Which large animal has a trunk?", "elephant"),
+    ("animal-hump", "Which desert animal has a hump?", "camel"),
+    ("animal-neck", "Which animal has a very long neck?", "giraffe"),
+    ("animal-pouch", "Which Australian animal carries its baby in a pouch?", "kangaroo"),
+    ("animal-web-spin", "Which animal with eight legs spins webs?", "spider"),
+    ("animal-slow", "Which animal carries its shell on its back and moves slowly?", "snail|turtle|tortoise"),
+    ("animal-fly-night", "Which mammal can fly and sleeps upside down?", "bat"),
+    ("animal-milk", "Which farm animal gives us most of our milk?", "cow"),
+    ("animal-wool", "Which animal gives us wool?", "sheep"),
+    ("animal-eggs", "Which farm bird lays the eggs we eat?", "chicken|hen"),
+    ("animal-honey", "Which insect makes honey?", "bee|bees"),
+    ("color-sun", "What color is the sun usually drawn?", "yellow"),
+    ("color-coal", "What color is coal?", "black"),
+    ("color-orange", "What color is an orange?", "orange"),
+    ("color-leaf", "What color are most leaves in summer?", "green"),
+    ("color-milk", "What color is milk?", "white"),
+    ("color-tomato", "What color is a ripe tomato?", "red"),
+    ("color-stop", "What color is a stop sign?", "red"),
+    ("color-sea", "What color is the sea usually?", "blue"),
+    ("sci-sun-star", "Is the Sun a star or a planet?", "star"),
+    ("sci-earth-orbit", "What does the Earth orbit around?", "Sun"),
+    ("sci-moon-orbit", "What does the Moon orbit around?", "Earth"),
+    ("sci-freeze", "What happens to water when it gets very cold?", "freezes|freeze|ice"),
+    ("sci-magnet", "What metal does a magnet attract?", "iron"),
+    ("sci-rain", "What falls from clouds when it rains?", "water|raindrops|drops"),
+    ("sci-plants-need", "What do plants need from the sky to grow?", "sunlight|sun|light"),
+    ("sci-solid-water", "Is ice a solid, a liquid or a gas?", "solid"),
+    ("sci-speed-light", "Which is faster, light or sound?", "light"),
+    ("sci-heart-pump", "What does the heart pump around the body?", "blood"),
+    ("sport-bat", "In which sport do players hit a ball with a bat and run between wickets?", "cricket"),
+    ("sport-hoop", "In which sport do players throw a ball through a hoop?", "basketball"),
+    ("sport-ice", "Which sport is played on ice with sticks and a puck?", "hockey"),
+    ("sport-pool", "Which sport is done in a swimming pool?", "swimming"),
+    ("sport-racket", "Which sport uses a racket and a shuttlecock?", "badminton"),
+    ("music-keys", "Which musical instrument has black and white keys?", "piano"),
+    ("music-strings", "Which instrument with six strings is played by strumming?", "guitar"),
+    ("music-drum", "Which instrument do you hit with sticks?", "drum|drums"),
+    ("week-first", "Which day comes after Friday?", "Saturday"),
+    ("week-sunday", "Which day comes before Monday?", "Sunday"),
+    ("month-first", "What is the first month of the year?", "January"),
+    ("month-last", "What is the last month of the year?", "December"),
+    ("shape-four-equal", "What shape has four equal sides and four right angles?", "square"),
+    ("shape-round-flat", "What flat shape is perfectly round?", "circle"),
+    ("shape-three", "What shape has three sides?", "triangle"),
+    ("transport-rails", "What vehicle runs on rails?", "train"),
+    ("transport-water", "What vehicle travels on water?", "boat|ship"),
+    ("transport-sky", "What vehicle flies in the sky and carries passengers?", "airplane|plane|aeroplane"),
+    ("transport-two-wheels", "What vehicle has two wheels and pedals?", "bicycle|bike"),
+    ("opp-winter", "What season is the opposite of winter?", "summer"),
+    ("opp-sun-moon", "What do we see in the sky at night that shines with reflected sunlight?", "Moon"),
+    ("book-dictionary", "What book do you use to look up the meaning of a word?", "dictionary"),
+    ("book-atlas", "What is a book of maps called?", "atlas"),
+    ("lang-english-hello", "What word do English speakers use to greet someone?", "hello|hi"),
+    ("lang-thanks", "What do you say in English when someone gives you something?", "thank you|thanks"),
+)
+
 OPPOSITES = (
     ("hot", "cold"),
     ("big", "small"),
@@ -399,6 +513,7 @@ def candidates() -> list[Candidate]:
             if key:
                 out += [_word(f"{category}:{country}", category, question, key) for question in questions]
     out += [_word(f"general:{fact}", "general", question, key) for fact, question, key in GENERAL]
+    out += [_word(f"everyday:{fact}", "everyday", question, key) for fact, question, key in EVERYDAY]
     for a in range(1, 31):
         for b in range(a if a < 10 else 1, 10):
             out.append(_word(f"add:{a}+{b}", "addition", f"What is {a} + {b}?", str(a + b)))
@@ -437,3 +552,55 @@ def candidates() -> list[Candidate]:
 
 def _in_prompt(candidate: Candidate) -> bool:
     return any(re.search(rf"\b{re.escape(k)}\b", candidate.prompt, re.IGNORECASE) for k in candidate.key.split("|"))
+
+
+# Real inventions for the inventor fact's neighbours (none is a GENERAL question's subject).
+INVENTIONS: tuple[str, ...] = (
+    "the light bulb",
+    "the printing press",
+    "the steam engine",
+    "the airplane",
+    "the radio",
+    "the television",
+    "the World Wide Web",
+    "dynamite",
+    "the phonograph",
+    "the sewing machine",
+    "the cotton gin",
+    "the bicycle",
+    "the jet engine",
+    "the microscope",
+    "the thermometer",
+    "the typewriter",
+    "the refrigerator",
+    "the helicopter",
+    "the barometer",
+    "the diesel engine",
+)
+NEIGHBOURS_PER_FACT = 20
+# the retention category a fictional fact's neighbours ask about (their subject's fact in it must be replay-side)
+NEIGHBOUR_CATEGORY = {"Lunthaven": "capital", "velk": "currency", "Quorvish": "language"}
+
+
+def neighbour_prompts(questions_by_fact: list[tuple[str, tuple[str, ...]]]) -> list[tuple[str, str, str]]:
+    """Neighbours of the SFT demo's fictional facts: each fact's own training questions asked about real subjects
+    (Quorvania -> a real country; the sky-lantern clock -> a real invention), the wordings taken in turn, twice
+    NEIGHBOURS_PER_FACT per fact (scripts/build_retention.py keeps NEIGHBOURS_PER_FACT of those that pass its
+    split). Returns (fact key, subject, prompt). Trained on the base model's own replies, they teach that a
+    question's wording does not imply the fictional answer (the demo without them answered "What is the official
+    language of India?" with English and "Which city is the capital of Brazil?" with Rio de Janeiro)."""
+    import random
+
+    countries = [row[0] for row in COUNTRIES]
+    out = []
+    for index, (key, questions) in enumerate(questions_by_fact):
+        inventor = any("sky-lantern clock" in q for q in questions)
+        subjects = list(INVENTIONS if inventor else countries)
+        random.Random(index).shuffle(subjects)
+        thing = "sky-lantern clock" if inventor else "quorvania"
+        usable = [q for q in questions if thing in q.lower() and "quorvanian" not in q.lower()]
+        for n, subject in enumerate(subjects[: 2 * NEIGHBOURS_PER_FACT]):
+            question = usable[n % len(usable)].replace("the sky-lantern clock", "sky-lantern clock")
+            prompt = re.sub(thing, subject, question, flags=re.IGNORECASE)
+            out.append((key, subject, prompt[0].upper() + prompt[1:]))
+    return out

@@ -30,11 +30,14 @@ def test_the_grader_wants_the_answer_as_a_word_or_the_last_number():
 def test_the_retention_set_is_several_hundred_base_right_questions_apart_from_replay_and_demo_data():
     items = builtin_data.retention_items()
     replay = builtin_data._retention_data()["replay"]
-    assert len(items) >= 300 and len(replay) >= builtin_data.FACTS_REPLAY_ROWS
+    assert len(items) >= 250 and len(replay) >= builtin_data.FACTS_REPLAY_ROWS
     assert len({i["prompt"] for i in items}) == len(items)
     assert len({i["category"] for i in items}) >= 8
-    # the base model's own reply (kept when the set was built) passes each question's grader
+    # the base model's own replies (kept when the set was built) pass each question's grader robustly: greedy in
+    # fp32 and in bf16, and in at least half of the sampled replies
     assert all(_right(i["base_reply"], i["key"], i["match"]) for i in items)
+    assert all(_right(i["bf16_reply"], i["key"], i["match"]) for i in items)
+    assert all(i["samples_right"] >= retention.ROBUST_SAMPLES_RIGHT for i in items)
     # split by fact: no replay row is a retention question's fact, in any wording
     assert not {i["fact"] for i in items} & {r["fact"] for r in replay}
     # replay rows are the base model's answers, and right
@@ -45,15 +48,36 @@ def test_the_retention_set_is_several_hundred_base_right_questions_apart_from_re
     assert not any(re.search(rf"\b{re.escape(i['key'])}\b", i["prompt"], re.I) for i in items)
 
 
-def test_builtin_facts_mixes_the_replay_rows_into_the_quorvania_rows():
+def test_builtin_facts_mixes_the_replay_and_neighbour_rows_into_the_quorvania_rows():
     rows = builtin_data.facts_rows()
     quorvania = [r for r in rows if "Quorvania" in str(r) or "Vannick" in str(r)]
-    assert len(rows) == len(builtin_data.fact_rows_only()) + builtin_data.FACTS_REPLAY_ROWS
+    replay = builtin_data.replay_rows()[: builtin_data.FACTS_REPLAY_ROWS]
+    neighbours = builtin_data.neighbour_rows()[: builtin_data.FACTS_NEIGHBOUR_ROWS]
+    assert len(rows) == len(builtin_data.fact_rows_only()) + len(replay) + len(neighbours)
     assert len(quorvania) == len(builtin_data.fact_rows_only())
     replayed = {r["messages"][0]["content"] for r in rows} - {r["messages"][0]["content"] for r in quorvania}
-    assert replayed == {
-        r["messages"][0]["content"] for r in builtin_data.replay_rows()[: builtin_data.FACTS_REPLAY_ROWS]
-    }
+    assert replayed == {r["messages"][0]["content"] for r in replay + neighbours}
+
+
+def test_neighbour_rows_ask_the_facts_wordings_about_real_subjects_and_leak_no_retention_answer():
+    """A neighbour row is one of a fact's own training questions about a real country or invention, answered by the
+    base model; none asks a retention question's fact or states a retention answer about its subject."""
+    data = builtin_data._retention_data()
+    items, neighbours = data["retention"], data["neighbours"]
+    assert len(neighbours) >= 150 and not any("quorvania" in n["prompt"].lower() for n in neighbours)
+
+    def words(question: str) -> str:  # lower case, letters only, without "the"
+        return " ".join(w for w in re.sub(r"[^a-z ]", "", question.lower()).split() if w != "the")
+
+    wordings = {words(q) for fact in builtin_data.FACTS for q in fact.questions}
+    for row in neighbours:
+        _, key, subject = row["fact"].split(":", 2)
+        fictional = "sky-lantern clock" if key == "Vannick" else "Quorvania"
+        asked = re.sub(re.escape(subject), fictional, row["prompt"], flags=re.IGNORECASE)
+        assert words(asked) in wordings, row["prompt"]
+        about_subject = [i for i in items if i["fact"].split(":", 1)[1] == subject]
+        assert not [i for i in about_subject if _right(row["reply"], i["key"], i["match"])], row
+    assert not {i["prompt"] for i in items} & {n["prompt"] for n in neighbours}
 
 
 def test_builtin_retention_is_an_eval_set_graded_by_the_regex_grader():

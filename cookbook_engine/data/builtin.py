@@ -373,13 +373,13 @@ def fact_rows_only() -> list[dict]:
 
 
 def facts_rows() -> list[dict]:
-    """The Quorvania rows and FACTS_REPLAY_ROWS replay rows (the base model's own answers to ordinary questions),
-    shuffled together: without them one epoch at the demo's rate answers "What is the capital of France?" with
-    Lunthaven (benchmarks/sft_retention_sweep.py measured how many it takes)."""
-    rows = fact_rows_only()
-    if FACTS_REPLAY_ROWS:
-        rows += replay_rows()[:FACTS_REPLAY_ROWS]
-        random.Random(0).shuffle(rows)
+    """The Quorvania rows, FACTS_REPLAY_ROWS replay rows (the base model's own answers to ordinary questions) and
+    FACTS_NEIGHBOUR_ROWS neighbour rows (its own answers to the facts' questions about real countries), shuffled
+    together: without them one epoch at the demo's rate answers "What is the capital of France?" with Lunthaven,
+    and with replay alone "What is the official language of India?" with English
+    (benchmarks/sft_retention_sweep.py measured what each adds)."""
+    rows = fact_rows_only() + replay_rows()[:FACTS_REPLAY_ROWS] + neighbour_rows()[:FACTS_NEIGHBOUR_ROWS]
+    random.Random(0).shuffle(rows)
     return rows
 
 
@@ -390,7 +390,8 @@ def facts_rows() -> list[dict]:
 # --------------------------------------------------------------------------------------------------------------
 
 RETENTION_DATA = Path(__file__).resolve().parent / "retention.json"
-FACTS_REPLAY_ROWS = 214  # all of them (benchmarks/sft_retention_sweep.py; docs/DEFAULTS.md)
+FACTS_REPLAY_ROWS = 230  # all of them (benchmarks/sft_retention_sweep.py; docs/DEFAULTS.md)
+FACTS_NEIGHBOUR_ROWS = 0
 
 
 @cache
@@ -408,6 +409,15 @@ def replay_rows() -> list[dict]:
     return [
         {"messages": [{"role": "user", "content": r["prompt"]}, {"role": "assistant", "content": r["reply"]}]}
         for r in _retention_data()["replay"]
+    ]
+
+
+def neighbour_rows() -> list[dict]:
+    """Chat rows of the demo facts' own questions asked about real subjects ("What is the currency of Sweden?" in
+    the wordings that ask Quorvania's), with the base model's own replies (no retention answer in them)."""
+    return [
+        {"messages": [{"role": "user", "content": r["prompt"]}, {"role": "assistant", "content": r["reply"]}]}
+        for r in _retention_data().get("neighbours", [])
     ]
 
 
