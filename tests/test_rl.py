@@ -144,12 +144,14 @@ def test_arithmetic_holds_out_a_fixed_set_of_two_digit_problems_that_training_ne
         sets.GenerationExample(p.question, str(p.answer), "numeric") for p in held_out
     ]  # the eval set is this list
     keys = {p.key for p in held_out}
+    fresh = {p.key for p in arithmetic.fresh_problems("+", *arithmetic.TWO_DIGITS)}
     for seed in (0, 1, 7):
         config = RLConfig(seed=seed, max_steps=40, groups_per_batch=8, num_eval_problems=32)
         setup = envs.build_env(config, renderer=None)  # envs are made lazily; grading is not exercised here
         assert problems_of(setup.test) == held_out[:32]  # whatever the seed
         trained = [p for step in range(40) for p in problems_of(setup.train.get_batch(step))]
         assert len(trained) == 40 * 8 and not {p.key for p in trained} & keys
+        assert not {p.key for p in trained} & fresh  # builtin:arithmetic-fresh is never trained on either
         assert problems_of(setup.train.get_batch(3)) == problems_of(setup.train.get_batch(3))  # same on resume
     swapped = arithmetic.ArithmeticProblem(held_out[0].b, "+", held_out[0].a)
     assert arithmetic.is_held_out(swapped)  # b + a is the same problem to the model

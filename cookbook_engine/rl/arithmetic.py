@@ -8,8 +8,9 @@ operand sizes grow over the run and that never draws a held-out problem.
 - Training (`ArithmeticCurriculum`): each step draws fresh problems from TRAIN_OPS. Both operands are drawn from
   1..bound, where the bound grows linearly from CURRICULUM_START_MAX to 99 over the first `CURRICULUM_RAMP` share
   of the run and stays at 99 after: early steps are mostly one-digit problems the model gets right often enough to
-  learn the answer format from, the rest cover the whole held-out range. A drawn problem that is held out (or is a
-  held-out sum with its operands swapped) is drawn again, so no training problem is ever a held-out one. A batch is
+  learn the answer format from, the rest cover the whole held-out range. A drawn problem that is held out or in
+  builtin:arithmetic-fresh (or is one of those sums with its operands swapped) is drawn again, so no training problem
+  is ever one the evaluations ask. A batch is
   a pure function of (seed, step, total steps): a resumed run gets the same problems.
 
 Why it looks like this: the first version trained on a <= 12, b <= 9 and was measured on small problems; on
@@ -21,6 +22,7 @@ Not here: grading replies and the env classes (envs.py), the loop (loop.py).
 
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import dataclass
 
@@ -91,8 +93,8 @@ def is_held_out(problem: ArithmeticProblem) -> bool:
 
 # Sets drawn by another procedure and seed than the held-out set and training (for builtin:arithmetic-fresh and the
 # transfer sets): every ordered operand pair of the range is listed and FRESH_SIZE of them sampled without
-# replacement, never a held-out problem. Training may draw the same sums (it draws 1..99 afresh each step), as any
-# independent draw would; what differs from the held-out set is who drew them and how.
+# replacement, never a held-out problem. Training never draws a fresh two-digit sum either (training_problems), so
+# builtin:arithmetic-fresh is held out as well; what differs from the held-out set is who drew it and how.
 FRESH_SEED = 20261125
 FRESH_SIZE = 200
 
@@ -120,14 +122,26 @@ def operand_bound(step: int, total_steps: int) -> int:
     return round(CURRICULUM_START_MAX + share * (TWO_DIGITS[1] - CURRICULUM_START_MAX))
 
 
+@functools.cache
+def _fresh_sum_keys() -> frozenset[tuple[int, str, int]]:
+    """The problems of builtin:arithmetic-fresh (two-digit sums), which training never draws."""
+    return frozenset(problem.key for problem in fresh_problems("+", *TWO_DIGITS))
+
+
+def is_evaluated(problem: ArithmeticProblem) -> bool:
+    """True for a problem of the built-in held-out set or of builtin:arithmetic-fresh (either order of a sum)."""
+    return is_held_out(problem) or problem.key in _fresh_sum_keys()
+
+
 def training_problems(seed: int, step: int, total_steps: int, count: int) -> list[ArithmeticProblem]:
-    """The `count` training problems of one step: operands in 1..operand_bound(step), never a held-out problem."""
+    """The `count` training problems of one step: operands in 1..operand_bound(step), never a problem of the held-out
+    set or of builtin:arithmetic-fresh."""
     rng = random.Random((seed * 1_000_003 + step) * 7 + 1)
     high = operand_bound(step, total_steps)
     problems: list[ArithmeticProblem] = []
     while len(problems) < count:
         problem = _draw(rng, TRAIN_OPS[len(problems) % len(TRAIN_OPS)], 1, high)
-        if not is_held_out(problem):
+        if not is_evaluated(problem):
             problems.append(problem)
     return problems
 
