@@ -244,6 +244,30 @@ def rl_task_section(base: cfg.RLConfig) -> tuple[str, str, str]:
     return env, dataset, grader
 
 
+DISTILL_MODE_LABELS = {"on_policy": "On-policy", "prompt": "Prompt (context)"}
+DISTILL_MODE_HELP = {
+    "on_policy": "The student samples replies to the prompts; the teacher scores every token, and the student learns "
+    "to lower its reverse KL to the teacher.",
+    "prompt": "The teacher answers the prompts with a context before them (a system prompt, builtin:pip or a .json "
+    "file of messages); the student learns the teacher's replies without the context.",
+}
+
+
+def distill_task_section(base: cfg.DistillConfig) -> tuple[str, str]:
+    """(mode, dataset) for a distillation run: on-policy or prompt distillation, and the prompts."""
+    mode = st.segmented_control(
+        "Distillation mode",
+        list(cfg.DISTILL_MODES),
+        format_func=lambda mode: DISTILL_MODE_LABELS[mode],
+        default=base.mode,
+        key=key("distill", "mode"),
+        required=True,
+    )
+    mode = mode or base.mode
+    st.caption(DISTILL_MODE_HELP[mode])
+    return mode, dataset_section("distill", "chat", base.dataset, label="Prompts")
+
+
 # ---------------------------------------------------------------------------------------- the form
 
 
@@ -273,6 +297,7 @@ def settings_form(
     def put(where: Any, name: str, **overrides: Any) -> None:
         values[name] = setting_input(where, base, name, k, **overrides)
 
+    sampling = kind in SAMPLING_KINDS and values.get("mode") != "prompt"  # prompt distillation steps as SL does
     with st.form(k("form"), border=True):
         st.markdown("**Run**")
         c1, c2 = st.columns(2)
@@ -292,12 +317,12 @@ def settings_form(
             else "Leave empty for the model's suggested rate.",
         )
         put(c3, "lr_schedule")
-        put(c4, "groups_per_batch" if kind in SAMPLING_KINDS else "batch_size")
+        put(c4, "groups_per_batch" if sampling else "batch_size")
         if suggested is not None:
             st.caption(f"Suggested learning rate for {choice.model.rsplit('/', 1)[-1]}: **{suggested:g}**, {reason}.")
         st.markdown("**Length and cadence**")
         c1, c2, c3, c4, c5 = st.columns(5)
-        put(c1, "group_size" if kind in SAMPLING_KINDS else "num_epochs")
+        put(c1, "group_size" if sampling else "num_epochs")
         for where, name in zip((c2, c3, c4, c5), ("max_steps", "max_length", "save_every", "eval_every")):
             put(where, name)
         values["evals"] = ",".join(
@@ -318,7 +343,7 @@ def settings_form(
         elif isinstance(base, cfg.RLConfig):
             _rl_fields(base, put)
         elif isinstance(base, cfg.DistillConfig):
-            _distill_fields(base, put)
+            _distill_fields(base, put, values.get("mode", base.mode))
         with st.expander("Advanced: seed and optimizer"):
             for row in (("seed", "weight_decay", "grad_clip_norm"), ("beta1", "beta2", "eps")):
                 for where, name in zip(st.columns(3), row):
@@ -383,7 +408,7 @@ def _rl_fields(base: cfg.RLConfig, put: Put) -> None:
             put(where, f"pipelining.{name}")
 
 
-def _distill_fields(base: cfg.DistillConfig, put: Put) -> None:
+def _distill_fields(base: cfg.DistillConfig, put: Put, mode: str) -> None:
     st.markdown("**Teacher and student**")
     options, labels = _checkpoint_options("distill", base)
     teachers = ["base", *options[1:]] + ([base.teacher] if base.teacher and base.teacher not in options else [])
@@ -391,7 +416,12 @@ def _distill_fields(base: cfg.DistillConfig, put: Put) -> None:
     c1, c2 = st.columns(2)
     put(c1, "teacher", options=teachers, format_func=teacher_labels.get)
     put(c2, "start_checkpoint", options=options, format_func=labels.get)
-    for where, name in zip(st.columns(5), ("max_tokens", "temperature", "top_p", "kl_penalty_coef", "num_epochs")):
+    if mode == "prompt":
+        put(st, "context", placeholder="builtin:pip, a .json file of messages, or a system prompt", height=100)
+        row: tuple[str, ...] = ("group_size", "max_tokens", "temperature", "top_p")
+    else:
+        row = ("max_tokens", "temperature", "top_p", "kl_penalty_coef", "num_epochs")
+    for where, name in zip(st.columns(len(row)), row):
         put(where, name)
 
 
