@@ -19,7 +19,8 @@ from typing import Any
 
 from cookbook_engine import device, trackers
 from cookbook_engine.backends.clocked_settings import ClockedConfig
-from cookbook_engine.data.loading import DEFAULT_SEED, DEFAULT_TEST_FRACTION
+from cookbook_engine.data import mix
+from cookbook_engine.data.loading import DEFAULT_SEED, DEFAULT_TEST_FRACTION, DatasetError
 from cookbook_engine.device import DTYPES
 from cookbook_engine.models import DEFAULT_MODEL
 from cookbook_engine.rl.suggested import ARITHMETIC as RL_MEASURED
@@ -187,7 +188,9 @@ class CommonConfig:
 @dataclass
 class SLConfig(CommonConfig):
     dataset: str = setting(
-        "builtin:facts", help="Training data: builtin:NAME, a .jsonl/.json/.csv/.parquet file, or hf:owner/name"
+        "builtin:facts",
+        help="Training data: builtin:NAME, a .jsonl/.json/.csv/.parquet file, or hf:owner/name; or a mix of several "
+        "with weights, comma-separated, each NAME:WEIGHT (builtin:facts:2,my.jsonl:1: two thirds facts)",
     )
     test_dataset: str = setting("", help="A held-out data file (empty: test_fraction of the training data)")
     test_fraction: float = setting(
@@ -558,8 +561,8 @@ def validate(config: CommonConfig) -> list[str]:
         from cookbook_engine.evals.sets import problems as eval_set_problems
 
         problems.extend(eval_set_problems(config.evals))
-    if isinstance(config, SLConfig) and not config.dataset.strip():
-        problems.append("dataset: required (e.g. builtin:facts or a .jsonl file)")
+    if isinstance(config, SLConfig):
+        problems.extend(sl_dataset_problems(config))
     if isinstance(config, DPOConfig) and not config.dataset.strip():
         problems.append("dataset: required (e.g. builtin:concise-prefs)")
     if isinstance(config, RLConfig):
@@ -569,6 +572,22 @@ def validate(config: CommonConfig) -> list[str]:
     if isinstance(config, DistillConfig):
         problems.extend(distill_problems(config))
     return problems
+
+
+def sl_dataset_problems(config: SLConfig) -> list[str]:
+    """A dataset is named, and a mix of several (`a.jsonl:2,b.jsonl:1`) has weights summing to a positive number and
+    no held-out file of its own (its datasets' held-out shares are its test sets)."""
+    if not config.dataset.strip():
+        return ["dataset: required (e.g. builtin:facts, a .jsonl file, or a mix: builtin:facts:2,my.jsonl:1)"]
+    if not mix.is_mix(config.dataset):
+        return []
+    try:
+        mix.parse_mix(config.dataset)
+    except DatasetError as exc:
+        return [str(exc)]
+    if config.test_dataset.strip():
+        return [f"test_dataset={config.test_dataset}: not with a mix of datasets; each one's test_fraction is held out"]
+    return []
 
 
 def distill_problems(config: DistillConfig) -> list[str]:

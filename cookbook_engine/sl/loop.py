@@ -75,11 +75,42 @@ async def evaluate(client: TrainingClient, test: list[types.Datum], batch_size: 
     return {"test/nll": total / max(weight_sum, 1e-9)}
 
 
+# More metrics from a finished step's batch and its forward_backward output, added to `metrics` in place (prompt
+# distillation's teacher_kl, a mix's per-dataset train NLL).
+Derive = Callable[[list[types.Datum], types.ForwardBackwardOutput, dict[str, float]], None]
+
+
 def held_out_evals(config: SLConfig, prepared: PreparedSL) -> PeriodicEvals:
-    """test/nll on the held-out examples (when there are any) and the named eval sets (evals=...:
-    test/<set>/<metric>), at the same points."""
-    test = prepared.test
-    return PeriodicEvals((lambda client: evaluate(client, test)) if test else None, NamedEvals.for_config(config))
+    """test/nll on the held-out examples (when there are any), each mixed dataset's test/<name>/nll, and the named
+    eval sets (evals=...: test/<set>/<metric>), at the same points."""
+    if not prepared.test:
+        return PeriodicEvals(None, NamedEvals.for_config(config))
+
+    async def held_out(client: TrainingClient) -> dict[str, float]:
+        metrics = await evaluate(client, prepared.test)
+        for task in prepared.tasks:
+            if task.test:
+                metrics[f"test/{task.name}/nll"] = (await evaluate(client, task.test))["test/nll"]
+        return metrics
+
+    return PeriodicEvals(held_out, NamedEvals.for_config(config))
+
+
+def per_task_nll(task_of: dict[int, str]) -> Derive:
+    """train/<name>/nll of each mixed dataset in a finished step's batch."""
+
+    def derive(data: list[types.Datum], output: types.ForwardBackwardOutput, metrics: dict[str, float]) -> None:
+        sums: dict[str, list[float]] = {}
+        for datum, out in zip(data, output.loss_fn_outputs):
+            weights = datum.loss_fn_inputs["weights"].to_numpy()
+            nll_and_weight = sums.setdefault(task_of.get(id(datum), ""), [0.0, 0.0])
+            nll_and_weight[0] += float(-(out["logprobs"].to_numpy() * weights).sum())
+            nll_and_weight[1] += float(weights.sum())
+        for name, (nll, weight) in sums.items():
+            if name and weight:
+                metrics[f"train/{name}/nll"] = nll / weight
+
+    return derive
 
 
 async def submit(
@@ -95,11 +126,6 @@ async def submit(
     fb_future = await client.forward_backward_async(batch, "cross_entropy")
     optim_future = await client.optim_step_async(adam_params(config, lr))
     return SubmittedBatch(step, fb_future, optim_future, batch, lr, submitted, metrics)
-
-
-# More metrics from a finished step's batch and its forward_backward output, added to `metrics` in place (prompt
-# distillation's teacher_kl, a mix's per-dataset train NLL).
-Derive = Callable[[list[types.Datum], types.ForwardBackwardOutput, dict[str, float]], None]
 
 
 async def log_finished(
@@ -136,7 +162,8 @@ async def train(config: SLConfig, ctx: RunContext, prepared: PreparedSL | None =
         f"{passes_note(config, run_plan.batches_per_epoch, run_plan.total_steps)}, "
         f"lr {base_lr:g} ({config.lr_schedule})"
     )
-    await run_steps(config, ctx, client, loop, prepared.train, base_lr)
+    derive = per_task_nll(prepared.task_of) if prepared.tasks else None
+    await run_steps(config, ctx, client, loop, prepared.train, base_lr, derive)
 
 
 async def run_steps(
