@@ -20,7 +20,7 @@ import streamlit as st
 from app import nav, settings_view, state, state_keys, widgets
 from app.setting_inputs import setting_input
 from cookbook_engine import compute_lease, config as cfg, models, renderers, speed
-from cookbook_engine.data import loading as datasets
+from cookbook_engine.data import loading as datasets, mix
 from cookbook_engine.data.builtin import BUILTIN
 from cookbook_engine.runs import loop_module
 from cookbook_engine.sl import suggested as suggested_settings
@@ -162,7 +162,12 @@ def measure_speed(choice: ModelChoice) -> None:
 # ---------------------------------------------------------------------------------------- data
 
 
+MIX = "Mix"  # SL only: several datasets with weights (dataset=a:2,b:1, cookbook_engine/data/mix.py)
+
+
 def _source_of(spec: str, uploaded_paths: set[str]) -> str:
+    if spec and mix.is_mix(spec):
+        return MIX
     if not spec or spec.startswith("builtin:") or spec in BUILTIN:
         return "Built-in"
     if spec in uploaded_paths:
@@ -177,11 +182,13 @@ def dataset_section(kind: str, data_kind: str, spec: str, label: str = "Dataset"
     uploaded = [d for d in state.store().list_datasets() if d["kind"] == data_kind and d["source"] != "builtin"]
     source = st.segmented_control(
         f"{label} source",
-        SOURCES,
+        (*SOURCES, MIX) if kind == "sl" else SOURCES,
         default=_source_of(spec, {d["path"] for d in uploaded}),
         key=key(kind, "source"),
         required=True,
     )
+    if source == MIX:
+        return mix_section(kind, spec, uploaded)
     if source == "Built-in":
         names = [name for name, d in BUILTIN.items() if d.kind == data_kind]
         current = spec.removeprefix("builtin:")
@@ -224,6 +231,38 @@ def dataset_section(kind: str, data_kind: str, spec: str, label: str = "Dataset"
         key=key(kind, "path"),
     )
     return path.strip()
+
+
+DEFAULT_MIX = "builtin:facts:2,builtin:persona:1"
+
+
+def mix_section(kind: str, spec: str, uploaded: list[dict]) -> str:
+    """A list of datasets with weights (built-in, uploaded, or any path typed in); returns `a:2,b:1`."""
+    try:
+        parts = mix.parse_mix(spec if mix.is_mix(spec) else DEFAULT_MIX)
+    except datasets.DatasetError:  # a mix the check refused: start the list again
+        parts = mix.parse_mix(DEFAULT_MIX)
+    names = [f"builtin:{name}" for name, d in BUILTIN.items() if d.kind == "chat"] + [d["path"] for d in uploaded]
+    table = st.data_editor(
+        [{"dataset": part.spec, "weight": part.weight} for part in parts],
+        column_config={
+            "dataset": st.column_config.SelectboxColumn(
+                "Dataset", options=list(dict.fromkeys(names + [p.spec for p in parts])), required=True, width="large"
+            ),
+            "weight": st.column_config.NumberColumn(
+                "Weight", min_value=0.0, step=0.5, required=True, help="Share of each epoch's examples"
+            ),
+        },
+        num_rows="dynamic",
+        hide_index=True,
+        key=key(kind, "mix"),
+    )
+    st.caption(
+        "Each epoch has as many examples as the datasets' rows together, split by weight (2 and 1: two thirds and a "
+        "third); each dataset's held-out share is logged as test/<name>/nll."
+    )
+    rows = [row for row in table if row.get("dataset")]
+    return ",".join(f"{row['dataset']}:{row['weight'] if row.get('weight') is not None else 1:g}" for row in rows)
 
 
 def rl_task_section(base: cfg.RLConfig) -> tuple[str, str, str]:

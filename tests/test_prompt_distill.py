@@ -191,3 +191,23 @@ def test_the_plan_counts_every_prompts_replies_in_batches():
     config = cfg.DistillConfig(mode="prompt", context=PIP, teacher="base", group_size=2, batch_size=8, num_epochs=2)
     plan = prompt.plan(config, 98 * 2)
     assert (plan.batches_per_epoch, plan.total_steps) == (24, 48)
+
+
+def test_the_new_run_form_checks_a_prompt_distillation_without_starting_it(home, default_model_ready, monkeypatch):
+    monkeypatch.setenv("COOKBOOK_MEMORY_CHECK", "off")  # the form's check, not this busy machine's free memory
+    from tests.test_studio_apptest import by_label, click, open_page, shown_text
+
+    at = open_page("new_run")
+    by_label(at.get("button_group"), "Algorithm").set_value("distill").run()
+    by_label(at.get("button_group"), "Distillation mode").set_value("prompt").run()
+    assert not [n for n in at.number_input if n.label in ("Groups per batch", "Teacher KL weight")]  # on-policy's
+    by_label(at.selectbox, "Prompts").set_value("persona")
+    by_label(at.text_area, "Context the teacher sees (the student never does)").set_value(PIP)
+    by_label(at.number_input, "Batch size").set_value(4)
+    click(at, "Check settings")
+    text = shown_text(at)
+    assert "Ready to start" in text and "98 prompts" in text, text
+    command = next(code.value for code in at.code if " distill " in code.value)
+    assert "mode=prompt" in command and f"context={PIP}" in command and "teacher=base" in command
+    assert "batch_size=4" in command and "dataset=builtin:persona" in command
+    assert not (home / "runs").exists() or not any((home / "runs").iterdir())

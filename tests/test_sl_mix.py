@@ -162,3 +162,16 @@ def test_a_mix_trains_what_its_weights_say_and_logs_each_dataset(home, default_m
     assert wheel_nll[-1] < 0.5 * wheel_nll[0], wheel_nll  # trained: its held-out questions' answer is learned
     assert wheel_nll[0] - wheel_nll[-1] > 2 * (lantern_nll[0] - lantern_nll[-1]), (wheel_nll, lantern_nll)
     assert metrics["train/wheel/nll"].notna().sum() == 8 and "train/lantern/nll" not in metrics
+
+
+def test_the_new_run_form_takes_a_mix_as_a_list_and_checks_it(home, default_model_ready, monkeypatch):
+    monkeypatch.setenv("COOKBOOK_MEMORY_CHECK", "off")  # the form's check, not this busy machine's free memory
+    from tests.test_studio_apptest import by_label, click, open_page, shown_text
+
+    at = open_page("new_run")
+    by_label(at.get("button_group"), "Dataset source").set_value("Mix").run()
+    click(at, "Check settings")
+    text = shown_text(at)
+    assert "a mix of facts (weight 2" in text and "persona (weight 1" in text, text
+    command = next(code.value for code in at.code if " sl " in code.value)
+    assert "dataset=builtin:facts:2,builtin:persona:1" in command
