@@ -247,10 +247,10 @@ def mix_section(kind: str, spec: str, uploaded: list[dict]) -> str:
         [{"dataset": part.spec, "weight": part.weight} for part in parts],
         column_config={
             "dataset": st.column_config.SelectboxColumn(
-                "Dataset", options=list(dict.fromkeys(names + [p.spec for p in parts])), required=True, width="large"
+                "Dataset", options=list(dict.fromkeys(names + [p.spec for p in parts])), required=True, width="medium"
             ),
             "weight": st.column_config.NumberColumn(
-                "Weight", min_value=0.0, step=0.5, required=True, help="Share of each epoch's examples"
+                "Weight", min_value=0.0, step=0.5, required=True, width="small", help="Share of each epoch's examples"
             ),
         },
         num_rows="dynamic",
@@ -564,6 +564,12 @@ def estimate(config: cfg.CommonConfig, prepared: object) -> str:
         text = (
             f"{steps} steps × {config.groups_per_batch} problems × {config.group_size} samples: at most "
             f"{plan.tokens:,} sampled tokens"
+        )
+    elif isinstance(config, cfg.DistillConfig) and config.mode == "prompt":
+        replies = len(getattr(prepared, "prompts", [])) * config.group_size
+        text = (
+            f"the teacher samples {replies} replies (at most {replies * config.max_tokens:,} tokens), then {steps} "
+            f"steps × {config.batch_size} of them"
         )
     elif isinstance(config, cfg.DistillConfig):
         text = (

@@ -41,7 +41,9 @@ class PreparedSL(PreparedData[types.Datum]):
         text = super().summary()
         if not self.tasks:
             return text
-        each = ", ".join(f"{t.name} (weight {t.weight:g}: {t.examples} of {t.train_rows} rows)" for t in self.tasks)
+        each = ", ".join(
+            f"{t.name} (weight {t.weight:g}: {t.examples} examples from {t.train_rows} rows)" for t in self.tasks
+        )
         return f"{text}; a mix of {each} per epoch"
 
 
