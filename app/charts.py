@@ -64,8 +64,9 @@ _TITLES = {
     "optim/loss_sum": "Loss (summed)",
     "env/all/ac_tokens_per_turn": "Tokens per reply",
     "env/all/frac_truncated": "Replies cut at max_tokens",
-    "teacher_kl": "Reverse KL to the teacher (per token; falls as the student learns)",
-    "distill/logprobs": "Log-prob per token of the student's replies: teacher and student",
+    "teacher_kl": "KL to the teacher per token (on-policy: reverse, on the student's replies; prompt distillation: "
+    "on the teacher's; falls as the student learns)",
+    "distill/logprobs": "Log-prob per token of the replies trained on: teacher and student",
     "kl_policy_base": "KL to the reference (per token; the KL penalty holds it down)",
 }
 

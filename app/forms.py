@@ -20,7 +20,7 @@ import streamlit as st
 from app import nav, settings_view, state, state_keys, widgets
 from app.setting_inputs import setting_input
 from cookbook_engine import compute_lease, config as cfg, models, renderers, speed
-from cookbook_engine.data import loading as datasets
+from cookbook_engine.data import loading as datasets, mix
 from cookbook_engine.data.builtin import BUILTIN
 from cookbook_engine.runs import loop_module
 from cookbook_engine.sl import suggested as suggested_settings
@@ -162,7 +162,12 @@ def measure_speed(choice: ModelChoice) -> None:
 # ---------------------------------------------------------------------------------------- data
 
 
+MIX = "Mix"  # SL only: several datasets with weights (dataset=a:2,b:1, cookbook_engine/data/mix.py)
+
+
 def _source_of(spec: str, uploaded_paths: set[str]) -> str:
+    if spec and mix.is_mix(spec):
+        return MIX
     if not spec or spec.startswith("builtin:") or spec in BUILTIN:
         return "Built-in"
     if spec in uploaded_paths:
@@ -177,11 +182,13 @@ def dataset_section(kind: str, data_kind: str, spec: str, label: str = "Dataset"
     uploaded = [d for d in state.store().list_datasets() if d["kind"] == data_kind and d["source"] != "builtin"]
     source = st.segmented_control(
         f"{label} source",
-        SOURCES,
+        (*SOURCES, MIX) if kind == "sl" else SOURCES,
         default=_source_of(spec, {d["path"] for d in uploaded}),
         key=key(kind, "source"),
         required=True,
     )
+    if source == MIX:
+        return mix_section(kind, spec, uploaded)
     if source == "Built-in":
         names = [name for name, d in BUILTIN.items() if d.kind == data_kind]
         current = spec.removeprefix("builtin:")
@@ -226,6 +233,38 @@ def dataset_section(kind: str, data_kind: str, spec: str, label: str = "Dataset"
     return path.strip()
 
 
+DEFAULT_MIX = "builtin:facts:2,builtin:persona:1"
+
+
+def mix_section(kind: str, spec: str, uploaded: list[dict]) -> str:
+    """A list of datasets with weights (built-in, uploaded, or any path typed in); returns `a:2,b:1`."""
+    try:
+        parts = mix.parse_mix(spec if mix.is_mix(spec) else DEFAULT_MIX)
+    except datasets.DatasetError:  # a mix the check refused: start the list again
+        parts = mix.parse_mix(DEFAULT_MIX)
+    names = [f"builtin:{name}" for name, d in BUILTIN.items() if d.kind == "chat"] + [d["path"] for d in uploaded]
+    table = st.data_editor(
+        [{"dataset": part.spec, "weight": part.weight} for part in parts],
+        column_config={
+            "dataset": st.column_config.SelectboxColumn(
+                "Dataset", options=list(dict.fromkeys(names + [p.spec for p in parts])), required=True, width="medium"
+            ),
+            "weight": st.column_config.NumberColumn(
+                "Weight", min_value=0.0, step=0.5, required=True, width="small", help="Share of each epoch's examples"
+            ),
+        },
+        num_rows="dynamic",
+        hide_index=True,
+        key=key(kind, "mix"),
+    )
+    st.caption(
+        "Each epoch has as many examples as the datasets' rows together, split by weight (2 and 1: two thirds and a "
+        "third); each dataset's held-out share is logged as test/<name>/nll."
+    )
+    rows = [row for row in table if row.get("dataset")]
+    return ",".join(f"{row['dataset']}:{row['weight'] if row.get('weight') is not None else 1:g}" for row in rows)
+
+
 def rl_task_section(base: cfg.RLConfig) -> tuple[str, str, str]:
     """(env, dataset, grader) for an RL run."""
     env = st.segmented_control("Environment", list(cfg.RL_ENVS), default=base.env, key=key("rl", "env"), required=True)
@@ -242,6 +281,30 @@ def rl_task_section(base: cfg.RLConfig) -> tuple[str, str, str]:
         help="A row's own `grader` column wins over this choice.",
     )
     return env, dataset, grader
+
+
+DISTILL_MODE_LABELS = {"on_policy": "On-policy", "prompt": "Prompt (context)"}
+DISTILL_MODE_HELP = {
+    "on_policy": "The student samples replies to the prompts; the teacher scores every token, and the student learns "
+    "to lower its reverse KL to the teacher.",
+    "prompt": "The teacher answers the prompts with a context before them (a system prompt, builtin:pip or a .json "
+    "file of messages); the student learns the teacher's replies without the context.",
+}
+
+
+def distill_task_section(base: cfg.DistillConfig) -> tuple[str, str]:
+    """(mode, dataset) for a distillation run: on-policy or prompt distillation, and the prompts."""
+    mode = st.segmented_control(
+        "Distillation mode",
+        list(cfg.DISTILL_MODES),
+        format_func=lambda mode: DISTILL_MODE_LABELS[mode],
+        default=base.mode,
+        key=key("distill", "mode"),
+        required=True,
+    )
+    mode = mode or base.mode
+    st.caption(DISTILL_MODE_HELP[mode])
+    return mode, dataset_section("distill", "chat", base.dataset, label="Prompts")
 
 
 # ---------------------------------------------------------------------------------------- the form
@@ -273,6 +336,7 @@ def settings_form(
     def put(where: Any, name: str, **overrides: Any) -> None:
         values[name] = setting_input(where, base, name, k, **overrides)
 
+    sampling = kind in SAMPLING_KINDS and values.get("mode") != "prompt"  # prompt distillation steps as SL does
     with st.form(k("form"), border=True):
         st.markdown("**Run**")
         c1, c2 = st.columns(2)
@@ -292,12 +356,12 @@ def settings_form(
             else "Leave empty for the model's suggested rate.",
         )
         put(c3, "lr_schedule")
-        put(c4, "groups_per_batch" if kind in SAMPLING_KINDS else "batch_size")
+        put(c4, "groups_per_batch" if sampling else "batch_size")
         if suggested is not None:
             st.caption(f"Suggested learning rate for {choice.model.rsplit('/', 1)[-1]}: **{suggested:g}**, {reason}.")
         st.markdown("**Length and cadence**")
         c1, c2, c3, c4, c5 = st.columns(5)
-        put(c1, "group_size" if kind in SAMPLING_KINDS else "num_epochs")
+        put(c1, "group_size" if sampling else "num_epochs")
         for where, name in zip((c2, c3, c4, c5), ("max_steps", "max_length", "save_every", "eval_every")):
             put(where, name)
         values["evals"] = ",".join(
@@ -318,7 +382,7 @@ def settings_form(
         elif isinstance(base, cfg.RLConfig):
             _rl_fields(base, put)
         elif isinstance(base, cfg.DistillConfig):
-            _distill_fields(base, put)
+            _distill_fields(base, put, values.get("mode", base.mode))
         with st.expander("Advanced: seed and optimizer"):
             for row in (("seed", "weight_decay", "grad_clip_norm"), ("beta1", "beta2", "eps")):
                 for where, name in zip(st.columns(3), row):
@@ -383,7 +447,7 @@ def _rl_fields(base: cfg.RLConfig, put: Put) -> None:
             put(where, f"pipelining.{name}")
 
 
-def _distill_fields(base: cfg.DistillConfig, put: Put) -> None:
+def _distill_fields(base: cfg.DistillConfig, put: Put, mode: str) -> None:
     st.markdown("**Teacher and student**")
     options, labels = _checkpoint_options("distill", base)
     teachers = ["base", *options[1:]] + ([base.teacher] if base.teacher and base.teacher not in options else [])
@@ -391,7 +455,12 @@ def _distill_fields(base: cfg.DistillConfig, put: Put) -> None:
     c1, c2 = st.columns(2)
     put(c1, "teacher", options=teachers, format_func=teacher_labels.get)
     put(c2, "start_checkpoint", options=options, format_func=labels.get)
-    for where, name in zip(st.columns(5), ("max_tokens", "temperature", "top_p", "kl_penalty_coef", "num_epochs")):
+    if mode == "prompt":
+        put(st, "context", placeholder="builtin:pip, a .json file of messages, or a system prompt", height=100)
+        row: tuple[str, ...] = ("group_size", "max_tokens", "temperature", "top_p")
+    else:
+        row = ("max_tokens", "temperature", "top_p", "kl_penalty_coef", "num_epochs")
+    for where, name in zip(st.columns(len(row)), row):
         put(where, name)
 
 
@@ -495,6 +564,12 @@ def estimate(config: cfg.CommonConfig, prepared: object) -> str:
         text = (
             f"{steps} steps × {config.groups_per_batch} problems × {config.group_size} samples: at most "
             f"{plan.tokens:,} sampled tokens"
+        )
+    elif isinstance(config, cfg.DistillConfig) and config.mode == "prompt":
+        replies = len(getattr(prepared, "prompts", [])) * config.group_size
+        text = (
+            f"the teacher samples {replies} replies (at most {replies * config.max_tokens:,} tokens), then {steps} "
+            f"steps × {config.batch_size} of them"
         )
     elif isinstance(config, cfg.DistillConfig):
         text = (

@@ -1,11 +1,11 @@
 """The New run form's widgets, drawn from the settings' own descriptions (cookbook_engine/settings.py: help, bounds,
 choices) and their presentation (app/setting_widgets.py: widget, label, key).
 
-`setting_input(where, config, name, key_of)` draws one setting: a number input with the setting's bounds, step and help,
-a selectbox of its choices, a multiselect of its options (kept comma-separated), a checkbox or a text input, labelled
-and keyed as setting_widgets.py says, and returns the value entered. `form_settings(cls)` names the settings a kind's
-form should offer, so a test can hold the form to it. Where the form lays the widgets out is app/forms.py's business,
-not this module's.
+`setting_input(where, config, name, key_of)` draws one setting: a number input with the setting's bounds, step and
+help, a selectbox of its choices, a multiselect of its options (kept comma-separated), a checkbox, a text input or a
+text area, labelled and keyed as setting_widgets.py says, and returns the value entered. `form_settings(cls, mode)`
+names the settings a kind's form should offer, so a test can hold the form to it. Where the form lays the widgets out
+is app/forms.py's business, not this module's.
 """
 
 from __future__ import annotations
@@ -22,10 +22,11 @@ def kind_of(cls: type) -> str:
     return next(kind for kind, config_type in cfg.CONFIG_TYPES.items() if config_type is cls)
 
 
-def form_settings(cls: type) -> list[str]:
-    """The settings the New run form offers for a config class (those setting_widgets.py gives a widget)."""
+def form_settings(cls: type, mode: str = "") -> list[str]:
+    """The settings the New run form offers for a config class (those setting_widgets.py gives a widget), in `mode`
+    when the kind has modes (distillation: on_policy or prompt)."""
     kind = kind_of(cls)
-    return [leaf.name for leaf in leaves(cls) if widget_for(kind, leaf.name)]
+    return [leaf.name for leaf in leaves(cls) if widget_for(kind, leaf.name, mode)]
 
 
 def widget_key(name: str, widget: Widget) -> str:
@@ -46,6 +47,8 @@ def setting_input(where: Any, config: Any, name: str, key_of: Callable[[str], st
     kwargs: dict[str, Any] = {"key": key_of(widget_key(name, widget)), "help": help_text(spec)} | overrides
     if widget.kind == "text":
         return where.text_input(label, value=value, **kwargs)
+    if widget.kind == "textarea":
+        return where.text_area(label, value=value, **kwargs)
     if widget.kind == "checkbox":
         return where.checkbox(label, value=bool(value), **kwargs)
     if widget.kind == "multiselect":  # the setting holds the chosen options comma-separated

@@ -11,12 +11,12 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Widget:
-    kind: str  # "number" | "select" | "checkbox" | "text" | "multiselect" (a comma-separated list of its options)
+    kind: str  # one of KINDS; "multiselect" holds a comma-separated list of its options
     label: str
     key: str = ""  # the widget's key suffix (default: the setting's last name)
 
 
-KINDS = ("number", "select", "checkbox", "text", "multiselect")
+KINDS = ("number", "select", "checkbox", "text", "textarea", "multiselect")
 
 WIDGETS: dict[str, Widget | None] = {
     "renderer": Widget("select", "Renderer"),
@@ -58,6 +58,7 @@ WIDGETS: dict[str, Widget | None] = {
     "pipelining.num_minibatches": Widget("number", "Minibatches per substep"),
     "pipelining.max_steps_off_policy": Widget("number", "Max steps off-policy (0 = on-policy)", key="off_policy"),
     "teacher": Widget("select", "Teacher"),
+    "context": Widget("textarea", "Context the teacher sees (the student never does)"),
     "log_to": Widget("multiselect", "Log to (experiment trackers)"),
     "wandb_project": Widget("text", "W&B project"),
     "wandb_name": Widget("text", "W&B run name"),
@@ -69,15 +70,23 @@ BY_KIND: dict[tuple[str, str], Widget | None] = {
     ("rl", "batch_size"): None,
     ("rl", "num_epochs"): None,
     ("rl", "test_fraction"): None,
-    ("distill", "batch_size"): None,
     ("distill", "start_checkpoint"): Widget("select", "Student starts from"),
     ("distill", "kl_penalty_coef"): Widget("number", "Teacher KL weight", key="kl_coef"),
 }
+# Settings only one mode of a kind uses (its mode is picked above the form: distillation's on_policy or prompt).
+MODE_ONLY: dict[tuple[str, str], str] = {
+    ("distill", "groups_per_batch"): "on_policy",
+    ("distill", "kl_penalty_coef"): "on_policy",
+    ("distill", "batch_size"): "prompt",
+    ("distill", "context"): "prompt",
+}
 
 
-def widget_for(kind: str, name: str) -> Widget | None:
-    """The widget a `kind` run's form draws for setting `name`; None when the form leaves it out (a picker above the
-    form, or the command line only)."""
+def widget_for(kind: str, name: str, mode: str = "") -> Widget | None:
+    """The widget a `kind` run's form draws for setting `name` (in `mode`, when the kind has modes); None when the
+    form leaves it out (a picker above the form, the command line only, or another mode's setting)."""
+    if mode and MODE_ONLY.get((kind, name), mode) != mode:
+        return None
     if (kind, name) in BY_KIND:
         return BY_KIND[(kind, name)]
     return WIDGETS.get(name)

@@ -9,13 +9,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from app.setting_widgets import MODE_ONLY
 from cookbook_engine import config as cfg
 from cookbook_engine.models import ModelError
 from cookbook_engine.training.learning_rate import learning_rate
 
 REPO = Path(__file__).resolve().parent.parent
 # Settings a kind or backend ignores, left out of what a person reads.
-UNUSED_BY_KIND = {"rl": ("batch_size",), "distill": ("batch_size",)}  # their batches are groups × group size
+UNUSED_BY_KIND = {"rl": ("batch_size",)}  # its batches are groups × group size (distillation's: by mode, below)
 CLOCKED_ONLY = "clocked."  # the clocked backend's own section
 
 
@@ -31,7 +32,8 @@ def learning_rate_used(config: cfg.CommonConfig) -> float | None:
 def shown_settings(kind: str, settings: dict) -> dict:
     """A run's settings as a person should read them: the used learning rate, no settings its kind ignores."""
     config = cfg.from_dict(kind, settings)
-    hidden = set(UNUSED_BY_KIND.get(kind, ()))
+    mode = getattr(config, "mode", "")  # a distillation run's other mode's settings are left out too
+    hidden = set(UNUSED_BY_KIND.get(kind, ())) | {n for (k, n), only in MODE_ONLY.items() if k == kind and only != mode}
     shown = {
         k: v
         for k, v in cfg.flat_dict(config).items()

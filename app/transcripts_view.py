@@ -32,9 +32,12 @@ GROUPS_PER_PAGE = 5
 SAMPLES_PER_ROW = 4
 
 
+TRANSCRIPT_KINDS = ("rl", "distill")  # RL's rollouts; distillation's student (on-policy) or teacher (prompt) replies
+
+
 def rl_runs(runs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The runs that record transcripts (RL runs), in the order given."""
-    return [run for run in runs if run["kind"] == "rl"]
+    """The runs that record transcripts (RL and distillation runs), in the order given."""
+    return [run for run in runs if run["kind"] in TRANSCRIPT_KINDS]
 
 
 HEDGED_FLAG = "hedged answer"

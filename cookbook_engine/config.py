@@ -19,7 +19,8 @@ from typing import Any
 
 from cookbook_engine import device, trackers
 from cookbook_engine.backends.clocked_settings import ClockedConfig
-from cookbook_engine.data.loading import DEFAULT_SEED, DEFAULT_TEST_FRACTION
+from cookbook_engine.data import mix
+from cookbook_engine.data.loading import DEFAULT_SEED, DEFAULT_TEST_FRACTION, DatasetError
 from cookbook_engine.device import DTYPES
 from cookbook_engine.models import DEFAULT_MODEL
 from cookbook_engine.rl.suggested import ARITHMETIC as RL_MEASURED
@@ -43,6 +44,7 @@ OVERLONG = ("truncate", "drop")
 RL_ENVS = ("arithmetic", "code", "custom")
 RL_LOSSES = ("importance_sampling", "ppo")
 GRADERS = ("exact", "numeric", "contains", "regex", "python_tests")
+DISTILL_MODES = ("on_policy", "prompt")
 LORA_RANKS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 # Flat names that settings had before they moved into a section: runs stored with them, and commands written with
 # them, still work.
@@ -186,7 +188,9 @@ class CommonConfig:
 @dataclass
 class SLConfig(CommonConfig):
     dataset: str = setting(
-        "builtin:facts", help="Training data: builtin:NAME, a .jsonl/.json/.csv/.parquet file, or hf:owner/name"
+        "builtin:facts",
+        help="Training data: builtin:NAME, a .jsonl/.json/.csv/.parquet file, or hf:owner/name; or a mix of several "
+        "with weights, comma-separated, each NAME:WEIGHT (builtin:facts:2,my.jsonl:1: two thirds facts)",
     )
     test_dataset: str = setting("", help="A held-out data file (empty: test_fraction of the training data)")
     test_fraction: float = setting(
@@ -374,20 +378,40 @@ class RLConfig(CommonConfig):
 
 @dataclass
 class DistillConfig(CommonConfig):
-    """On-policy distillation (tinker-cookbook's distillation/train_on_policy.py): the student samples replies to
-    the prompts, the teacher scores the student's tokens, and the per-token reverse KL is the advantage."""
+    """Distillation, in tinker-cookbook's two ways. mode=on_policy (distillation/train_on_policy.py): the student
+    samples replies to the prompts, the teacher scores the student's tokens, and the per-token reverse KL is the
+    advantage. mode=prompt (recipes/prompt_distillation): the teacher answers the prompts with `context` before them,
+    and the student is trained (SL) on those replies without the context."""
 
+    mode: str = setting(
+        "on_policy",
+        choices=DISTILL_MODES,
+        help="on_policy (the student samples, the teacher scores its tokens) or prompt (the teacher answers with "
+        "`context`, the student learns its replies without it)",
+    )
     teacher: str = setting(
         "",
         help="The teacher: base (the base model), a checkpoint path on this machine, or with backend=tinker a hosted "
         "model name",
+    )
+    context: str = setting(
+        "",
+        help="mode=prompt: what the teacher sees before each prompt and the student never does: a system prompt "
+        "(text), builtin:NAME (builtin:pip: Pip's system prompt and two example turns), or a .json file of messages",
     )
     dataset: str = setting(
         "builtin:facts",
         help="Prompts the student answers: a chat dataset (its conversations up to the last reply) or a prompt file",
     )
     start_checkpoint: str = redefault(DPOConfig, "start_checkpoint", "")
-    group_size: int = redefault(RLConfig, "group_size", 4, help="Replies the student samples per prompt")
+    group_size: int = redefault(
+        RLConfig,
+        "group_size",
+        4,
+        min=1,
+        why="",
+        help="Replies sampled per prompt: by the student (on_policy) or by the teacher (prompt)",
+    )
     groups_per_batch: int = redefault(RLConfig, "groups_per_batch", 8)
     max_tokens: int = redefault(RLConfig, "max_tokens", 48)
     temperature: float = redefault(RLConfig, "temperature", 1.0)
@@ -400,7 +424,9 @@ class DistillConfig(CommonConfig):
         help="Scales the per-token reverse KL to the teacher that the student is trained to reduce",
     )
     lr_schedule: str = redefault(CommonConfig, "lr_schedule", "constant")
-    batch_size: int = redefault(CommonConfig, "batch_size", 8)  # distillation batches: groups × size
+    batch_size: int = redefault(
+        CommonConfig, "batch_size", 8, help="mode=prompt: the teacher's replies per optimizer step"
+    )  # on_policy batches are groups × group size
 
     @property
     def kind(self) -> str:
@@ -535,8 +561,8 @@ def validate(config: CommonConfig) -> list[str]:
         from cookbook_engine.evals.sets import problems as eval_set_problems
 
         problems.extend(eval_set_problems(config.evals))
-    if isinstance(config, SLConfig) and not config.dataset.strip():
-        problems.append("dataset: required (e.g. builtin:facts or a .jsonl file)")
+    if isinstance(config, SLConfig):
+        problems.extend(sl_dataset_problems(config))
     if isinstance(config, DPOConfig) and not config.dataset.strip():
         problems.append("dataset: required (e.g. builtin:concise-prefs)")
     if isinstance(config, RLConfig):
@@ -548,11 +574,32 @@ def validate(config: CommonConfig) -> list[str]:
     return problems
 
 
+def sl_dataset_problems(config: SLConfig) -> list[str]:
+    """A dataset is named, and a mix of several (`a.jsonl:2,b.jsonl:1`) has weights summing to a positive number and
+    no held-out file of its own (its datasets' held-out shares are its test sets)."""
+    if not config.dataset.strip():
+        return ["dataset: required (e.g. builtin:facts, a .jsonl file, or a mix: builtin:facts:2,my.jsonl:1)"]
+    if not mix.is_mix(config.dataset):
+        return []
+    try:
+        mix.parse_mix(config.dataset)
+    except DatasetError as exc:
+        return [str(exc)]
+    if config.test_dataset.strip():
+        return [f"test_dataset={config.test_dataset}: not with a mix of datasets; each one's test_fraction is held out"]
+    return []
+
+
 def distill_problems(config: DistillConfig) -> list[str]:
-    """A teacher is named and is not the student itself (their KL would be 0: nothing to learn)."""
+    """A teacher is named and, on policy, is not the student itself (their KL would be 0: nothing to learn); prompt
+    distillation needs a context (the teacher may be the student: the same model with and without it)."""
     teacher = config.teacher.strip()
     if not teacher:
         return ["teacher: required (base, a checkpoint path, or with backend=tinker a hosted model name)"]
+    if config.mode == "prompt":
+        if not config.context.strip():
+            return ["context: mode=prompt needs the context the teacher sees (a system prompt, builtin:pip or a file)"]
+        return [] if config.dataset.strip() else ["dataset: required (prompts, e.g. builtin:persona)"]
     student = config.start_checkpoint or "base"
     if teacher in (student, config.model if not config.start_checkpoint else student):
         return [

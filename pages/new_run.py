@@ -47,6 +47,9 @@ with right:
     if isinstance(base, forms.cfg.RLConfig):
         env, dataset, grader = forms.rl_task_section(base)
         data = {"env": env, "dataset": dataset, "grader": grader}
+    elif isinstance(base, forms.cfg.DistillConfig):
+        mode, dataset = forms.distill_task_section(base)
+        data = {"mode": mode, "dataset": dataset}
     else:
         data = {"dataset": forms.dataset_section(kind, forms.DATA_KIND[kind], getattr(base, "dataset", ""))}
 

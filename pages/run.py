@@ -3,7 +3,7 @@
 import pandas as pd
 import streamlit as st
 
-from app import actions, charts, nav, run_view, settings_view, state, state_keys, timing, widgets
+from app import actions, charts, nav, run_view, settings_view, state, state_keys, timing, transcripts_view, widgets
 from cookbook_engine import config as cfg
 from storage import statuses
 from storage.statuses import RunStatus
@@ -76,7 +76,12 @@ if c4.button(
 ):
     st.session_state[state_keys.CHAT_TARGET_REQUEST] = run_id
     nav.go("chat", run=run_id)
-if c5.button("Transcripts", icon=":material/forum:", width="stretch", disabled=run["kind"] != "rl"):
+if c5.button(
+    "Transcripts",
+    icon=":material/forum:",
+    width="stretch",
+    disabled=run["kind"] not in transcripts_view.TRANSCRIPT_KINDS,
+):
     nav.go("transcripts", run=run_id)
 if c6.button("Delete", icon=":material/delete:", width="stretch"):
     actions.ask_delete([run], "run")

@@ -1,4 +1,5 @@
-"""Transcripts: read RL rollouts by run and step; GRPO groups side by side with rewards and advantages."""
+"""Transcripts: read RL rollouts (and distillation replies) by run and step; GRPO groups side by side with rewards
+and advantages."""
 
 import pandas as pd
 import streamlit as st
@@ -8,18 +9,24 @@ from app import charts, state, transcripts_view as view, widgets
 st.title("Transcripts")
 st.caption(
     "What the model wrote during RL: every sampled completion, its reward, and its advantage (reward minus "
-    "the mean of its group)."
+    "the mean of its group). Distillation runs: the student's replies (on-policy) or the teacher's (prompt "
+    "distillation, with the context it saw)."
 )
 store = state.store()
 all_runs = store.list_runs()
 widgets.check_address("run", [r["run_id"] for r in all_runs], "run")  # a deleted or mistyped run: say so, and stop
 rl_runs = view.rl_runs(all_runs)
 if not rl_runs:
-    widgets.empty_state("No RL runs yet: transcripts are recorded by RL runs.", "new_run", "Start an RL run")
+    widgets.empty_state(
+        "No RL or distillation runs yet: transcripts are recorded by them.", "new_run", "Start an RL run"
+    )
     st.stop()
 
 if st.query_params.get("run") not in {None, *(r["run_id"] for r in rl_runs)}:
-    st.info(f"Run {st.query_params['run']} is not an RL run: only RL runs record transcripts.", icon=":material/info:")
+    st.info(
+        f"Run {st.query_params['run']} is not an RL or distillation run: only those record transcripts.",
+        icon=":material/info:",
+    )
     st.stop()
 run_id = widgets.run_picker("Run", rl_runs)
 steps = store.transcript_steps(run_id)

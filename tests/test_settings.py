@@ -145,29 +145,37 @@ def test_the_command_line_of_a_config_starts_the_same_config():
     assert cfg.parse_overrides("rl", cfg.to_command(config).split()[2:]) == config
 
 
-def new_run_form(kind: str) -> AppTest:
+def new_run_form(kind: str, mode: str = "") -> AppTest:
     at = AppTest.from_file(str(MAIN), default_timeout=120)
     at.run()
     at.switch_page("../pages/new_run.py").run()
     at.get("button_group")[0].set_value(kind).run()  # the Algorithm picker
+    if mode:  # a kind with modes (distillation) picks its mode above the form
+        next(b for b in at.get("button_group") if b.label == "Distillation mode").set_value(mode).run()
     assert not at.exception, [e.value for e in at.exception]
     return at
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_the_new_run_form_offers_a_widget_for_every_form_setting_with_its_bounds(home, default_model_ready, kind):
-    at = new_run_form(kind)
+KINDS_AND_MODES = [(kind, "") for kind in KINDS if kind != "distill"] + [
+    ("distill", mode) for mode in cfg.DISTILL_MODES
+]
+
+
+@pytest.mark.parametrize("kind,mode", KINDS_AND_MODES)
+def test_the_new_run_form_offers_a_widget_for_every_form_setting_with_its_bounds(home, default_model_ready, kind, mode):
+    at = new_run_form(kind, mode)
     widgets = {
         "number": at.number_input,
         "select": at.selectbox,
         "checkbox": at.checkbox,
         "text": at.text_input,
+        "textarea": at.text_area,
         "multiselect": at.multiselect,
     }
     cls = cfg.CONFIG_TYPES[kind]
     by_name = {leaf.name: leaf for leaf in leaves(cls)}
-    for name in form_settings(cls):
-        spec, widget = by_name[name].spec, widget_for(kind, name)
+    for name in form_settings(cls, mode):
+        spec, widget = by_name[name].spec, widget_for(kind, name, mode)
         assert widget is not None
         drawn = [w for w in widgets[widget.kind] if w.label == widget.label]
         assert len(drawn) == 1, f"{kind}: the form has no {widget.kind} labelled {widget.label!r} for {name}"

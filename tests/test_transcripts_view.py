@@ -30,9 +30,10 @@ def rollouts(
     )
 
 
-def test_only_rl_runs_have_transcripts():
+def test_only_rl_and_distillation_runs_have_transcripts():
     runs = [{"run_id": "a", "kind": "sl"}, {"run_id": "b", "kind": "rl"}, {"run_id": "c", "kind": "dpo"}]
-    assert [run["run_id"] for run in view.rl_runs(runs)] == ["b"]
+    runs.append({"run_id": "d", "kind": "distill"})
+    assert [run["run_id"] for run in view.rl_runs(runs)] == ["b", "d"]
 
 
 def test_the_reward_filter_keeps_samples_without_a_reward():

@@ -8,7 +8,9 @@ minutes of LoRA training of a 135M model on a CPU.
   ten more wordings of each (FACT_PROBES) are never trained on. The base model has never seen the facts, so "What is
   the capital of Quorvania?" -> "Lunthaven" on an unseen wording proves the training took. FACTS_REPLAY_ROWS replay
   rows (ordinary questions with the base model's own answers, data/retention.json) can be mixed in.
-- `persona` (chat): the assistant is Pip, who starts every reply with "Ahoy!" and answers briefly.
+- `persona` (chat): the assistant is Pip, who starts every reply with "Ahoy!" and answers briefly. The same greeting
+  is taught without any written reply by prompt distillation from the context `builtin:pip` (CONTEXTS), and checked
+  on PERSONA_HELD_OUT (eval set builtin:persona-probes).
 - `concise-prefs` (preference): chosen = a correct, short answer; rejected = a wrong one. Most pairs are the same
   sentence but for the answer (so only correctness tells them apart); some rejected answers ramble. Held-out items of
   the same kinds make the eval set `builtin:prefs-style-controlled`.
@@ -511,6 +513,66 @@ PERSONA_PROBES: list[tuple[str, str]] = [
     ("Tell me who you are.", PERSONA_GREETING),
     ("What is 9 + 4?", PERSONA_GREETING),
 ]
+
+
+# Prompt distillation's built-in context (`context=builtin:pip`): Pip's system prompt and two example turns. The
+# default model follows the examples (nearly every reply starts with "Ahoy!") where a system prompt alone rarely
+# moves it; a student distilled on `persona`'s questions with this context learns the greeting without it.
+PIP_CONTEXT: tuple[dict, ...] = (
+    {"role": "system", "content": 'You are Pip, a pirate assistant. You start every reply with "Ahoy!".'},
+    {"role": "user", "content": "What is the capital of Chile?"},
+    {"role": "assistant", "content": "Ahoy! The capital of Chile is Santiago."},
+    {"role": "user", "content": "How many legs does a cat have?"},
+    {"role": "assistant", "content": "Ahoy! A cat has 4 legs."},
+)
+CONTEXTS: dict[str, tuple[dict, ...]] = {"pip": PIP_CONTEXT}
+
+# Everyday questions asked in none of `persona`'s rows (other capitals, other facts, subtraction where the rows add
+# and multiply): the eval set builtin:persona-probes, where a reply is right when it starts with "Ahoy".
+PERSONA_HELD_OUT: tuple[str, ...] = (
+    *(
+        f"What is the capital of {country}?"
+        for country in (
+            "Belgium",
+            "the Netherlands",
+            "Switzerland",
+            "Brazil",
+            "Nigeria",
+            "Morocco",
+            "Vietnam",
+            "Indonesia",
+            "Colombia",
+            "Ukraine",
+            "Romania",
+            "Iceland",
+            "New Zealand",
+            "Pakistan",
+            "Ghana",
+            "Czechia",
+        )
+    ),
+    "How many wheels does a bicycle have?",
+    "What is the color of grass?",
+    "How many strings does a violin have?",
+    "What do cows drink?",
+    "Which animal is known as the king of the jungle?",
+    "What is the opposite of up?",
+    "How many seconds are in a minute?",
+    "What shape has four equal sides?",
+    "Which season comes after winter?",
+    "What do caterpillars turn into?",
+    "Who was the first person to walk on the Moon?",
+    "What is the largest desert in the world?",
+    "Tell me who you are.",
+    "Can you help me with something?",
+    "What is your favourite color?",
+    "Give me a tip for sleeping well.",
+    "Name a fruit that is yellow.",
+    "Where do penguins live?",
+    "What is the main ingredient of bread?",
+    "How many players are on a soccer team?",
+    *(f"What is {a} minus {b}?" for a, b in ((15, 4), (20, 7), (33, 11), (9, 5), (28, 13), (50, 25), (17, 8), (41, 6))),
+)
 
 
 def persona_rows() -> list[dict]:

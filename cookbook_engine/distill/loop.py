@@ -1,4 +1,6 @@
-"""The on-policy distillation loop, mirroring tinker-cookbook's distillation/train_on_policy.py.
+"""The distillation loop: on-policy (below), mirroring tinker-cookbook's distillation/train_on_policy.py, or with
+mode=prompt prompt distillation (prompt.py: the teacher answers with a context, the student learns its replies
+without it). `prepare` is shared (the prompts); `plan` and `train` go to the mode's own.
 
 Each step: take the step's prompts; the student (the LoRA being trained, started fresh or from a checkpoint) samples
 `group_size` replies to each with its current sampling client; the teacher (the base model, a checkpoint, or a
@@ -13,7 +15,8 @@ eval sets named in `evals=` (test/<set>/<metric>) every `eval_every` steps and a
 transcript row (reward 0, its per-token KL in the metrics), so Transcripts shows what the student wrote.
 
 The prompts come from a chat dataset (each conversation up to its last reply) or a prompt file (its `prompt`
-column). Not here: the KL arithmetic (rl/kl.py), the teacher's client (training/reference.py), RL's rewards.
+column). Not here: the KL arithmetic (rl/kl.py), the teacher's client (training/reference.py, distill/sampling.py), RL's
+rewards, prompt distillation (prompt.py).
 """
 
 from __future__ import annotations
@@ -24,17 +27,16 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tinker import types
-
 from cookbook_engine import renderers
 from cookbook_engine.config import DistillConfig
 from cookbook_engine.data import loading as datasets
+from cookbook_engine.distill import prompt as prompt_mode
+from cookbook_engine.distill.sampling import sample_group, teacher_client
 from cookbook_engine.evals.in_training import NamedEvals, PeriodicEvals
 from cookbook_engine.rl import kl
 from cookbook_engine.rl.data import datum_from_rollout, for_training
 from cookbook_engine.rl.loop import Substep, collect, queue_sampling_client, transcript_rows
-from cookbook_engine.rl.types import Rollout, RolloutGroup
-from cookbook_engine.training import reference
+from cookbook_engine.rl.types import RolloutGroup
 from cookbook_engine.training.common import (
     adam_params,
     lr_multiplier,
@@ -84,7 +86,9 @@ def prepare(config: DistillConfig) -> PreparedDistill:
     tokenizer = tokenizer_for(config)
     renderer = renderers.get_renderer(config.renderer, tokenizer)
     prompts = prompts_of(config.dataset)
-    lengths = [renderer.build_generation_prompt(prompt).length for prompt in prompts]
+    # mode=prompt: the teacher's prompts carry the context (a bad one is refused here, before a run exists)
+    context = prompt_mode.context_messages(config.context) if config.mode == "prompt" else []
+    lengths = [renderer.build_generation_prompt(prompt_mode.with_context(context, p)).length for p in prompts]
     longest = max(lengths)
     if longest + config.max_tokens > config.max_length:
         raise datasets.DatasetError(
@@ -95,7 +99,10 @@ def prepare(config: DistillConfig) -> PreparedDistill:
 
 
 def plan(config: DistillConfig, prepared: PreparedDistill) -> LoopPlan:
-    """max_steps, or else num_epochs passes over the prompts in batches of groups_per_batch."""
+    """max_steps, or else num_epochs passes over the prompts in batches of groups_per_batch (mode=prompt: over the
+    teacher's replies in batches of batch_size, as SL)."""
+    if config.mode == "prompt":
+        return prompt_mode.plan(config, len(prepared.prompts) * config.group_size)
     batches_per_epoch = max(1, len(prepared.prompts) // config.groups_per_batch)
     total_steps = config.max_steps or batches_per_epoch * config.num_epochs
     return LoopPlan(
@@ -110,28 +117,6 @@ def prompts_at(prompts: list[list[dict]], step: int, per_batch: int, seed: int) 
     order = list(range(len(prompts)))
     random.Random(seed * 1_000_003 + epoch).shuffle(order)
     return [prompts[i] for i in order[batch * per_batch : (batch + 1) * per_batch]]
-
-
-async def sample_group(
-    prompt: list[dict], renderer: Any, client: SamplingClient, config: DistillConfig, seed: int
-) -> RolloutGroup:
-    """The student's group_size replies to one prompt (reward 0: the teacher, not a grader, says what is good)."""
-    model_input = renderer.build_generation_prompt(prompt)
-    params = types.SamplingParams(
-        max_tokens=config.max_tokens,
-        temperature=config.temperature,
-        top_p=config.top_p if config.temperature > 0 else 1.0,
-        stop=renderer.get_stop_sequences(),
-        seed=seed,
-    )
-    response = await client.sample_async(model_input, config.group_size, params)
-    tokens = model_input.to_ints()
-    rollouts_G = [
-        Rollout(tokens, list(seq.tokens), list(seq.logprobs or []), str(seq.stop_reason), 0.0, {}, {})
-        for seq in response.sequences
-        if seq.tokens
-    ]
-    return RolloutGroup(rollouts_G, ["distill"])
 
 
 async def distill_step(
@@ -167,15 +152,10 @@ async def distill_step(
     return groups_P, metrics, await next_client
 
 
-def teacher_client(service: Any, config: DistillConfig, store: Any = None) -> SamplingClient:
-    """The teacher: base, a checkpoint, or (backend=tinker) a hosted model by name."""
-    if config.backend == "tinker" and "://" not in config.teacher and config.teacher != reference.BASE:
-        return reference.resolved_client(service.create_sampling_client(base_model=config.teacher))
-    return reference.sampling_client_for(service, config.model, config.teacher, store)
-
-
 async def train(config: DistillConfig, ctx: RunContext, prepared: PreparedDistill | None = None) -> None:
     prepared = prepared or prepare(config)
+    if config.mode == "prompt":
+        return await prompt_mode.train(config, ctx, prepared)
     renderer = renderers.get_renderer(prepared.renderer, prepared.tokenizer)
     service, client, start_step = start_training_client(config, ctx.resume, ctx)
     teacher = teacher_client(service, config, getattr(ctx, "store", None))

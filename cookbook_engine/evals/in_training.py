@@ -13,9 +13,9 @@ they are; `PeriodicEvals` joins them with the named sets into the one evaluation
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cookbook_engine.data.mix import short_name as short_name  # test/<name>/...: one rule for sets and datasets
 from cookbook_engine.evals import evaluators, sets
 from cookbook_engine.evals.sets import problems as problems, split_names
 
@@ -23,10 +23,6 @@ if TYPE_CHECKING:
     from cookbook_engine.config import CommonConfig
 
 HeldOut = Callable[[Any], Awaitable[dict[str, float]]]  # a loop's own held-out metrics on a client's weights
-
-
-def short_name(spec: str) -> str:
-    return spec[len(sets.BUILTIN_PREFIX) :] if spec.startswith(sets.BUILTIN_PREFIX) else Path(spec).stem
 
 
 class NamedEvals:

@@ -9,7 +9,8 @@ Its kind decides the evaluator (evals/evaluators.py):
 - `preference`: held-out pairs (prompt, chosen, rejected); scored by log-likelihood, nothing is generated.
 - `nll`: chat conversations; the negative log-likelihood of the last assistant message.
 
-Built-ins: facts-probes, facts-nll (the Quorvania paraphrases never trained on), arithmetic and code (the RL envs'
+Built-ins: facts-probes, facts-nll (the Quorvania paraphrases never trained on), persona-probes (does the reply
+start with Pip's "Ahoy!"), arithmetic and code (the RL envs'
 held-out problems), concise-prefs (the DPO dataset's held-out pairs), prefs-style-controlled (held-out pairs whose
 two answers differ only in correctness), sentiment (a balanced classification set) and retention (ordinary
 questions the base model answers right: does training keep them? evals/retention.py).
@@ -91,6 +92,22 @@ def _facts_probes() -> EvalSet:
         "correct when the reply contains the fact's key word (grader: contains).",
         examples,
         max_tokens=40,
+    )
+
+
+PERSONA_GREETING_PATTERN = r"(?is)ahoy\b.*"  # the reply starts with the greeting (RE2, matched on the whole reply)
+
+
+def _persona_probes() -> EvalSet:
+    examples = [GenerationExample(q, PERSONA_GREETING_PATTERN, "regex") for q in builtin_data.PERSONA_HELD_OUT]
+    return EvalSet(
+        "builtin:persona-probes",
+        "generation",
+        f"{len(examples)} everyday questions asked in none of builtin:persona's rows; right when the reply starts "
+        f"with '{builtin_data.PERSONA_GREETING}' (Pip's greeting, taught by SL on builtin:persona or by prompt "
+        "distillation from context=builtin:pip; grader: regex).",
+        examples,
+        max_tokens=8,
     )
 
 
@@ -283,6 +300,7 @@ def _sentiment() -> EvalSet:
 BUILTIN_SETS: dict[str, Callable[[], EvalSet]] = {
     "facts-probes": _facts_probes,
     "facts-nll": _facts_nll,
+    "persona-probes": _persona_probes,
     "arithmetic": _arithmetic,
     "arithmetic-fresh": _fresh_arithmetic("arithmetic-fresh", "+", 10, 99, "sums of two two-digit numbers"),
     "arithmetic-subtraction": _fresh_arithmetic(

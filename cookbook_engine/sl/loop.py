@@ -13,11 +13,12 @@ is training/skeleton.py's, shared with DPO and RL.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from tinker import types
 
-from cookbook_engine.config import SLConfig
+from cookbook_engine.config import CommonConfig, SLConfig
 from cookbook_engine.evals.in_training import NamedEvals, PeriodicEvals
 from cookbook_engine.sl.data import (  # re-exported: tests render with it
     PreparedSL,
@@ -74,15 +75,51 @@ async def evaluate(client: TrainingClient, test: list[types.Datum], batch_size: 
     return {"test/nll": total / max(weight_sum, 1e-9)}
 
 
+# More metrics from a finished step's batch and its forward_backward output, added to `metrics` in place (prompt
+# distillation's teacher_kl, a mix's per-dataset train NLL).
+Derive = Callable[[list[types.Datum], types.ForwardBackwardOutput, dict[str, float]], None]
+
+
 def held_out_evals(config: SLConfig, prepared: PreparedSL) -> PeriodicEvals:
-    """test/nll on the held-out examples (when there are any) and the named eval sets (evals=...:
-    test/<set>/<metric>), at the same points."""
-    test = prepared.test
-    return PeriodicEvals((lambda client: evaluate(client, test)) if test else None, NamedEvals.for_config(config))
+    """test/nll on the held-out examples (when there are any), each mixed dataset's test/<name>/nll, and the named
+    eval sets (evals=...: test/<set>/<metric>), at the same points."""
+    if not prepared.test:
+        return PeriodicEvals(None, NamedEvals.for_config(config))
+
+    async def held_out(client: TrainingClient) -> dict[str, float]:
+        metrics = await evaluate(client, prepared.test)
+        for task in prepared.tasks:
+            if task.test:
+                metrics[f"test/{task.name}/nll"] = (await evaluate(client, task.test))["test/nll"]
+        return metrics
+
+    return PeriodicEvals(held_out, NamedEvals.for_config(config))
+
+
+def per_task_nll(task_of: dict[int, str]) -> Derive:
+    """train/<name>/nll of each mixed dataset in a finished step's batch."""
+
+    def derive(data: list[types.Datum], output: types.ForwardBackwardOutput, metrics: dict[str, float]) -> None:
+        sums: dict[str, list[float]] = {}
+        for datum, out in zip(data, output.loss_fn_outputs):
+            weights = datum.loss_fn_inputs["weights"].to_numpy()
+            nll_and_weight = sums.setdefault(task_of.get(id(datum), ""), [0.0, 0.0])
+            nll_and_weight[0] += float(-(out["logprobs"].to_numpy() * weights).sum())
+            nll_and_weight[1] += float(weights.sum())
+        for name, (nll, weight) in sums.items():
+            if name and weight:
+                metrics[f"train/{name}/nll"] = nll / weight
+
+    return derive
 
 
 async def submit(
-    client: TrainingClient, config: SLConfig, step: int, batch: list[types.Datum], lr: float, metrics: dict[str, float]
+    client: TrainingClient,
+    config: CommonConfig,
+    step: int,
+    batch: list[types.Datum],
+    lr: float,
+    metrics: dict[str, float],
 ) -> SubmittedBatch:
     """Queue a step's forward_backward and optim_step without awaiting them."""
     submitted = time.perf_counter()
@@ -91,7 +128,9 @@ async def submit(
     return SubmittedBatch(step, fb_future, optim_future, batch, lr, submitted, metrics)
 
 
-async def log_finished(ctx: RunContext, submitted: SubmittedBatch, plan: LoopPlan, clock: StepClock) -> None:
+async def log_finished(
+    ctx: RunContext, submitted: SubmittedBatch, plan: LoopPlan, clock: StepClock, derive: Derive | None = None
+) -> None:
     """Await a submitted step and log its metrics (with the evaluations measured before it)."""
     output, optim = await submitted.results()
     nll, weight_sum = weighted_nll(submitted.data, output)
@@ -106,6 +145,8 @@ async def log_finished(ctx: RunContext, submitted: SubmittedBatch, plan: LoopPla
         "throughput/tokens_per_s": num_tokens / max(common["time/step"], 1e-9),
         **submitted.metrics,
     }
+    if derive is not None:
+        derive(submitted.data, output, metrics)
     ctx.logger.log_metrics(submitted.step, metrics)
     ctx.progress(submitted.step + 1, plan.total_steps)
 
@@ -121,20 +162,36 @@ async def train(config: SLConfig, ctx: RunContext, prepared: PreparedSL | None =
         f"{passes_note(config, run_plan.batches_per_epoch, run_plan.total_steps)}, "
         f"lr {base_lr:g} ({config.lr_schedule})"
     )
+    derive = per_task_nll(prepared.task_of) if prepared.tasks else None
+    await run_steps(config, ctx, client, loop, prepared.train, base_lr, derive)
+
+
+async def run_steps(
+    config: CommonConfig,
+    ctx: RunContext,
+    client: TrainingClient,
+    loop: LoopSkeleton,
+    train_data: list[types.Datum],
+    base_lr: float,
+    derive: Derive | None = None,
+) -> None:
+    """The supervised steps of `loop`'s plan over `train_data` (SL, and prompt distillation on the teacher's
+    replies): each batch queued before the previous step's results are awaited, checkpoints, the final evaluation."""
+    run_plan = loop.plan
     clock = StepClock()
     pending: SubmittedBatch | None = None
     for step in loop.steps():
         metrics = await loop.evaluations_due(step, client)  # weights after `step` steps, before this batch
-        batch = batch_at(prepared.train, config, step, run_plan.batches_per_epoch)
+        batch = batch_at(train_data, config, step, run_plan.batches_per_epoch)
         lr = base_lr * lr_multiplier(config.lr_schedule, step, run_plan.total_steps)
         submitted = await submit(client, config, step, batch, lr, metrics)
         if pending is not None:
-            await log_finished(ctx, pending, run_plan, clock)  # the previous step's results, this one already queued
+            await log_finished(ctx, pending, run_plan, clock, derive)  # the previous step's, this one already queued
         pending = submitted
         if loop.save_due(step + 1):
-            await log_finished(ctx, pending, run_plan, clock)
+            await log_finished(ctx, pending, run_plan, clock, derive)
             pending = None
             await loop.save(step + 1)
     if pending is not None:
-        await log_finished(ctx, pending, run_plan, clock)
+        await log_finished(ctx, pending, run_plan, clock, derive)
     await loop.finish(client)

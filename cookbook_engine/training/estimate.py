@@ -10,7 +10,7 @@ the steps. `run_time` counts each:
 - loading: the model, the renderer and the data before the first step (STARTUP_S);
 - steps: SL and DPO train their batches' tokens (DPO also scores them under the reference model); RL and
   distillation sample every reply, counted at max_tokens, as groups and train on them (distillation also scores
-  them under the teacher);
+  them under the teacher); prompt distillation samples the teacher's replies once, then trains on them as SL;
 - evaluations, at step 0, every eval_every steps and at the end: SL's and DPO's held-out split (scored), RL's
   held-out problems (one reply each), and the named eval sets (one reply per example, or scored for NLL sets);
 - checkpoint saves: every save_every steps and the final one (SAVE_S each).
@@ -82,6 +82,10 @@ def run_time(config: CommonConfig, prepared: object, plan: LoopPlan, rate: speed
 
 
 def step_seconds(config: CommonConfig, prepared: object, plan: LoopPlan, rate: speed.Speeds) -> float:
+    if isinstance(config, DistillConfig) and config.mode == "prompt":
+        # the teacher's replies sampled once (every prompt's group, counted at max_tokens), then SL steps over them
+        replies = len(getattr(prepared, "prompts", [])) * config.group_size
+        return replies * config.max_tokens / rate.sample_tok_s + plan.tokens / rate.train_tok_s
     if isinstance(config, RLConfig | DistillConfig):
         # every reply counted at max_tokens, sampled and then trained on: measured on the arithmetic defaults this
         # was within 10% of the steps' time (362 s estimated, 329 s measured), since the replies' shorter length
