@@ -207,6 +207,7 @@ def test_the_new_run_form_checks_a_prompt_distillation_without_starting_it(home,
     click(at, "Check settings")
     text = shown_text(at)
     assert "Ready to start" in text and "98 prompts" in text, text
+    assert "the teacher samples 392 replies (at most 18,816 tokens), then 98 steps × 4 of them" in text, text
     command = next(code.value for code in at.code if " distill " in code.value)
     assert "mode=prompt" in command and f"context={PIP}" in command and "teacher=base" in command
     assert "batch_size=4" in command and "dataset=builtin:persona" in command
