@@ -212,3 +212,13 @@ def test_the_new_run_form_checks_a_prompt_distillation_without_starting_it(home,
     assert "mode=prompt" in command and f"context={PIP}" in command and "teacher=base" in command
     assert "batch_size=4" in command and "dataset=builtin:persona" in command
     assert not (home / "runs").exists() or not any((home / "runs").iterdir())
+
+
+def test_the_memory_check_counts_a_batch_of_replies_not_groups_of_samples():
+    from cookbook_engine import memory
+
+    prepared = SimpleNamespace(longest_prompt=100)
+    prompt_mode = cfg.DistillConfig(mode="prompt", context=PIP, batch_size=4, max_tokens=32, groups_per_batch=8)
+    assert memory._largest_batch_tokens(prompt_mode, prepared) == 4 * 132
+    on_policy = cfg.DistillConfig(teacher="/ckpt", max_tokens=32, groups_per_batch=8, group_size=4)
+    assert memory._largest_batch_tokens(on_policy, prepared) == 8 * 4 * 132
