@@ -153,6 +153,8 @@ def check_fits(config: cfg.CommonConfig, prepared) -> MemoryNeed | None:
 
 def _largest_batch_tokens(config: cfg.CommonConfig, prepared) -> int:
     """Tokens in the largest forward/backward the run will do (before the micro-batch cap)."""
+    if isinstance(config, cfg.DistillConfig) and config.mode == "prompt":  # SL on the teacher's replies
+        return config.batch_size * (prepared.longest_prompt + config.max_tokens)
     if isinstance(config, cfg.RLConfig | cfg.DistillConfig):
         return config.groups_per_batch * config.group_size * (prepared.longest_prompt + config.max_tokens)
     if config.kind == "dpo":

@@ -207,7 +207,18 @@ def test_the_new_run_form_checks_a_prompt_distillation_without_starting_it(home,
     click(at, "Check settings")
     text = shown_text(at)
     assert "Ready to start" in text and "98 prompts" in text, text
+    assert "the teacher samples 392 replies (at most 18,816 tokens), then 98 steps × 4 of them" in text, text
     command = next(code.value for code in at.code if " distill " in code.value)
     assert "mode=prompt" in command and f"context={PIP}" in command and "teacher=base" in command
     assert "batch_size=4" in command and "dataset=builtin:persona" in command
     assert not (home / "runs").exists() or not any((home / "runs").iterdir())
+
+
+def test_the_memory_check_counts_a_batch_of_replies_not_groups_of_samples():
+    from cookbook_engine import memory
+
+    prepared = SimpleNamespace(longest_prompt=100)
+    prompt_mode = cfg.DistillConfig(mode="prompt", context=PIP, batch_size=4, max_tokens=32, groups_per_batch=8)
+    assert memory._largest_batch_tokens(prompt_mode, prepared) == 4 * 132
+    on_policy = cfg.DistillConfig(teacher="/ckpt", max_tokens=32, groups_per_batch=8, group_size=4)
+    assert memory._largest_batch_tokens(on_policy, prepared) == 8 * 4 * 132
