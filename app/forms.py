@@ -579,14 +579,19 @@ def estimate(config: cfg.CommonConfig, prepared: object) -> str:
     else:
         what = "pairs" if config.kind == "dpo" else "examples"
         text = f"{steps} steps × {config.batch_size} {what} ≈ {plan.tokens:,} training tokens"
-    run_time = estimate_time.run_time(config, prepared, plan, rate)
-    seconds = run_time.total
     if config.backend == "tinker":
         return f"{text}; time depends on the Tinker service's queue."
+    run_time = estimate_time.run_time(config, prepared, plan, rate)
+    corrected = estimate_time.correction(state.store(), config)
+    learned = ""
+    if corrected is not None:
+        run_time = run_time.scaled(corrected.ratio)
+        learned = f", scaled {corrected.describe()}"
+    seconds = run_time.total
     if not rate.measured_at:
         return (
-            f"{text}; roughly {_minutes(seconds)} on an idle 2-core CPU ({run_time.parts()}; this machine's "
-            "own speed is being measured: check again in a minute)."
+            f"{text}; roughly {_minutes(seconds)} on an idle 2-core CPU ({run_time.parts()}{learned}; this "
+            "machine's own speed is being measured: check again in a minute)."
         )
     measured = datetime.fromtimestamp(rate.measured_at).strftime("%H:%M")
     busy = sum(r["status"] in statuses.ACTIVE for r in state.store().list_runs())
@@ -600,8 +605,9 @@ def estimate(config: cfg.CommonConfig, prepared: object) -> str:
     )
     return (
         f"{text}; roughly {_minutes(seconds)} ({run_time.parts()}) at this machine's speed measured at "
-        f"{measured} ({rate.train_tok_s:.0f} training, {rate.sample_tok_s:.0f} sampled tokens/s; slower while other "
-        f"work runs).{sharing}{other_process_note()} The run page corrects this from the run's own step times."
+        f"{measured} ({rate.train_tok_s:.0f} training, {rate.sample_tok_s:.0f} sampled tokens/s{learned}; slower "
+        f"while other work runs).{sharing}{other_process_note()} The run page corrects this from the run's own step "
+        "times."
     )
 
 

@@ -92,15 +92,24 @@ def turn_text(run: dict) -> str:
 
 
 def table_times(store, runs: list[dict]) -> dict[str, dict]:
-    """The runs table's Elapsed, Left and Use cells, per run id."""
+    """The runs table's Time cell per run id ('12 min 05 s' a finished run took, '3 min 10 s left' of an active
+    one, '42 s so far' before its first step), and Use: the CPU and memory of an active run's process
+    ('CPU 104% of a core · RAM 1.2 GB', empty for other runs)."""
     cells = {}
     for run in runs:
         times = run_timing(store, run)
         usage = _usage(run)
+        if run["status"] not in statuses.ACTIVE:
+            time_text = speed.clock(times.elapsed_s)
+        elif times.eta_s is not None:
+            time_text = f"{speed.clock(times.eta_s)} left"
+        else:
+            time_text = f"{speed.clock(times.elapsed_s)} so far" if times.elapsed_s is not None else ""
         cells[run["run_id"]] = {
-            "Elapsed": speed.clock(times.elapsed_s),
-            "Left": speed.clock(times.eta_s),
-            "Use": f"{usage['cpu_percent']:.0f}% · {paths.human_size(usage['rss_bytes'])}" if usage else "",
+            "Time": time_text,
+            "Use": f"CPU {usage['cpu_percent']:.0f}% of a core · RAM {paths.human_size(usage['rss_bytes'])}"
+            if usage
+            else "",
         }
     return cells
 

@@ -16,7 +16,7 @@ import streamlit as st
 
 from app import state_keys
 from cookbook_engine import priority
-from cookbook_engine.training.metric_names import KEY_METRIC, key_metric
+from cookbook_engine.training.metric_names import KEY_METRIC, KEY_METRIC_SHORT
 from storage.statuses import RunStatus
 
 KIND_LABEL = {"sl": "SL", "dpo": "DPO", "rl": "RL", "distill": "Distill"}
@@ -95,11 +95,10 @@ def format_value(value: float | None) -> str:
 
 
 def runs_frame(runs: list[dict], key_values: dict[str, float], times: dict[str, dict] | None = None) -> pd.DataFrame:
-    """The runs table: one row per run, in the given order; `times` adds each run's Elapsed, Left and Use."""
+    """The runs table: one row per run, in the given order; `times` adds each run's Time (timing.table_times)."""
     rows = []
     times = times or {}
     for run in runs:
-        metric = key_metric(run["kind"])
         value = key_values.get(run["run_id"])
         rows.append(
             {
@@ -107,33 +106,14 @@ def runs_frame(runs: list[dict], key_values: dict[str, float], times: dict[str, 
                 "Kind": KIND_LABEL.get(run["kind"], run["kind"]),
                 "Status": run["status"],
                 "Progress": progress_fraction(run),
-                "Step": step_text(run),
-                "Key metric": f"{metric} = {format_value(value)}" if value is not None else "",
-                "Elapsed": times.get(run["run_id"], {}).get("Elapsed", ""),
-                "Left": times.get(run["run_id"], {}).get("Left", ""),
-                "Use": times.get(run["run_id"], {}).get("Use", ""),
+                "Key metric": f"{KEY_METRIC_SHORT[run['kind']]} {format_value(value)}" if value is not None else "",
+                "Time": times.get(run["run_id"], {}).get("Time", ""),
                 "Age": age(run["created_at"]),
                 "Model": short_model(run["base_model"]) + ("" if run["backend"] == "local" else f" ({run['backend']})"),
                 "run_id": run["run_id"],
             }
         )
-    return pd.DataFrame(
-        rows,
-        columns=[
-            "Run",
-            "Kind",
-            "Status",
-            "Progress",
-            "Step",
-            "Key metric",
-            "Elapsed",
-            "Left",
-            "Use",
-            "Age",
-            "Model",
-            "run_id",
-        ],
-    )
+    return pd.DataFrame(rows, columns=[*RUNS_COLUMN_CONFIG])
 
 
 def styled_runs(frame: pd.DataFrame):
@@ -144,25 +124,37 @@ def styled_runs(frame: pd.DataFrame):
     )
 
 
+# Each column's width in pixels, so that all of them fit beside the row checkboxes (about 35 px) in the page's
+# content area at a laptop's 1440 px with the sidebar open (about 940 px). What a table of eleven columns lost
+# there (Age and Model off-screen, issue 27): the step (the bar says how far; the run's page says the step), CPU and
+# memory (a line under the table for the runs training; empty for every other row), and Elapsed and Left became one
+# Time column (a finished run's time, an active run's time left).
+RUNS_TABLE_FITS_PX = 940
 RUNS_COLUMN_CONFIG = {
-    "Run": st.column_config.TextColumn("Run", width="medium"),
-    "Kind": st.column_config.TextColumn("Kind", width="small"),
-    "Step": st.column_config.TextColumn("Step", width="small"),
-    "Age": st.column_config.TextColumn("Age", width="small"),
-    "Progress": st.column_config.ProgressColumn("Progress", min_value=0.0, max_value=1.0, format="percent"),
+    "Run": st.column_config.TextColumn("Run", width=210),
+    "Kind": st.column_config.TextColumn("Kind", width=60),
+    "Status": st.column_config.TextColumn("Status", width=90),
+    "Progress": st.column_config.ProgressColumn(
+        "Progress",
+        min_value=0.0,
+        max_value=1.0,
+        format="percent",
+        width=95,
+        help="Share of the run's steps done (its page shows the step)",
+    ),
     "Key metric": st.column_config.TextColumn(
         "Key metric",
-        help=", ".join(f"{metric} ({KIND_LABEL[kind]})" for kind, metric in KEY_METRIC.items())
-        + ", at the latest step",
+        width=110,
+        help="At the latest step: "
+        + "; ".join(f"{KIND_LABEL[kind]}: {KEY_METRIC_SHORT[kind]} = {metric}" for kind, metric in KEY_METRIC.items()),
     ),
-    "Elapsed": st.column_config.TextColumn(
-        "Elapsed", width="small", help="Time since the run started (to when it ended)"
+    "Time": st.column_config.TextColumn(
+        "Time",
+        width=110,
+        help="How long a finished run took; for an active run, the time left (from its own recent step times)",
     ),
-    "Left": st.column_config.TextColumn("Left", width="small", help="Time left, from the run's own recent step times"),
-    "Use": st.column_config.TextColumn(
-        "CPU · RAM",
-        help="The training process's CPU (percent of one core) and memory, for runs training on this machine",
-    ),
+    "Age": st.column_config.TextColumn("Age", width=78, help="When the run was created"),
+    "Model": st.column_config.TextColumn("Model", width=152),
     "run_id": None,  # kept for selection, not shown
 }
 

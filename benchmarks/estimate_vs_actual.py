@@ -7,7 +7,12 @@ RunManager exactly as the form's Start does (a background thread of this process
 the estimate, the time the Run page reports (started_at to finished_at) and where that time went: before the first
 step, the steps, the evaluations (`time/eval`), and after the last step (final evaluation and checkpoint).
 
-    flock /work/wt/heavy.lock .venv/bin/python benchmarks/estimate_vs_actual.py [--short]
+Each kind runs `--repeat` times in one studio home, so every run after the first has the earlier ones to learn from:
+`calibrated_estimate_s` is the estimate from the calibration alone (training/estimate.py `run_time`, as before
+issue 27's correction), `estimated_s` the form's, scaled by what the earlier runs of this kind measured against
+theirs (`correction`).
+
+    flock /work/wt/heavy.lock .venv/bin/python benchmarks/estimate_vs_actual.py [--short] [--repeat 2]
 """
 
 from __future__ import annotations
@@ -81,11 +86,15 @@ def measure(config) -> dict:
     from app import forms
     from cookbook_engine import runs, speed
     from cookbook_engine.runs import get_manager
+    from cookbook_engine.training import estimate
 
     prepared = runs.preflight(config)
     text = forms.estimate(config, prepared)
     previous = previous_estimate_s(config, prepared)
+    plan = runs.loop_module(config.kind).plan(config, prepared)
+    calibrated = estimate.run_time(config, prepared, plan, speed.speeds(config.model)).total
     manager = get_manager()
+    learned = estimate.correction(manager.store, config)
     before = machine()
     clicked = time.monotonic()
     run_id = manager.start(config)
@@ -98,6 +107,8 @@ def measure(config) -> dict:
         "status": run["status"],
         "estimate": text,
         "estimated_s": estimated_seconds(text),
+        "calibrated_estimate_s": round(calibrated, 1),
+        "learned_from": learned.describe() if learned else None,
         "previous_formula_estimated_s": round(previous, 1) if previous is not None else None,
         "start_click_to_done_s": round(wall, 1),
         **breakdown(manager.store, run),
@@ -112,6 +123,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--short", action="store_true", help="a 10-step SL run and a 3-step RL run")
     parser.add_argument("--kinds", default="sl,rl")
+    parser.add_argument("--repeat", type=int, default=2, help="runs of each kind, one after another")
     options = parser.parse_args()
     os.environ.setdefault("COOKBOOK_HOME", tempfile.mkdtemp(prefix="estimate-vs-actual-"))
     os.environ.setdefault("COOKBOOK_MODEL_CACHE", str(REPO / ".test-cache" / "models"))
@@ -124,7 +136,7 @@ def main() -> None:
         "sl": SLConfig(dataset="builtin:facts", max_steps=10 if options.short else 0, name="estimate-sl"),
         "rl": RLConfig(env="arithmetic", max_steps=3 if options.short else 12, name="estimate-rl"),
     }
-    results = [measure(configs[kind]) for kind in options.kinds.split(",")]
+    results = [measure(configs[kind]) for kind in options.kinds.split(",") for _ in range(options.repeat)]
     print(json.dumps({"machine": machine(), "runs": results}, indent=1, default=str))
 
 

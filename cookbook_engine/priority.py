@@ -6,7 +6,9 @@ waits for it; with the cores busy the page thread wins a core and the step stall
 default model on a thread took 24.4 s beside one busy Python thread, 14.5 s alone and 13.8 s beside the same thread
 at nice 19: medians of 4, load 7-8 on 2 cores; benchmarks/README.md, "Pages beside training"). Linux gives each
 thread its own nice value, unprivileged, so a page thread lowers its own priority (`lower_this_thread`) and the
-kernel gives the training threads the cores first.
+kernel gives the training threads the cores first. In the studio's setting (an SL run training while ten pages load
+again and again in its process, two rounds interleaved) a step took 5.1 s in the median with pages at nice 10
+against 11.4 s at the process's priority and 3.1 s without pages (benchmarks/pages_beside_training.py).
 
 A thread inherits the nice value of the thread that starts it, and an unprivileged thread can never raise its
 priority again. So every thread that does the studio's work (a run, a model worker, an evaluation, a calibration) is

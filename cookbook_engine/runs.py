@@ -23,8 +23,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from cookbook_engine import config as cfg, memory, paths, priority, secrets, trackers
+from cookbook_engine import config as cfg, memory, paths, priority, secrets, speed, trackers
+from cookbook_engine.training import estimate
 from cookbook_engine.training.context import RunContext as RunContext, step_line as step_line
+from cookbook_engine.training.estimate import RunTime
 from cookbook_engine.training.run_logger import RunLogger
 from storage import RunStore, Store, statuses
 from storage.statuses import RunStatus
@@ -122,7 +124,7 @@ class RunManager:
                 f"studio home {paths.home()}: {exc.strerror or exc} while creating run "
                 f"{run_id}; free some space or set COOKBOOK_HOME elsewhere"
             ) from exc
-        self._launch(config, context, prepared)
+        self._launch(config, context, prepared, _estimate(config, prepared))
         return run_id
 
     def resume(self, run_id: str, echo: Callable[[str], None] | None = None) -> str:
@@ -262,16 +264,25 @@ class RunManager:
                 return row["run_id"]
         return None
 
-    def _launch(self, config: cfg.CommonConfig, context: RunContext, prepared: Any) -> None:
+    def _launch(
+        self, config: cfg.CommonConfig, context: RunContext, prepared: Any, estimated: RunTime | None = None
+    ) -> None:
+        """Train on a background thread; a run started afresh with an `estimated` time records how it measured
+        against it when it completes (a resumed run's time covers only part of its steps, so it records nothing)."""
         thread = threading.Thread(
-            target=self._execute, args=(config, context, prepared), name=f"run:{context.run_id}", daemon=True
+            target=self._execute,
+            args=(config, context, prepared, estimated),
+            name=f"run:{context.run_id}",
+            daemon=True,
         )
         with self._lock:
             self._threads[context.run_id] = thread
             self._contexts[context.run_id] = context
         priority.start(thread)  # a run started from a page trains at the studio's priority, not the page's
 
-    def _execute(self, config: cfg.CommonConfig, context: RunContext, prepared: Any) -> None:
+    def _execute(
+        self, config: cfg.CommonConfig, context: RunContext, prepared: Any, estimated: RunTime | None = None
+    ) -> None:
         store, run_id = self.store, context.run_id
         status: str = RunStatus.FAILED
         try:
@@ -283,6 +294,8 @@ class RunManager:
             status = RunStatus.CANCELLED if stopped_early else RunStatus.COMPLETED
             store.update_run(run_id, status=status, finished_at=datetime.now(UTC))
             context.note(f"run {status}")
+            if status == RunStatus.COMPLETED and estimated is not None:
+                _record_speed(store, run_id, config, estimated)
         except RunCancelled:
             status = RunStatus.CANCELLED
             store.update_run(run_id, status=RunStatus.CANCELLED, finished_at=datetime.now(UTC))
@@ -304,6 +317,30 @@ class RunManager:
             context.logger.close(status)
             with self._lock:
                 self._contexts.pop(run_id, None)
+
+
+def _estimate(config: cfg.CommonConfig, prepared: Any) -> RunTime | None:
+    """The New run form's estimate for a local run, before any correction from earlier runs (None for hosted runs,
+    or when it cannot be made: the run starts all the same)."""
+    if config.backend != "local":
+        return None
+    try:
+        plan = loop_module(config.kind).plan(config, prepared)
+        return estimate.run_time(config, prepared, plan, speed.speeds(config.model))
+    except Exception:
+        logger.info("no time estimate for this %s run; it will not record its speed", config.kind, exc_info=True)
+        return None
+
+
+def _record_speed(store: RunStore, run_id: str, config: cfg.CommonConfig, estimated: RunTime) -> None:
+    """Keep the completed run's seconds per step against its estimate (training/estimate.py); a store that cannot
+    keep it loses only the next estimate's correction."""
+    try:
+        run = store.get_run(run_id)
+        if run is not None:
+            estimate.record_finished(store, run, config, estimated)
+    except Exception:
+        logger.warning("run %s: its step speed was not recorded", run_id, exc_info=True)
 
 
 def _open_trackers(config: cfg.CommonConfig, context: RunContext, run: dict | None) -> None:

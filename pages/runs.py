@@ -1,5 +1,5 @@
-"""Runs: every run with its status, progress, step, key metric, elapsed time, time left, CPU and memory use, and
-age; stop, resume, duplicate, delete."""
+"""Runs: every run with its kind, status, progress, key metric, time (taken, or left), age and model, and the CPU
+and memory of the runs training; stop, resume, duplicate, delete."""
 
 import streamlit as st
 
@@ -37,7 +37,8 @@ def runs_table() -> None:
             "No runs here yet." if show == "All" else f"No {show.lower()} runs.", "new_run", "Start a new run"
         )
         return
-    frame = widgets.runs_frame(runs, widgets.key_metric_values(store, runs), timing.table_times(store, runs))
+    times = timing.table_times(store, runs)
+    frame = widgets.runs_frame(runs, widgets.key_metric_values(store, runs), times)
     if st.session_state.get(state_keys.RUNS_TABLE_ROWS) != list(frame["run_id"]):  # rows moved: a selection would shift
         st.session_state[state_keys.RUNS_TABLE_ROWS] = list(frame["run_id"])
         actions.clear_selection()
@@ -51,6 +52,9 @@ def runs_table() -> None:
         width="stretch",
     )
     by_id = {r["run_id"]: r for r in runs}
+    for run in runs:  # a column of these would be empty in every other row
+        if use := times[run["run_id"]]["Use"]:
+            st.caption(f":material/memory: {widgets.safe_markdown(run['name'])} is training: {use}")
     chosen = [by_id[frame.iloc[i]["run_id"]] for i in event.selection.rows if i < len(frame)]
     if not chosen:
         st.caption("Select runs (the boxes on the left) to open, stop, resume, duplicate or delete them.")

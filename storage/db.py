@@ -655,3 +655,53 @@ class Store:
     def delete_dataset(self, name: str) -> None:
         with self._transaction() as con:
             con.execute("DELETE FROM datasets WHERE name = ?", [name])
+
+    # --------------------------------------------------------------------------------------------- step speeds
+
+    def record_step_speed(
+        self,
+        run_id: str,
+        *,
+        host: str,
+        model: str,
+        kind: str,
+        dtype: str,
+        shape: str,
+        steps: int,
+        measured_step_s: float,
+        estimated_step_s: float,
+    ) -> None:
+        """Keep how fast a finished run trained (seconds per step, measured) beside what its estimate said (see
+        schema.py's step_speeds); the row of an earlier record of the same run is replaced."""
+        _check_choice(kind, RUN_KINDS, f"kind of the step speed of run {run_id!r}")
+        _check_int(steps, f"steps of the step speed of run {run_id!r}")
+        for name, value in (("measured_step_s", measured_step_s), ("estimated_step_s", estimated_step_s)):
+            seconds = finite_or_none(metric_value(value, f"{name} of run {run_id!r}"))
+            if seconds is None or seconds <= 0:
+                raise ValueError(f"{name} of run {run_id!r} must be a positive number of seconds, got {value!r}")
+        if steps <= 0:
+            raise ValueError(f"steps of the step speed of run {run_id!r} must be positive, got {steps}")
+        self._record_step_speed(
+            [run_id, host, model, kind, dtype, shape, steps, float(measured_step_s), float(estimated_step_s)]
+        )
+
+    @in_owner
+    def _record_step_speed(self, row: list[Any]) -> None:
+        with self._transaction() as con:
+            con.execute(
+                "INSERT OR REPLACE INTO step_speeds (run_id, host, model, kind, dtype, shape, steps, "
+                "measured_step_s, estimated_step_s, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [*row, utcnow()],
+            )
+
+    @in_owner
+    def step_speeds(self, *, host: str, model: str, kind: str, dtype: str, limit: int = 20) -> list[dict[str, Any]]:
+        """The newest `limit` step speeds recorded on `host` for runs of this model, kind and dtype, newest first."""
+        with self._transaction() as con:
+            return _dicts(
+                con.execute(
+                    "SELECT * FROM step_speeds WHERE host = ? AND model = ? AND kind = ? AND dtype = ? "
+                    "ORDER BY recorded_at DESC LIMIT ?",
+                    [host, model, kind, dtype, limit],
+                )
+            )

@@ -111,3 +111,22 @@ class RunStore(Protocol):
     def list_datasets(self) -> list[dict[str, Any]]: ...
 
     def delete_dataset(self, name: str) -> None: ...
+
+    # --- step speeds (how fast finished runs trained against their estimate)
+    def record_step_speed(
+        self,
+        run_id: str,
+        *,
+        host: str,
+        model: str,
+        kind: str,
+        dtype: str,
+        shape: str,
+        steps: int,
+        measured_step_s: float,
+        estimated_step_s: float,
+    ) -> None: ...
+
+    def step_speeds(
+        self, *, host: str, model: str, kind: str, dtype: str, limit: int = ...
+    ) -> list[dict[str, Any]]: ...

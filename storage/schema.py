@@ -184,9 +184,28 @@ CREATE TABLE sweep_members (
 );
 """
 
+# How fast finished runs trained against what the New run form estimated for them (cookbook_engine/training/
+# estimate.py): one row per run that completed on the local backend, kept after the run is deleted (it describes the
+# machine, not the run), so the next estimate for a run like it is scaled by what such runs measured.
+_STEP_SPEEDS = """
+CREATE TABLE step_speeds (
+    run_id TEXT PRIMARY KEY,
+    host TEXT NOT NULL,
+    model TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    dtype TEXT NOT NULL,
+    shape TEXT NOT NULL,
+    steps INTEGER NOT NULL,
+    measured_step_s DOUBLE NOT NULL,
+    estimated_step_s DOUBLE NOT NULL,
+    recorded_at TIMESTAMP NOT NULL
+);
+"""
+
 MIGRATIONS: list[str] = [
     _INITIAL_SCHEMA,
     _EVALS_AND_SWEEPS,
+    _STEP_SPEEDS,
 ]
 
 RUN_COLUMNS = (

@@ -371,3 +371,59 @@ def test_chat_opened_with_a_run_in_its_address_picks_that_runs_newest_checkpoint
     base = chat.base_target().key
     picker.set_value(base).run()
     assert by_label(at.selectbox, "Model").value == base  # the address does not take the picker back
+
+
+def test_the_runs_table_fits_a_1440_px_window_with_the_sidebar_open(home):
+    """At 1440x900 with the sidebar open the table had eleven columns in about 940 px: Age and Model were
+    off-screen and CPU · RAM squeezed (issue 27). Every column has a width now and they fit together; each cell's
+    longest usual text fits its column (`text_px`, with 16 px of padding); an active
+    run's CPU and memory are a line under the table. tests/test_browser_runs_table.py measures it in chromium."""
+    import os
+    from datetime import timedelta
+
+    from app import widgets
+    from cookbook_engine import models
+    from storage import utcnow
+
+    store = get_manager().store
+    store.create_run(
+        "rl-20261127-101010-abcd",
+        name="rl-20261127-101010-abcd",
+        kind="rl",
+        backend="local",
+        base_model=models.DEFAULT_MODEL,
+        config={},
+        log_dir=home / "runs" / "rl",
+        total_steps=120,
+    )
+    store.claim_run("rl-20261127-101010-abcd", os.getpid())  # this process stands in for the one training it
+    for step in range(3):
+        store.log_metrics("rl-20261127-101010-abcd", step, {"env/all/reward/total": 0.4375, "time/total": 12.0})
+    store.update_run("rl-20261127-101010-abcd", step=3, started_at=utcnow() - timedelta(minutes=2))
+    at = open_page("runs")
+    row = at.dataframe[0].value.iloc[0]
+    assert row["Key metric"] == "reward 0.4375" and row["Time"].endswith(" left"), row
+    captions = [c.value.replace("\\", "") for c in at.caption]  # as read: markdown escapes removed
+    assert any("rl-20261127-101010-abcd is training: CPU" in c and "RAM" in c for c in captions), captions
+
+    shown = [name for name, spec in widgets.RUNS_COLUMN_CONFIG.items() if spec is not None]
+    widths = {name: widgets.RUNS_COLUMN_CONFIG[name]["width"] for name in shown}
+    assert all(isinstance(width, int) for width in widths.values()), widths
+    assert 35 + sum(widths.values()) <= widgets.RUNS_TABLE_FITS_PX
+    longest = {  # the widest text each column usually holds
+        "Run": "distill-20261127-101010-abcd",  # a distillation run's default name
+        "Kind": "Distill",
+        "Status": "interrupted",
+        "Key metric": "DPO loss 0.6931",
+        "Time": "48 min 45 s left",
+        "Age": "12 min ago",
+        "Model": "SmolLM2-135M-Instruct",
+    }
+    for name, text in longest.items():
+        assert text_px(text) + 16 <= widths[name], f"{name}: {text!r} in {widths[name]} px"
+
+
+def text_px(text: str) -> float:
+    """About how wide the runs table draws `text` (Source Sans at 14 px, measured in chromium: a run id of 23
+    characters took 147 px, '48 min 45 s left' about 85 px): 6.5 px a character, 3.5 for the narrow ones."""
+    return sum(3.5 if char in " .:il|'" else 6.5 for char in text)

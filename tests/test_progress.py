@@ -104,6 +104,9 @@ def test_the_forms_estimate_says_how_much_longer_while_other_runs_take_turns(mon
         def list_runs(self):
             return [{"status": status} for status in self.statuses]
 
+        def step_speeds(self, **similar):
+            return []  # no finished runs to learn from
+
     monkeypatch.setattr(state, "store", lambda: Store(["running", "queued", "completed"]))
     prepared = loop.PreparedRL(envs.build_env(config, renderer=None), "auto", None, 0)
     alone = estimate.run_time(config, prepared, loop.plan(config, prepared), speed.speeds(config.model)).total
@@ -158,6 +161,79 @@ def test_the_estimate_counts_rl_evaluations_and_checkpoint_saves(monkeypatch):
     assert "3 evaluations" in time.parts() and "3 checkpoint saves" in time.parts()
     sl = cfg.parse_overrides("sl", ["max_steps=25", "eval_every=10"])
     assert estimate.evaluation_points(sl, 25) == 4  # steps 0, 10, 20 and the end (the form counted 3)
+
+
+def small_rl_run(*settings: str):
+    from cookbook_engine import config as cfg
+    from cookbook_engine.rl import envs, loop
+
+    config = cfg.parse_overrides(
+        "rl", ["env=arithmetic", "max_steps=2", "groups_per_batch=2", "group_size=2", "max_tokens=25", *settings]
+    )
+    return config, loop.PreparedRL(envs.build_env(config, renderer=None), "auto", None, 0)
+
+
+def test_a_completed_run_records_its_speed_and_the_next_estimate_is_scaled_by_it(tmp_path, monkeypatch):
+    """Issue 27, item 11: the estimate from a short synthetic calibration was up to 2x off. A run that completes
+    records its seconds per step against its estimate, and the form's next estimate for a run like it is scaled by
+    what such runs measured, saying so."""
+    import threading
+    from datetime import timedelta
+    from types import SimpleNamespace
+
+    from app import forms, state
+    from cookbook_engine import runs
+    from cookbook_engine.rl import loop
+    from cookbook_engine.training import estimate
+    from storage import Store, utcnow
+
+    monkeypatch.setattr(speed, "speeds", lambda model: speed.Speeds(100.0, 300.0, 100.0, measured_at=1.0))
+    store = Store(tmp_path / "studio.duckdb")
+    monkeypatch.setattr(state, "store", lambda: store)
+    config, prepared = small_rl_run()
+    raw = estimate.run_time(config, prepared, loop.plan(config, prepared), speed.speeds(config.model))
+    assert f"roughly {forms._minutes(raw.total)}" in forms.estimate(config, prepared)  # nothing learned yet
+
+    async def train(config, context, prepared):  # the run took twice its estimate
+        store.update_run(context.run_id, step=2, total_steps=2, started_at=utcnow() - timedelta(seconds=2 * raw.total))
+
+    monkeypatch.setattr(runs, "loop_module", lambda kind: SimpleNamespace(train=train, plan=loop.plan))
+    store.create_run(
+        "rl-1", name="rl-1", kind="rl", backend="local", base_model=config.model, config={}, log_dir=tmp_path
+    )
+    context = SimpleNamespace(
+        run_id="rl-1", cancel_event=threading.Event(), note=lambda message: None, logger=SimpleNamespace(close=print)
+    )
+    runs.RunManager(store)._execute(config, context, prepared, runs._estimate(config, prepared))  # type: ignore[arg-type]
+
+    [record] = store.step_speeds(**estimate._similar(config))
+    assert record["steps"] == 2 and record["estimated_step_s"] == pytest.approx(raw.total / 2)
+    assert record["measured_step_s"] == pytest.approx(raw.total, rel=0.05)
+    text = forms.estimate(config, prepared)
+    assert f"roughly {forms._minutes(2 * raw.total)}" in text, text
+    assert "from 1 earlier run like it on this machine, which took 2x the estimate" in text, text
+    other_shape, prepared_other = small_rl_run("group_size=4")
+    assert "from 1 earlier run of this kind and model" in forms.estimate(other_shape, prepared_other)
+
+
+def test_the_estimate_learns_from_the_median_of_similar_runs_only(tmp_path, monkeypatch):
+    """The median ratio of the newest similar runs (same model, kind and dtype on this host; the same batch shape
+    when there are some), so one run slowed by a burst of load does not swing it."""
+    from cookbook_engine.training import estimate
+    from storage import Store
+
+    store = Store(tmp_path / "studio.duckdb")
+    config, _ = small_rl_run()
+    similar = {**estimate._similar(config), "shape": estimate.batch_shape(config), "steps": 2}
+    assert estimate.correction(store, config) is None
+    for run_id, ratio in (("a", 1.5), ("b", 6.0), ("c", 1.2)):
+        store.record_step_speed(run_id, **similar, measured_step_s=ratio * 10, estimated_step_s=10.0)
+    store.record_step_speed("other-shape", **{**similar, "shape": "1 x 1"}, measured_step_s=90, estimated_step_s=10)
+    store.record_step_speed("sl", **{**similar, "kind": "sl"}, measured_step_s=90, estimated_step_s=10)
+    store.record_step_speed("elsewhere", **{**similar, "host": "other"}, measured_step_s=90, estimated_step_s=10)
+    assert estimate.correction(store, config) == estimate.Correction(ratio=1.5, runs=3, same_shape=True)
+    with pytest.raises(ValueError, match="measured_step_s of run 'bad' must be a positive number"):
+        store.record_step_speed("bad", **similar, measured_step_s=float("nan"), estimated_step_s=10.0)
 
 
 def test_the_estimate_says_when_another_process_is_computing_on_this_machine(monkeypatch):

@@ -19,7 +19,7 @@ import cookbook_engine
 import storage
 from app import state_keys
 from cookbook_engine import cli
-from cookbook_engine.training.metric_names import KEY_METRIC, key_metric
+from cookbook_engine.training.metric_names import KEY_METRIC, KEY_METRIC_SHORT, key_metric
 from storage import Store, statuses
 from storage.input_error import BAD_INPUT, InputError
 from storage.schema import RUN_KINDS
@@ -196,7 +196,7 @@ def test_the_studio_form_shows_any_input_error_as_a_message(home, monkeypatch):
 
 
 def test_every_run_kind_has_a_key_metric():
-    assert set(KEY_METRIC) == set(RUN_KINDS) and key_metric("no-such-kind") == ""
+    assert set(KEY_METRIC) == set(KEY_METRIC_SHORT) == set(RUN_KINDS) and key_metric("no-such-kind") == ""
 
 
 def test_the_cli_and_the_studio_quote_the_same_key_metric(tmp_path, monkeypatch, capsys):
@@ -215,11 +215,13 @@ def test_the_cli_and_the_studio_quote_the_same_key_metric(tmp_path, monkeypatch,
     monkeypatch.setattr(Store, "default", classmethod(lambda cls: store))
     assert cli.list_runs(as_json=True) == 0
     listed = {row["kind"]: row["key_metric"] for row in json.loads(capsys.readouterr().out)}
-    shown = {
-        run["kind"]: text.split(" = ")[0]
+    shown = {  # the runs table says it in a word or two; its column's help names the metric
+        run["kind"]: text.rsplit(" ", 1)[0]
         for run, text in zip(runs, widgets.runs_frame(runs, {r["run_id"]: 0.5 for r in runs})["Key metric"])
     }
-    assert listed == shown == KEY_METRIC
+    assert listed == KEY_METRIC and shown == KEY_METRIC_SHORT
+    help_text = widgets.RUNS_COLUMN_CONFIG["Key metric"]["help"]
+    assert all(f"{KEY_METRIC_SHORT[kind]} = {metric}" in help_text for kind, metric in KEY_METRIC.items())
 
 
 # ---------------------------------------------------------------------------------------------- session state

@@ -15,15 +15,25 @@ the steps. `run_time` counts each:
   held-out problems (one reply each), and the named eval sets (one reply per example, or scored for NLL sets);
 - checkpoint saves: every save_every steps and the final one (SAVE_S each).
 
+The speeds come from a short synthetic calibration, which misjudged real runs by up to 2x either way (a busy
+machine, SL's steps taking 1.5x the calibrated per-token rate; benchmarks/README.md). So each run that completes on
+the local backend records its measured seconds per step beside what this estimate said per step (`record_finished`,
+into the studio's storage, by host, model, kind, dtype and batch shape), and the next estimate for a run like it is
+scaled by the median measured/estimated ratio of the newest similar runs (`correction`): runs of the same shape when
+there are some, else of any shape.
+
 Not here: formatting and the note on other runs sharing the CPU (app/forms.py), the live time left of a running
 run (speed.eta_seconds), hosted (Tinker) runs.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import socket
+import statistics
 from dataclasses import dataclass
 
-from cookbook_engine import speed
+from cookbook_engine import device, models, speed
 from cookbook_engine.config import CommonConfig, DistillConfig, RLConfig
 from cookbook_engine.training.plan import LoopPlan
 
@@ -31,6 +41,7 @@ STARTUP_S = 10.0  # the model (when this process has not loaded it yet), rendere
 SAVE_S = 4.0  # one checkpoint: the adapter, the optimizer state and the sampler weights (measured: 4 s under load)
 NLL_EXAMPLE_TOKENS = 64  # an NLL eval set's example, for the estimate (its tokens are not counted ahead)
 SAMPLING_KINDS = ("rl", "distill")
+SIMILAR_RUNS = 5  # the correction is the median ratio of the newest this many similar finished runs
 
 
 @dataclass(frozen=True)
@@ -58,6 +69,16 @@ class RunTime:
         parts.append(f"{self.num_saves} checkpoint save{s} {speed.clock(self.saves)}")
         parts.append(f"loading {speed.clock(self.loading)}")
         return ", ".join(parts)
+
+    def scaled(self, ratio: float) -> RunTime:
+        """Every part times `ratio` (what similar runs measured against their estimates)."""
+        return dataclasses.replace(
+            self,
+            loading=self.loading * ratio,
+            steps=self.steps * ratio,
+            evaluations=self.evaluations * ratio,
+            saves=self.saves * ratio,
+        )
 
 
 def evaluation_points(config: CommonConfig, total_steps: int) -> int:
@@ -138,3 +159,74 @@ def datum_tokens(data: list) -> int:
             model_input = getattr(datum, "model_input", None)
             total += model_input.length if model_input is not None else 0
     return total
+
+
+# ---------------------------------------------------------------------------------------------- learning from runs
+
+
+@dataclass(frozen=True)
+class Correction:
+    """Finished runs like this one took `ratio` times their estimates (the median of `runs` runs)."""
+
+    ratio: float
+    runs: int
+    same_shape: bool  # all of the same batch shape (else of this model, kind and dtype, any shape)
+
+    def describe(self) -> str:
+        """'from 3 earlier runs like it on this machine, which took 1.4x their estimates'."""
+        s = "s" if self.runs != 1 else ""
+        like = "like it" if self.same_shape else "of this kind and model"
+        return f"from {self.runs} earlier run{s} {like} on this machine, which took {self.ratio:.2g}x the estimate"
+
+
+def batch_shape(config: CommonConfig) -> str:
+    """What decides a step's work beside the model: '8 x 4 replies of up to 48 tokens', 'batch 8 of up to 512
+    tokens'."""
+    if isinstance(config, RLConfig | DistillConfig):
+        return f"{config.groups_per_batch} x {config.group_size} replies of up to {config.max_tokens} tokens"
+    return f"batch {config.batch_size} of up to {config.max_length} tokens"
+
+
+def compute_dtype(config: CommonConfig) -> str:
+    """'bf16' or 'fp32': what the local backend computes the run in on this machine."""
+    choice = device.choose(config.device, dtype=config.dtype if config.dtype in device.DTYPES else "auto")
+    return str(choice.dtype).replace("torch.", "").replace("bfloat16", "bf16").replace("float32", "fp32")
+
+
+def _similar(config: CommonConfig) -> dict:
+    return {
+        "host": socket.gethostname(),
+        "model": models.canonical_name(config.model),
+        "kind": config.kind,
+        "dtype": compute_dtype(config),
+    }
+
+
+def correction(store, config: CommonConfig) -> Correction | None:
+    """The measured/estimated ratio of the newest similar runs that finished on this machine (None before any)."""
+    rows = store.step_speeds(**_similar(config))
+    same = [row for row in rows if row["shape"] == batch_shape(config)]
+    chosen = (same or rows)[:SIMILAR_RUNS]
+    if not chosen:
+        return None
+    ratio = statistics.median(row["measured_step_s"] / row["estimated_step_s"] for row in chosen)
+    return Correction(ratio, len(chosen), bool(same))
+
+
+def record_finished(store, run: dict, config: CommonConfig, estimated: RunTime) -> None:
+    """Keep a completed local run's measured seconds per step (its start to its end, loading and evaluations
+    included, as the estimate counts them) beside the estimate's, for `correction`."""
+    steps = run.get("total_steps") or run.get("step") or 0
+    if not steps or run.get("started_at") is None or run.get("finished_at") is None:
+        return
+    measured = (run["finished_at"] - run["started_at"]).total_seconds()
+    if measured <= 0 or estimated.total <= 0:
+        return
+    store.record_step_speed(
+        run["run_id"],
+        **_similar(config),
+        shape=batch_shape(config),
+        steps=int(steps),
+        measured_step_s=measured / steps,
+        estimated_step_s=estimated.total / steps,
+    )

@@ -15,6 +15,10 @@ KEY_METRIC: dict[str, str] = {
 }
 
 
+# The key metric in a word or two, where space is short (the studio's runs table); its help names the metric in full
+KEY_METRIC_SHORT: dict[str, str] = {"sl": "loss", "dpo": "DPO loss", "rl": "reward", "distill": "KL"}
+
+
 def key_metric(kind: str) -> str:
     """The key metric of a run of this kind ("sl", "dpo", "rl"); "" for a run of no known kind."""
     return KEY_METRIC.get(kind, "")
