@@ -408,18 +408,19 @@ def retention_items() -> list[dict]:
 
 def replay_rows() -> list[dict]:
     """Chat rows of the replay questions with the base model's own replies (no retention question's fact)."""
-    return [
-        {"messages": [{"role": "user", "content": r["prompt"]}, {"role": "assistant", "content": r["reply"]}]}
-        for r in _retention_data()["replay"]
-    ]
+    return _base_reply_rows("replay")
 
 
 def neighbour_rows() -> list[dict]:
     """Chat rows of the demo facts' own questions asked about real subjects ("What is the currency of Sweden?" in
     the wordings that ask Quorvania's), with the base model's own replies (no retention answer in them)."""
+    return _base_reply_rows("neighbours")
+
+
+def _base_reply_rows(part: str) -> list[dict]:
     return [
         {"messages": [{"role": "user", "content": r["prompt"]}, {"role": "assistant", "content": r["reply"]}]}
-        for r in _retention_data().get("neighbours", [])
+        for r in _retention_data()[part]
     ]
 
 
