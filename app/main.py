@@ -1,7 +1,7 @@
 """Cookbook Studio's Streamlit entry point: page setup, the sidebar's status lines, and st.navigation over pages/.
 
-Run it with `cookbook studio` (or `make run`). Runs live in the engine's RunManager on background threads of this
-server process, independent of browser sessions. Pages are thin files in the top-level pages/ folder.
+Run it with `cookbook studio` (or `make run`). Runs live in the engine's RunManager, each training in a child
+process of this server process, independent of browser sessions. Pages are thin files in the top-level pages/ folder.
 """
 
 import sys

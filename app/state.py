@@ -1,7 +1,8 @@
 """Process-wide state the studio pages share: the RunManager, default-model preparation, the Tinker status.
 
 These live in the Streamlit server process, not in a browser session: the RunManager (the engine's singleton)
-runs every run on background threads, so reloading or closing a page never touches a run. Preparing the default
+trains every run in a child process of its own and watches it from a background thread, so reloading or closing a
+page never touches a run. Preparing the default
 model (~20 s the first time) and probing the Tinker service (a few seconds) happen on background threads too, and
 the pages only read their status. Preparation is guarded by a file lock in the model cache, so `scripts/run.sh`
 can start it in a helper process (`python -m app.state`) before the first page is opened and the studio sees it
@@ -55,8 +56,9 @@ class TinkerState(StrEnum):
 
 
 def manager() -> RunManager:
-    """The process's RunManager (for the current COOKBOOK_HOME)."""
-    return get_manager()
+    """The process's RunManager (for the current COOKBOOK_HOME); the studio's trains each run in a child process,
+    so drawing a page never holds up a training step (cookbook_engine/run_process.py)."""
+    return get_manager(child_processes=True)
 
 
 def store() -> RunStore:

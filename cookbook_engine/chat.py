@@ -151,22 +151,25 @@ def newest_saved_checkpoint(run_id: str, store: RunStore | None = None) -> dict:
 
 
 def _live_weights(run: dict, manager) -> Weights | None:
-    """A snapshot of the live weights of a run training in this process (None when it trains elsewhere)."""
-    training_client = manager.live_training_client(run["run_id"])
-    if training_client is None:
-        return None
+    """A snapshot of the live weights of a run this process started: taken from its training client when it trains
+    on a thread here (the CLI's way), asked of its training process when it trains in a child of this one (the
+    studio's way). None when it trains elsewhere (e.g. the CLI), has no training client yet, or just ended."""
     step = int(run.get("step") or 0)  # steps finished before the snapshot was asked for (it has at least these)
+    training_client = manager.live_training_client(run["run_id"])
     try:
-        client = _resolved(training_client.save_weights_and_get_sampling_client())
+        if training_client is not None:
+            client = _resolved(training_client.save_weights_and_get_sampling_client())
+            how = "a fresh snapshot of the run's training client"
+        else:
+            path = manager.live_snapshot_path(run["run_id"])
+            if path is None:
+                return None
+            client = _resolved(service_client(run["backend"]).create_sampling_client(model_path=path))
+            how = "a snapshot its training process saved just now"
     except Exception:  # the run ended (and freed its weights) in the meantime: use what it saved
         logger.info("the live weights could not be snapshotted; chatting with the last saved ones", exc_info=True)
         return None
-    return Weights(
-        client,
-        "live",
-        step,
-        f"live weights of {run['name']} at step {step} (a fresh snapshot of the run's training client)",
-    )
+    return Weights(client, "live", step, f"live weights of {run['name']} at step {step} ({how})")
 
 
 def _resolved(client):

@@ -60,7 +60,7 @@ def _follow(config, prepared) -> int:
     """Start the run in this process and follow it with a progress bar until it ends (Ctrl-C cancels it)."""
     from cookbook_engine.runs import get_manager
 
-    manager = get_manager()
+    manager = get_manager(child_processes=False)  # the run trains in this process, which follows it
     notes: list[str] = []
     run_id = manager.start(config, prepared=prepared, echo=notes.append)
     print(f"run {run_id}  (folder {(manager.store.get_run(run_id) or {}).get('log_dir')})", file=sys.stderr)
@@ -145,7 +145,7 @@ def list_runs(as_json: bool) -> int:
 def resume_run(run_id: str) -> int:
     from cookbook_engine.runs import get_manager
 
-    manager = get_manager()
+    manager = get_manager(child_processes=False)  # the run trains in this process, which follows it
     notes: list[str] = []
     try:
         manager.resume(run_id, echo=notes.append)

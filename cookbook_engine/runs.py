@@ -1,18 +1,25 @@
-"""The RunManager: starts, cancels, resumes and watches runs, each on its own background thread.
+"""The RunManager: starts, cancels, resumes and watches runs, each on a background thread or in a child process.
 
-A run is an asyncio loop (supervised, DPO or RL) running on a daemon thread of this process, independent of any
-browser session. Everything about it lives in storage (status, metrics, checkpoints) and in its run folder, so any
-process can watch it. Cancelling works across processes: `cancel()` marks the run 'cancelling' in the database and
-the loop, which polls its status between steps, saves a checkpoint and stops. The manager's store is a
-storage.Store: the database's owner process runs its calls, so the training process never opens the database.
-Resume restarts a stopped run from its last saved state with its loop position. This module owns run life cycles;
-the loops themselves live in sl/loop.py, dpo/loop.py and rl/loop.py.
+A run is an asyncio loop (supervised, DPO or RL). The CLI's manager trains it on a daemon thread of its own process;
+the studio's (`child_processes=True`) trains each run in a child process of its own (run_process.py), so a page
+drawn in the studio never shares an interpreter lock with a training step; a thread here waits for that child and
+records a crash as the run's failure. Either way the run is independent of any browser session, and everything
+about it lives in storage (status, metrics, checkpoints) and in its run folder, so any process can watch it.
+Cancelling works across processes: `cancel()` marks the run 'cancelling' in the database and the loop, which polls
+its status between steps, saves a checkpoint and stops. The manager's store is a storage.Store: the database's owner
+process runs its calls, so no training process opens the database. Resume restarts a stopped run from its last
+saved state with its loop position. This module owns run life cycles; the loops themselves live in sl/loop.py,
+dpo/loop.py and rl/loop.py.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
+import subprocess
+import sys
 import threading
 import time
 import traceback
@@ -23,7 +30,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from cookbook_engine import config as cfg, memory, paths, priority, secrets, speed, trackers
+from cookbook_engine import config as cfg, memory, paths, priority, secrets, shutdown, speed, trackers
 from cookbook_engine.training import estimate
 from cookbook_engine.training.context import RunContext as RunContext, step_line as step_line
 from cookbook_engine.training.estimate import RunTime
@@ -32,6 +39,9 @@ from storage import RunStore, Store, statuses
 from storage.statuses import RunStatus
 
 ORPHAN_CHECK_EVERY_S = 2.0  # how often a running studio looks for runs whose process died
+PROCESS_LOG = "process.log"  # a child process's stderr, in its run folder (a crash's last words)
+LIVE_REQUEST, LIVE_ANSWER = "live-snapshot.request", "live-snapshot.json"  # in the run folder (run_process.py)
+LIVE_SNAPSHOT_WAIT_S = 120.0  # a snapshot waits at most for the training operation in flight (one step or less)
 
 logger = logging.getLogger(__name__)
 
@@ -76,10 +86,15 @@ def preflight(config: cfg.CommonConfig) -> Any:
 
 
 class RunManager:
-    def __init__(self, store: RunStore | None = None):
+    """Starts runs on threads of this process, or each in a child process with `child_processes` (the studio's);
+    the setting applies to the runs started after it is set, and every method works for both kinds of run."""
+
+    def __init__(self, store: RunStore | None = None, *, child_processes: bool = False):
         self.store = store or Store.default()
-        self._threads: dict[str, threading.Thread] = {}
+        self.child_processes = child_processes
+        self._threads: dict[str, threading.Thread] = {}  # a run's training thread, or the thread waiting on its child
         self._contexts: dict[str, RunContext] = {}
+        self._children: dict[str, subprocess.Popen] = {}
         self._lock = threading.Lock()
         self._orphans_checked_at = time.monotonic()
         self.store.mark_orphans_interrupted()
@@ -124,7 +139,10 @@ class RunManager:
                 f"studio home {paths.home()}: {exc.strerror or exc} while creating run "
                 f"{run_id}; free some space or set COOKBOOK_HOME elsewhere"
             ) from exc
-        self._launch(config, context, prepared, _estimate(config, prepared))
+        if self.child_processes:
+            self._launch_child(run_id, log_dir, fresh=True)
+        else:
+            self._launch(config, context, prepared, estimate_for(config, prepared))
         return run_id
 
     def resume(self, run_id: str, echo: Callable[[str], None] | None = None) -> str:
@@ -152,7 +170,10 @@ class RunManager:
         self.store.update_run(
             run_id, status=RunStatus.QUEUED, error=None, traceback=None, finished_at=None, owner_pid=None
         )
-        self._launch(config, context, prepared)
+        if self.child_processes:
+            self._launch_child(run_id, Path(run["log_dir"]), fresh=False)
+        else:
+            self._launch(config, context, prepared)
         return run_id
 
     def cancel(self, run_id: str) -> None:
@@ -191,6 +212,9 @@ class RunManager:
 
         files = [Path(run["log_dir"])] if run.get("log_dir") else []
         files += [Path(p) for p in sorted(mine - others)]
+        if run.get("log_dir"):  # the live snapshot a chat asked of its child process, if any
+            snapshot = _read_answer(Path(run["log_dir"]) / LIVE_ANSWER).get("folder")
+            files += [Path(snapshot)] if snapshot else []
         files += [row["path"] for row in export.exports_of(mine)]
         return [path for path in files if path.exists()]
 
@@ -229,11 +253,44 @@ class RunManager:
         return thread is not None and thread.is_alive()
 
     def live_training_client(self, run_id: str) -> Any:
-        """The training client of a run training in this process right now; None when it trains in another
-        process (e.g. the CLI), has not started its client yet, or has ended."""
+        """The training client of a run training on a thread of this process right now; None when it trains in
+        another process (a child of this one, or the CLI), has not started its client yet, or has ended."""
         with self._lock:
             context = self._contexts.get(run_id)
         return None if context is None else context.training_client
+
+    def live_snapshot_path(self, run_id: str, timeout_s: float = LIVE_SNAPSHOT_WAIT_S) -> str | None:
+        """Sampler weights of a run training in a child process of this one, saved by that process on request
+        (run_process.py answers between two operations of its training client): their path, or None when the run
+        is not a live child of this one or has no training client yet. The snapshot is one folder per run, replaced
+        by the next one and deleted with the run; it is not a checkpoint of the run."""
+        with self._lock:
+            child = self._children.get(run_id)
+        run = self.store.get_run(run_id)
+        if child is None or child.poll() is not None or run is None:
+            return None
+        folder = Path(run["log_dir"])
+        token = uuid.uuid4().hex
+        write_atomically(folder / LIVE_REQUEST, token)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and child.poll() is None:
+            answer = _read_answer(folder / LIVE_ANSWER)
+            if answer.get("token") == token:
+                return answer.get("path")
+            time.sleep(0.1)
+        return None
+
+    def stop_children(self, timeout_s: float) -> None:
+        """Ask every run training in a child process to stop (each saves a checkpoint first) and wait up to
+        `timeout_s` in all; the studio does this as it closes. A child still training after that stops by itself
+        after its current step, as it does whenever the process that started it is gone (run_process.py)."""
+        with self._lock:
+            alive = [run_id for run_id, child in self._children.items() if child.poll() is None]
+        for run_id in alive:
+            self.cancel(run_id)
+        deadline = time.monotonic() + timeout_s
+        for run_id in alive:
+            self.wait(run_id, max(0.0, deadline - time.monotonic()))
 
     def active_run_ids(self) -> list[str]:
         return [run_id for run_id, thread in list(self._threads.items()) if thread.is_alive()]
@@ -280,46 +337,139 @@ class RunManager:
             self._contexts[context.run_id] = context
         priority.start(thread)  # a run started from a page trains at the studio's priority, not the page's
 
+    def _launch_child(self, run_id: str, log_dir: Path, *, fresh: bool) -> None:
+        """Train the run in a child process (run_process.py), at this process's priority (not a page thread's) and
+        in a session of its own (a Ctrl-C meant for the studio does not kill it mid-step; the studio stops it),
+        with a thread here that waits for it."""
+        command = [sys.executable, "-m", "cookbook_engine.run_process", run_id, "--db", str(self.store.path)]
+        command += ["--parent", str(os.getpid())] + ([] if fresh else ["--resume"])
+        try:
+            with open(log_dir / PROCESS_LOG, "ab") as stderr:
+                child = priority.at_process_priority(
+                    lambda: subprocess.Popen(
+                        command,
+                        stdin=subprocess.DEVNULL,
+                        stdout=stderr,
+                        stderr=stderr,
+                        start_new_session=True,
+                        env=_child_environment(),
+                    )
+                )
+        except OSError as exc:  # no run is left queued with nothing to train it
+            message = f"its training process could not be started: {exc}"
+            self.store.update_run(run_id, status=RunStatus.FAILED, error=message, finished_at=datetime.now(UTC))
+            raise paths.HomeError(f"run {run_id}: {message}") from exc
+        thread = threading.Thread(target=self._await_child, args=(run_id, child), name=f"run:{run_id}", daemon=True)
+        with self._lock:
+            self._children[run_id] = child
+            self._threads[run_id] = thread
+        shutdown.register("runs in child processes", shutdown.RUNS, self.stop_children)
+        priority.start(thread)
+
+    def _await_child(self, run_id: str, child: subprocess.Popen) -> None:
+        """Wait for the run's process; one that ended without recording how the run ended (killed, out of memory,
+        a crash in native code) leaves the run failed, with its exit code and the last line it wrote."""
+        code = child.wait()
+        run = self.store.get_run(run_id)
+        if run is None or run["status"] not in (*statuses.ACTIVE, RunStatus.INTERRUPTED):
+            return
+        last = _last_line(Path(run["log_dir"]) / PROCESS_LOG)
+        how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+        message = f"its training process {child.pid} ended ({how}) without finishing the run" + (
+            f": {last}" if last else ""
+        )
+        message = secrets.redact(message)
+        self.store.update_run(run_id, status=RunStatus.FAILED, error=message, finished_at=datetime.now(UTC))
+
     def _execute(
         self, config: cfg.CommonConfig, context: RunContext, prepared: Any, estimated: RunTime | None = None
     ) -> None:
-        store, run_id = self.store, context.run_id
-        status: str = RunStatus.FAILED
         try:
-            store.claim_run(run_id)
-            _open_trackers(config, context, store.get_run(run_id))
-            asyncio.run(loop_module(config.kind).train(config, context, prepared))
-            # a stop asked for after the last step still leaves a completed run
-            stopped_early = context.cancel_event.is_set() and not _all_steps_done(store.get_run(run_id))
-            status = RunStatus.CANCELLED if stopped_early else RunStatus.COMPLETED
-            store.update_run(run_id, status=status, finished_at=datetime.now(UTC))
-            context.note(f"run {status}")
-            if status == RunStatus.COMPLETED and estimated is not None:
-                _record_speed(store, run_id, config, estimated)
-        except RunCancelled:
-            status = RunStatus.CANCELLED
-            store.update_run(run_id, status=RunStatus.CANCELLED, finished_at=datetime.now(UTC))
-            context.note("run cancelled")
-        except BaseException as exc:  # a failing run must never take the process down with it
-            message = secrets.redact(f"{type(exc).__name__}: {exc}")
-            try:
-                store.update_run(
-                    run_id,
-                    status=RunStatus.FAILED,
-                    error=message,
-                    traceback=secrets.redact(traceback.format_exc()),
-                    finished_at=datetime.now(UTC),
-                )
-                context.note(f"run failed: {message}")
-            except Exception:
-                logger.exception("run %s failed (%s) and the failure could not be recorded", run_id, message)
+            execute(self.store, config, context, prepared, estimated)
         finally:
-            context.logger.close(status)
             with self._lock:
-                self._contexts.pop(run_id, None)
+                self._contexts.pop(context.run_id, None)
 
 
-def _estimate(config: cfg.CommonConfig, prepared: Any) -> RunTime | None:
+def execute(
+    store: RunStore, config: cfg.CommonConfig, context: RunContext, prepared: Any, estimated: RunTime | None = None
+) -> None:
+    """Train the run to its end in this thread and record how it ended: completed, cancelled, or failed with its
+    error (never raises: a failing run must not take its process down)."""
+    run_id = context.run_id
+    status: str = RunStatus.FAILED
+    try:
+        store.claim_run(run_id)
+        _open_trackers(config, context, store.get_run(run_id))
+        asyncio.run(loop_module(config.kind).train(config, context, prepared))
+        # a stop asked for after the last step still leaves a completed run
+        stopped_early = context.cancel_event.is_set() and not _all_steps_done(store.get_run(run_id))
+        status = RunStatus.CANCELLED if stopped_early else RunStatus.COMPLETED
+        store.update_run(run_id, status=status, finished_at=datetime.now(UTC))
+        context.note(f"run {status}")
+        if status == RunStatus.COMPLETED and estimated is not None:
+            _record_speed(store, run_id, config, estimated)
+    except RunCancelled:
+        status = RunStatus.CANCELLED
+        store.update_run(run_id, status=RunStatus.CANCELLED, finished_at=datetime.now(UTC))
+        context.note("run cancelled")
+    except BaseException as exc:  # a failing run must never take the process down with it
+        record_failure(store, context, exc)
+    finally:
+        context.logger.close(status)
+
+
+def record_failure(store: RunStore, context: RunContext, exc: BaseException) -> None:
+    """Mark the run failed with `exc` (its message and the traceback being handled), and say so in its log."""
+    message = secrets.redact(f"{type(exc).__name__}: {exc}")
+    try:
+        store.update_run(
+            context.run_id,
+            status=RunStatus.FAILED,
+            error=message,
+            traceback=secrets.redact(traceback.format_exc()),
+            finished_at=datetime.now(UTC),
+        )
+        context.note(f"run failed: {message}")
+    except Exception:
+        logger.exception("run %s failed (%s) and the failure could not be recorded", context.run_id, message)
+
+
+def _child_environment() -> dict[str, str]:
+    """This process's environment, with this checkout first on the import path (a studio started with
+    `streamlit run` from a plain checkout imports the engine from there, and so does its runs' process)."""
+    root = str(Path(__file__).resolve().parent.parent)
+    rest = os.environ.get("PYTHONPATH", "")
+    return {**os.environ, "PYTHONPATH": root + (os.pathsep + rest if rest else "")}
+
+
+def _last_line(path: Path) -> str:
+    """The last non-empty line of a text file (at most its last 4 KB are read); empty when there is none."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(max(0, path.stat().st_size - 4096))
+            lines = handle.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return ""
+    return next((line.strip() for line in reversed(lines) if line.strip()), "")
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write a small file so that a reader sees either the old or the new text, never half of it."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, path)
+
+
+def _read_answer(path: Path) -> dict:
+    try:
+        answer = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return answer if isinstance(answer, dict) else {}
+
+
+def estimate_for(config: cfg.CommonConfig, prepared: Any) -> RunTime | None:
     """The New run form's estimate for a local run, before any correction from earlier runs (None for hosted runs,
     or when it cannot be made: the run starts all the same)."""
     if config.backend != "local":
@@ -383,10 +533,13 @@ _manager: RunManager | None = None
 _manager_lock = threading.Lock()
 
 
-def get_manager() -> RunManager:
-    """The process-wide RunManager (the studio and the CLI each have one)."""
+def get_manager(child_processes: bool | None = None) -> RunManager:
+    """The process-wide RunManager (the studio and the CLI each have one). `child_processes`: True for the studio
+    (its runs train in child processes), False for the CLI (in this process); None keeps what the process has."""
     global _manager
     with _manager_lock:
         if _manager is None or _manager.store.path != paths.db_path().resolve():
             _manager = RunManager()
+        if child_processes is not None:
+            _manager.child_processes = child_processes
         return _manager

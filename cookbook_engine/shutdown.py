@@ -4,12 +4,13 @@ Why: background threads are daemons (closing a tab or ending a command must neve
 thread still inside torch, transformers or a tokenizer when Python finalizes lets C++ destructors run under it, and
 the process aborts with "terminate called without an active exception" (seen after the default model was prepared
 on a background thread, from Streamlit's AppTest and from the CLI under load). So each kind of background thread
-registers how to stop it here, and one `atexit` hook stops them in order: model preparation (waited for: a
+registers how to stop it here, and one `atexit` hook stops them in order: runs training in child processes of the
+studio (asked to stop after their step, and waited for within the budget), model preparation (waited for: a
 conversion cannot be cut half-way), then the model workers (the request in flight finishes, queued and later ones
 are cancelled, the thread ends), then the threads that were waiting on them (calibration), which now end at once.
 Each stopper gets a time budget; one that overruns is logged and the exit goes on.
 
-What it is not: cancelling runs (runs.py) or stopping the storage owner process (storage/).
+What it is not: how a run is cancelled (runs.py) or stopping the storage owner process (storage/).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
-PREPARATION, WORKERS, CLIENTS = 10, 20, 30  # the order stoppers run in
+RUNS, PREPARATION, WORKERS, CLIENTS = 5, 10, 20, 30  # the order stoppers run in
 DEFAULT_BUDGET_S = 120.0
 
 _stoppers: dict[str, tuple[int, Callable[[float], None]]] = {}

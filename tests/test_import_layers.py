@@ -64,6 +64,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "runs",
         (
             "cookbook_engine.runs",
+            "cookbook_engine.run_process",
             "cookbook_engine.chat",
             "cookbook_engine.export",
             "cookbook_engine.export_gguf",

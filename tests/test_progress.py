@@ -204,7 +204,7 @@ def test_a_completed_run_records_its_speed_and_the_next_estimate_is_scaled_by_it
     context = SimpleNamespace(
         run_id="rl-1", cancel_event=threading.Event(), note=lambda message: None, logger=SimpleNamespace(close=print)
     )
-    runs.RunManager(store)._execute(config, context, prepared, runs._estimate(config, prepared))  # type: ignore[arg-type]
+    runs.RunManager(store)._execute(config, context, prepared, runs.estimate_for(config, prepared))  # type: ignore[arg-type]
 
     [record] = store.step_speeds(**estimate._similar(config))
     assert record["steps"] == 2 and record["estimated_step_s"] == pytest.approx(raw.total / 2)

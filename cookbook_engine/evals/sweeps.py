@@ -345,11 +345,13 @@ def _stored(row: dict | None, what: str) -> dict:
 
 def get_sweep_runner() -> SweepRunner:
     """The process-wide SweepRunner (the studio's; the CLI makes its own), for the home folder of the moment."""
+    from cookbook_engine.runs import get_manager
+
     global _runner
     with _runner_lock:
         evals = jobs.get_eval_manager()
         if _runner is None or _runner.evals is not evals:
-            _runner = SweepRunner(eval_manager=evals)
+            _runner = SweepRunner(get_manager(child_processes=True), eval_manager=evals)  # members train apart
         return _runner
 
 
