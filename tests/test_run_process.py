@@ -13,23 +13,13 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
+from test_studio_apptest import wait_for  # the studio tests' helper
 
 from cookbook_engine import runs
 from cookbook_engine.config import SLConfig
 from storage import Store, statuses
-
-
-def wait_for(condition, timeout_s: float = 300, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def long_run(name: str) -> SLConfig:
