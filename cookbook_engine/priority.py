@@ -1,7 +1,8 @@
 """Thread priorities: the studio's pages draw below the process's own priority, and its work threads never do.
 
-What it is for: the studio trains on threads of the same process that draws its pages, so a page and a training step
-share one interpreter lock. A page's Python holds that lock while a training thread, between two torch operations,
+What it is for: the studio's work threads (its chat and evaluation model workers, calibrations; and, before runs
+trained in child processes of their own (runs.py), the runs) share the process that draws its pages, and so its
+interpreter lock. A page's Python holds that lock while a training thread, between two torch operations,
 waits for it; with the cores busy the page thread wins a core and the step stalls (a forward and backward of the
 default model on a thread took 24.4 s beside one busy Python thread, 14.5 s alone and 13.8 s beside the same thread
 at nice 19: medians of 4, load 7-8 on 2 cores; benchmarks/README.md, "Pages beside training"). Linux gives each
@@ -11,9 +12,10 @@ again and again in its process, two rounds interleaved) a step took 5.1 s in the
 against 11.4 s at the process's priority and 3.1 s without pages (benchmarks/pages_beside_training.py).
 
 A thread inherits the nice value of the thread that starts it, and an unprivileged thread can never raise its
-priority again. So every thread that does the studio's work (a run, a model worker, an evaluation, a calibration) is
-started with `start(thread)`: from a page thread it is handed to a starter thread kept at the process's priority, so
-a run started from the New run form trains at the priority of the studio itself, not the page's.
+priority again; a child process inherits it too. So every thread that does the studio's work (a model worker, an
+evaluation, a calibration, the thread that waits for a run's process) is started with `start(thread)`, and a run's
+process with `at_process_priority`: from a page thread it is handed to a starter thread kept at the process's
+priority, so a run started from the New run form trains at the priority of the studio itself, not the page's.
 
 What it is not: a scheduler or a limit on pages; on a system without per-thread priorities (not Linux) it does
 nothing. COOKBOOK_PAGE_NICE sets how far below the process pages draw (default 10; 0 turns it off, as

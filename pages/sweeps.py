@@ -60,8 +60,12 @@ with form_tab, st.form("sweep-builder"):
     )
     include_base = st.checkbox("Also evaluate the base model (the table's first row)", value=True)
     c1, c2, _ = st.columns([1, 1, 4])
-    form_check = c1.form_submit_button("Check", icon=":material/fact_check:", width="stretch")
-    form_start = c2.form_submit_button("Start sweep", type="primary", icon=":material/play_arrow:", width="stretch")
+    # Keys, because the two forms' buttons share labels: without them their ids differ only by their form's, which
+    # Streamlit leaves out whenever it sees no Runtime (AppTests drawn in parallel threads clear it for each other)
+    form_check = c1.form_submit_button("Check", icon=":material/fact_check:", width="stretch", key="form-check")
+    form_start = c2.form_submit_button(
+        "Start sweep", type="primary", icon=":material/play_arrow:", width="stretch", key="form-start"
+    )
 if form_check or form_start:
     with form_tab:
         check_or_start(
@@ -84,8 +88,10 @@ if form_check or form_start:
 with yaml_tab, st.form("sweep-form"):
     text = st.text_area("Sweep (YAML)", sweeps.EXAMPLE, height=220)
     c1, c2, _ = st.columns([1, 1, 4])
-    yaml_check = c1.form_submit_button("Check", icon=":material/fact_check:", width="stretch")
-    yaml_start = c2.form_submit_button("Start sweep", type="primary", icon=":material/play_arrow:", width="stretch")
+    yaml_check = c1.form_submit_button("Check", icon=":material/fact_check:", width="stretch", key="yaml-check")
+    yaml_start = c2.form_submit_button(
+        "Start sweep", type="primary", icon=":material/play_arrow:", width="stretch", key="yaml-start"
+    )
 if yaml_check or yaml_start:
     with yaml_tab:
         check_or_start(lambda: sweeps.parse_text(text), yaml_start)

@@ -2,9 +2,9 @@
 chromium via Playwright.
 
 It starts `cookbook studio` on a free localhost port with a fresh studio home, starts an SL run on builtin:facts from
-the New run form (it trains in the studio's process), and once the run has trained a while asks the base model and
-the run's latest (live) weights the same question side by side; then it shoots the home page, the runs table and the
-run's page (live header with time left and CPU/RAM) with that run active.
+the New run form (it trains in a child process of the studio), and once the run has trained a while asks the base
+model and the run's latest (live) weights the same question side by side; then it shoots the home page, the runs
+table and the run's page (live header with time left and CPU/RAM) with that run active.
 Screenshots go to docs/screenshots/ (or the folder given with --out). Needs chromium (scripts/browser-deps.sh) and
 about five minutes on a 2-core CPU.
 
@@ -48,7 +48,7 @@ def ask_side_by_side(page) -> tuple[str, str]:
     box.fill(QUESTION)
     box.press("Enter")
     page.locator("[data-testid=stChatMessage]").nth(3).wait_for(timeout=120_000)
-    # each sampling request queues behind the run's training steps on the one model worker: allow minutes
+    # the chat's sampling takes turns with the run's training steps (the compute lease): allow minutes
     page.wait_for_selector("[data-testid=stApp][data-test-script-state=notRunning]", timeout=900_000)
     messages = page.locator("[data-testid=stChatMessage]")
     return messages.nth(1).inner_text().strip(), messages.nth(3).inner_text().strip()

@@ -259,6 +259,17 @@ def test_item11_the_run_log_says_when_a_checkpoint_is_saved(tmp_path):
     assert notes == ["saved step 20: checkpoint 000020", "saved step 25 (final): checkpoint final"]
 
 
+def test_the_sweeps_page_draws_while_another_apptest_has_cleared_streamlits_runtime(home, monkeypatch):
+    """AppTests drawing pages in parallel threads (benchmarks/pages_beside_training.py) each set and then clear
+    Streamlit's one Runtime; a page drawn while it is cleared gets no form ids in its widgets' ids, and the Sweeps
+    page's two forms, each with a Check and a Start sweep button, raised StreamlitDuplicateElementKey."""
+    from streamlit.elements.lib import form_utils
+
+    monkeypatch.setattr(form_utils, "runtime", type("NoRuntime", (), {"exists": staticmethod(lambda: False)}))
+    at = open_page("sweeps")
+    assert [b.label for b in at.button].count("Check") == 2
+
+
 def test_item13_while_a_run_trains_pages_draw_one_at_a_time(home, monkeypatch):
     import threading
     import time

@@ -13,11 +13,12 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 from test_studio_apptest import wait_for  # the studio tests' helper
 
-from cookbook_engine import runs
+from cookbook_engine import priority, runs
 from cookbook_engine.config import SLConfig
 from storage import Store, statuses
 
@@ -68,9 +69,26 @@ def test_a_child_killed_mid_run_leaves_the_run_failed_with_how_it_ended(studio):
     assert not studio.is_alive(run_id)
 
 
+@pytest.mark.skipif(not priority.supported(), reason="per-thread priorities are Linux's")
+def test_a_run_started_from_a_page_thread_trains_at_the_studios_priority_not_the_pages(studio):
+    started = {}
+
+    def page() -> None:  # a page's script thread draws below the process (app/main.py)
+        priority.lower_this_thread()
+        started["run_id"] = studio.start(long_run("from-a-page"))
+
+    thread = threading.Thread(target=page)
+    thread.start()
+    thread.join()
+    pid = wait_for(lambda: studio.store.get_run(started["run_id"])["owner_pid"], what="the child to claim the run")
+    assert os.getpriority(os.PRIO_PROCESS, pid) == priority.process_nice() < priority.process_nice() + 10
+    os.kill(pid, signal.SIGKILL)
+    studio.wait(started["run_id"], timeout=120)
+
+
 STUDIO_THAT_DIES = """
     import os, sys, time
-    from cookbook_engine import runs
+    from cookbook_engine import priority, runs
     from cookbook_engine.config import SLConfig
     from storage import Store
 
