@@ -263,9 +263,9 @@ def test_the_sweeps_page_draws_while_another_apptest_has_cleared_streamlits_runt
     """AppTests drawing pages in parallel threads (benchmarks/pages_beside_training.py) each set and then clear
     Streamlit's one Runtime; a page drawn while it is cleared gets no form ids in its widgets' ids, and the Sweeps
     page's two forms, each with a Check and a Start sweep button, raised StreamlitDuplicateElementKey."""
-    from streamlit.elements.lib import form_utils
+    from streamlit import runtime
 
-    monkeypatch.setattr(form_utils, "runtime", type("NoRuntime", (), {"exists": staticmethod(lambda: False)}))
+    monkeypatch.setattr(runtime, "exists", lambda: False)  # what a page sees while another AppTest has cleared it
     at = open_page("sweeps")
     assert [b.label for b in at.button].count("Check") == 2
 
