@@ -84,11 +84,11 @@ def list_targets(store: RunStore | None = None) -> list[ChatTarget]:
             targets.append(target)
     for run in run_rows:
         if run["status"] in statuses.ACTIVE:
-            step = f"step {run['step']}" if run.get("step") is not None else "starting"
             targets.append(
                 ChatTarget(
                     f"latest:{run['run_id']}",
-                    f"Latest weights · {run['name']} ({run['status']}, {step})",
+                    f"Latest weights · {run['name']} (training)",  # the same while it trains: a browser's picker
+                    # holds the label it showed, and one naming the step was lost at the next step
                     "latest",
                     run["base_model"],
                     run["backend"],
