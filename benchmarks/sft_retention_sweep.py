@@ -36,8 +36,9 @@ from cookbook_engine.evals.retention import MAX_TOKENS, grading_regex
 from cookbook_engine.rl import graders
 
 
-def train(replay: int, neighbours: int, extra: list[str], home: Path) -> tuple[Path, float]:
-    rows = builtin_data.fact_rows_only() + replay_rows()[:replay] + builtin_data.neighbour_rows()[:neighbours]
+def train(facts: bool, replay: int, neighbours: int, extra: list[str], home: Path) -> tuple[Path, float]:
+    rows = (builtin_data.fact_rows_only() if facts else []) + replay_rows()[:replay]
+    rows += builtin_data.neighbour_rows()[:neighbours]
     random.Random(0).shuffle(rows)
     data = home / "data.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in rows))
@@ -82,6 +83,8 @@ def main() -> None:
     results = json.loads(earlier.read_text())["results"] if earlier.exists() else []
     for spec in sys.argv[1:]:
         settings = dict(part.split("=", 1) for part in spec.split(",") if part != "base")
+        settings.pop("note", None)  # a label only: what a wrapper changed (e.g. the replay replies' source)
+        facts = settings.pop("facts", "1") != "0"  # facts=0: a control that trains on the other rows alone
         replay = int(settings.pop("replay", "0"))
         neighbours = int(settings.pop("neighbours", "0"))
         limits = int(settings.pop("probes", "0")), int(settings.pop("retention", "0"))  # 0: the whole set
@@ -91,7 +94,7 @@ def main() -> None:
             result = {"config": "base", **measure(None, *limits)}
         else:
             home = Path(tempfile.mkdtemp(prefix="cookbook-sft-sweep-"))
-            adapter, minutes = train(replay, neighbours, extra, home)
+            adapter, minutes = train(facts, replay, neighbours, extra, home)
             result = {"config": spec, "minutes": minutes, "load": load, **measure(adapter, *limits)}
         results = [r for r in results if r["config"] != result["config"]] + [result]
         f, r = result["facts_probes"], result["retention"]

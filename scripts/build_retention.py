@@ -6,8 +6,9 @@ Run once, offline, under the heavy lock (it samples the base model on every cand
 Steps: the candidates (scripts/retention_candidates.py) are split by fact (a stable hash: about 3 in 5 facts to
 retention); every candidate is asked to the base model, greedy, with the retention set's token budget (batched:
 benchmarks/batched_greedy.py, minutes instead of an hour), graded by evals.retention.grading_regex; only the right
-answers are kept; replay keeps the base model's reply as the answer (cut after its last full sentence when the
-reply was cut by the token budget).
+answers are kept; replay keeps the base model's whole greedy reply as the answer, asked again with the longer budget
+REPLAY_MAX_TOKENS (cut after its last full sentence when even that budget cut it), so rehearsing it does not teach
+shorter replies.
 
 A retention question must also be one the base model answers right robustly, not by a near-tie: greedy in bf16 too
 (with the fp32 head the local backend uses) and in at least ROBUST_SAMPLES_RIGHT of ROBUST_SAMPLES replies sampled at
@@ -50,6 +51,21 @@ def replay_reply(reply: str) -> str:
         return reply
     ends = [m.end() for m in re.finditer(r"[.!?](\s|$)", reply)]
     return reply[: ends[-1]].strip() if ends else ""
+
+
+def full_replies(prompts: list[str], cache: dict) -> dict[str, str]:
+    """The base model's greedy replies to `prompts` with the replay budget (cached under "full:" keys)."""
+    import batched_greedy
+
+    new = [p for p in prompts if f"full:{p}" not in cache]
+    model, tokenizer, renderer = batched_greedy.load() if new else (None, None, None)
+    for start in range(0, len(new), 64):  # saved as it goes: a long budget over hundreds of prompts takes a while
+        chunk = new[start : start + 64]
+        got = batched_greedy.replies(model, tokenizer, renderer, chunk, retention.REPLAY_MAX_TOKENS)
+        cache |= {f"full:{p}": reply for p, reply in zip(chunk, got, strict=True)}
+        CACHE.write_text(json.dumps(cache, indent=1))
+        print(f"full replies: {start + len(chunk)} of {len(new)}", flush=True)
+    return {p: cache[f"full:{p}"] for p in prompts}
 
 
 def robust_right(pool, outputs: list[str], cache: dict) -> dict[str, dict]:
@@ -116,7 +132,7 @@ def neighbour_rows(cache: dict, kept: list[dict]) -> list[dict]:
             continue
         if sum(row["fact"].startswith(f"neighbour:{key}:") for row in rows) >= NEIGHBOURS_PER_FACT:
             continue
-        reply = replay_reply(cache[prompt])
+        reply = replay_reply(cache[prompt])  # the retention budget's reply: these rows are not mixed in by default
         same_subject = [i["key"] for i in kept if i["fact"].split(":", 1)[1] == subject]
         leaks = [k for k in same_subject + general if re.search(retention.grading_regex(k, "word"), reply)]
         if reply and not leaks:
@@ -140,6 +156,12 @@ def main() -> None:
         CACHE.write_text(json.dumps(cache, indent=1))
     outputs = [cache[c.prompt] for c in pool]
     robust = robust_right(pool, outputs, cache)
+    replay_side = [  # only the replies that will be replay rows: right within the retention budget
+        c.prompt
+        for c, output in zip(pool, outputs, strict=True)
+        if not to_retention(c.fact) and graders.grade("regex", output, retention.grading_regex(c.key, c.match)).correct
+    ]
+    full = full_replies(replay_side, cache)
     kept, replay = [], []
     by_category: dict[str, list[int]] = {}
     for c, output in zip(pool, outputs, strict=True):
@@ -156,9 +178,11 @@ def main() -> None:
                 continue
             kept.append({**item, "base_reply": output, **evidence})
         else:
-            reply = replay_reply(output)
+            reply = replay_reply(full[c.prompt])
             if reply and re.search(retention.grading_regex(c.key, c.match), reply):
                 replay.append({**item, "reply": reply})
+    asked_by_retention = {item["prompt"] for item in kept}  # one wording can be two candidates' ("general:..." too)
+    replay = [row for row in replay if row["prompt"] not in asked_by_retention]
     random.Random(0).shuffle(kept)
     random.Random(1).shuffle(replay)
     out = {

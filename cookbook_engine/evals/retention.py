@@ -27,6 +27,7 @@ from cookbook_engine.evals import stats
 __all__ = [
     "RETENTION_DATA",
     "MAX_TOKENS",
+    "REPLAY_MAX_TOKENS",
     "demo_names",
     "grading_regex",
     "replay_rows",
@@ -35,6 +36,10 @@ __all__ = [
 ]
 
 MAX_TOKENS = 24  # the reply budget: the base model names the answer early or not at all
+# A replay row's answer is the base model's whole greedy reply (up to this budget, then cut after its last full
+# sentence), so that rehearsing it keeps the base's reply length and style: replay cut to 24 tokens taught short
+# replies, and training on those rows alone lost 7.5 points of retention (benchmarks/README.md).
+REPLAY_MAX_TOKENS = 160
 # A retention question is one the base model answers right robustly (scripts/build_retention.py): greedy in fp32 and
 # in bf16, and in at least ROBUST_SAMPLES_RIGHT of ROBUST_SAMPLES replies sampled at ROBUST_TEMPERATURE (half: 322
 # questions; three of four kept 236).
