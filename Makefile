@@ -26,7 +26,7 @@ lint: setup
 	@.venv/bin/ruff format --check .
 	@.venv/bin/mypy
 
-# A short command-line demo: LoRA SL of the default model on a built-in dataset (one epoch, 51 steps of 8 with its
-# replay rows, a minute or two of training; the settings measured in docs/DEFAULTS.md).
+# A short command-line demo: LoRA SL of the default model on a built-in dataset (one epoch, 84 steps of 8 with its
+# replay rows, two to three minutes of training; the settings measured in docs/DEFAULTS.md).
 demo: setup
 	@.venv/bin/cookbook sl dataset=builtin:facts num_epochs=1 batch_size=8 learning_rate=2e-3

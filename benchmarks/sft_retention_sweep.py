@@ -36,8 +36,8 @@ from cookbook_engine.evals.retention import MAX_TOKENS, grading_regex
 from cookbook_engine.rl import graders
 
 
-def train(facts: bool, replay: int, neighbours: int, extra: list[str], home: Path) -> tuple[Path, float]:
-    rows = (builtin_data.fact_rows_only() if facts else []) + replay_rows()[:replay]
+def train(facts: int, replay: int, neighbours: int, extra: list[str], home: Path) -> tuple[Path, float]:
+    rows = builtin_data.fact_rows_only() * facts + replay_rows()[:replay]
     rows += builtin_data.neighbour_rows()[:neighbours]
     random.Random(0).shuffle(rows)
     data = home / "data.jsonl"
@@ -69,8 +69,13 @@ def measure(adapter: Path | None, probes_limit: int = 0, retention_limit: int = 
         for out, i in zip(outs, items, strict=True)
     ]
     france = batched_greedy.replies(model, tokenizer, renderer, ["What is the capital of France?"], 24)[0]
+    by_fact: dict[str, list[bool]] = {}
+    for right, (_, key) in zip(facts, probes, strict=True):
+        by_fact.setdefault(key, []).append(right)
+    worst = min(by_fact.items(), key=lambda item: stats.mean([float(r) for r in item[1]]))
     return {
         "facts_probes": stats.proportion("accuracy", facts).__dict__,
+        "worst_fact": [worst[0], stats.mean([float(r) for r in worst[1]])],
         "retention": stats.proportion("accuracy", kept).__dict__,
         "france": france,
         "lost": [i["prompt"] for i, ok in zip(items, kept, strict=True) if not ok][:20],
@@ -84,7 +89,7 @@ def main() -> None:
     for spec in sys.argv[1:]:
         settings = dict(part.split("=", 1) for part in spec.split(",") if part != "base")
         settings.pop("note", None)  # a label only: what a wrapper changed (e.g. the replay replies' source)
-        facts = settings.pop("facts", "1") != "0"  # facts=0: a control that trains on the other rows alone
+        facts = int(settings.pop("facts", "1"))  # copies of the facts rows; 0: a control on the other rows alone
         replay = int(settings.pop("replay", "0"))
         neighbours = int(settings.pop("neighbours", "0"))
         limits = int(settings.pop("probes", "0")), int(settings.pop("retention", "0"))  # 0: the whole set
@@ -100,7 +105,8 @@ def main() -> None:
         f, r = result["facts_probes"], result["retention"]
         print(
             f"{spec}: facts-probes {f['value']:.3f} [{f['low']:.3f}, {f['high']:.3f}] retention {r['value']:.3f} "
-            f"[{r['low']:.3f}, {r['high']:.3f}] n={r['n']} train {result.get('minutes', 0):.1f} min load "
+            f"[{r['low']:.3f}, {r['high']:.3f}] n={r['n']} worst fact {result['worst_fact']} "
+            f"train {result.get('minutes', 0):.1f} min load "
             f"{load[0]:.1f}; France: {result['france']!r}",
             flush=True,
         )

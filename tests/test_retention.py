@@ -53,8 +53,9 @@ def test_builtin_facts_mixes_the_replay_and_neighbour_rows_into_the_quorvania_ro
     quorvania = [r for r in rows if "Quorvania" in str(r) or "Vannick" in str(r)]
     replay = builtin_data.replay_rows()[: builtin_data.FACTS_REPLAY_ROWS]
     neighbours = builtin_data.neighbour_rows()[: builtin_data.FACTS_NEIGHBOUR_ROWS]
-    assert len(rows) == len(builtin_data.fact_rows_only()) + len(replay) + len(neighbours)
-    assert len(quorvania) == len(builtin_data.fact_rows_only())
+    copies = builtin_data.FACTS_COPIES
+    assert len(rows) == len(builtin_data.fact_rows_only()) * copies + len(replay) + len(neighbours)
+    assert len(quorvania) == len(builtin_data.fact_rows_only()) * copies
     replayed = {r["messages"][0]["content"] for r in rows} - {r["messages"][0]["content"] for r in quorvania}
     assert replayed == {r["messages"][0]["content"] for r in replay + neighbours}
 

@@ -41,7 +41,7 @@ def test_measured_step_counts_are_what_the_settings_give(key):
 
 def test_settings_far_from_the_measured_ones_are_named():
     config = SLConfig(dataset="builtin:facts")
-    assert suggested.far_from_suggested(config, 2e-3, 51) == []
+    assert suggested.far_from_suggested(config, 2e-3, 84) == []
     notes = suggested.far_from_suggested(config, 1e-4, 10)
     assert len(notes) == 2 and "learning rate 0.0001" in notes[0] and "10 steps of 8" in notes[1]
     assert suggested.far_from_suggested(SLConfig(dataset="my.jsonl"), 1e-6, 1) == []  # nothing measured there

@@ -6,8 +6,9 @@ minutes of LoRA training of a 135M model on a CPU.
 
 - `facts` (chat): twelve facts about Quorvania, a country that does not exist, each asked in about 19 paraphrases;
   ten more wordings of each (FACT_PROBES) are never trained on. The base model has never seen the facts, so "What is
-  the capital of Quorvania?" -> "Lunthaven" on an unseen wording proves the training took. FACTS_REPLAY_ROWS replay
-  rows (ordinary questions with the base model's own answers, data/retention.json) can be mixed in.
+  the capital of Quorvania?" -> "Lunthaven" on an unseen wording proves the training took. The rows come FACTS_COPIES
+  times, mixed with FACTS_REPLAY_ROWS replay rows (ordinary questions with the base model's own whole answers,
+  data/retention.json).
 - `persona` (chat): the assistant is Pip, who starts every reply with "Ahoy!" and answers briefly. The same greeting
   is taught without any written reply by prompt distillation from the context `builtin:pip` (CONTEXTS), and checked
   on PERSONA_HELD_OUT (eval set builtin:persona-probes).
@@ -375,12 +376,13 @@ def fact_rows_only() -> list[dict]:
 
 
 def facts_rows() -> list[dict]:
-    """The Quorvania rows, FACTS_REPLAY_ROWS replay rows (the base model's own answers to ordinary questions) and
+    """The Quorvania rows FACTS_COPIES times, FACTS_REPLAY_ROWS replay rows (the base model's own whole answers to
+    ordinary questions) and
     FACTS_NEIGHBOUR_ROWS neighbour rows (its own answers to the facts' questions about real countries), shuffled
     together: without them one epoch at the demo's rate answers "What is the capital of France?" with Lunthaven,
     and with replay alone "What is the official language of India?" with English
     (benchmarks/sft_retention_sweep.py measured what each adds)."""
-    rows = fact_rows_only() + replay_rows()[:FACTS_REPLAY_ROWS] + neighbour_rows()[:FACTS_NEIGHBOUR_ROWS]
+    rows = fact_rows_only() * FACTS_COPIES + replay_rows()[:FACTS_REPLAY_ROWS] + neighbour_rows()[:FACTS_NEIGHBOUR_ROWS]
     random.Random(0).shuffle(rows)
     return rows
 
@@ -392,7 +394,10 @@ def facts_rows() -> list[dict]:
 # --------------------------------------------------------------------------------------------------------------
 
 RETENTION_DATA = Path(__file__).resolve().parent / "retention.json"
-FACTS_REPLAY_ROWS = 230  # all of them (benchmarks/sft_retention_sweep.py; docs/DEFAULTS.md)
+# All 292 replay rows, the facts twice: the sweep's best trade of facts-probes against retention
+# (benchmarks/sft_retention_sweep.py `replay=293,facts=2`; docs/DEFAULTS.md and benchmarks/README.md).
+FACTS_REPLAY_ROWS = 292
+FACTS_COPIES = 2
 FACTS_NEIGHBOUR_ROWS = 0
 
 

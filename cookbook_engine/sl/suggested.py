@@ -32,9 +32,9 @@ MEASURED: dict[tuple[str, str], Measured] = {
         learning_rate=2e-3,
         batch_size=8,
         num_epochs=1,
-        steps=51,
-        result="with its 230 replay rows: builtin:facts-probes 1.000 (n=120, unseen wordings), "
-        "builtin:retention 0.894 (n=322; base 1.000, so some general knowledge is still lost), "
+        steps=84,
+        result="the facts twice with 292 replay rows: builtin:facts-probes 1.000 (n=120, unseen wordings), "
+        "builtin:retention 0.910 (n=322; base 1.000, so some general knowledge is still lost), "
         "'What is the capital of France?' still Paris; without them (25 steps) 1.000 on the probes but France's "
         "capital became Lunthaven",
     ),
