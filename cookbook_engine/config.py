@@ -276,8 +276,8 @@ class PipeliningConfig:
 class RLConfig(CommonConfig):
     env: str = setting(
         "arithmetic",
-        choices=RL_ENVS,
-        help="arithmetic and code are built in; custom is your own prompt/answer file (dataset=) scored by grader=",
+        help="arithmetic and code are built in; custom is your own prompt/answer file (dataset=) scored by grader=; "
+        "or a mix of several with weights, arithmetic:2,code:1 (each step's groups split by weight)",
     )
     dataset: str = setting("", help="env=custom: a prompt/answer file")
     grader: str = setting("numeric", choices=GRADERS, help="env=custom: how a reply is scored against the answer")
@@ -566,8 +566,7 @@ def validate(config: CommonConfig) -> list[str]:
     if isinstance(config, DPOConfig) and not config.dataset.strip():
         problems.append("dataset: required (e.g. builtin:concise-prefs)")
     if isinstance(config, RLConfig):
-        if config.env == "custom" and not config.dataset.strip():
-            problems.append("dataset: env=custom needs a prompt/answer file (dataset=path.jsonl)")
+        problems.extend(rl_env_problems(config))
         problems.extend(pipelining_problems(config))
     if isinstance(config, DistillConfig):
         problems.extend(distill_problems(config))
@@ -587,6 +586,21 @@ def sl_dataset_problems(config: SLConfig) -> list[str]:
         return [str(exc)]
     if config.test_dataset.strip():
         return [f"test_dataset={config.test_dataset}: not with a mix of datasets; each one's test_fraction is held out"]
+    return []
+
+
+def rl_env_problems(config: RLConfig) -> list[str]:
+    """The env is a known one, or a mix of known ones whose weights sum to a positive number (data/mix.py's syntax);
+    custom, alone or in a mix, needs its prompt/answer file."""
+    try:
+        names = [part.spec for part in mix.parse_mix(config.env, "env")]
+    except DatasetError as exc:
+        return [str(exc)]
+    unknown = [name for name in names if name not in RL_ENVS]
+    if unknown:
+        return [f"env={config.env}: unknown env {', '.join(unknown)}; choose from {', '.join(RL_ENVS)}"]
+    if "custom" in names and not config.dataset.strip():
+        return ["dataset: env=custom needs a prompt/answer file (dataset=path.jsonl)"]
     return []
 
 

@@ -7,7 +7,8 @@ log-probs, advantages, mask) trained with `importance_sampling` or `ppo` (which 
 data sampled by an older policy is weighted correctly); then a **new** sampling client is taken from the updated
 weights. Every trained rollout is stored as a transcript row, with the policy version (step) that sampled it.
 Held-out accuracy (test/env/all/correct) is measured every `eval_every` steps and at the end with one sample per
-held-out problem (greedy by default, `eval_temperature`).
+held-out problem (greedy by default, `eval_temperature`). A mix of envs (envs.py) logs each env's metrics as
+env/<name>/... and test/env/<name>/..., and each transcript row names its env (`task`).
 
 The schedules (tinker-cookbook's sync training, StreamMinibatchConfig and AsyncConfig):
 - synchronous (default): all groups of the step are sampled, then the batch is cut into `num_substeps` parts, each
@@ -131,7 +132,7 @@ async def group_rollout(
         )
         for seq, result in zip(sequences_G, results_G)
     ]
-    return RolloutGroup(rollouts_G, builder.logging_tags())
+    return RolloutGroup(rollouts_G, builder.logging_tags(), builder.task)
 
 
 async def evaluate(
@@ -147,10 +148,11 @@ async def evaluate(
             for index, builder in enumerate(builders)
         ]
     )
+    task_totals = {f"env/{group.task}/reward/total" for group in groups if group.task}
     metrics = {
         f"test/{key}": value
         for key, value in rollout_metrics(list(groups)).items()
-        if key.startswith("env/all/") or key.endswith("/correct")
+        if key.startswith("env/all/") or key.endswith("/correct") or key in task_totals
     }
     metrics = {key: value for key, value in metrics.items() if "by_group" not in key}
     metrics["time/eval"] = time.perf_counter() - started
@@ -186,6 +188,7 @@ def transcript_rows(
                         **rollout.logs,
                         "group_dropped": dropped,
                         "tags": group.tags,
+                        **({"task": group.task} if group.task else {}),
                         **extra,
                     },
                 }
@@ -555,7 +558,8 @@ def schedule_summary(config: RLConfig) -> str:
 
 def sandbox_note(config: RLConfig) -> str | None:
     """What the code sandbox isolates here, for the run's log; None when the env runs no model-written code."""
-    if config.env != "code" and not (config.env == "custom" and config.grader == "python_tests"):
+    names = envs.env_names(config.env)
+    if "code" not in names and not ("custom" in names and config.grader == "python_tests"):
         return None
     capabilities = sandbox.sandbox_capabilities()
     if capabilities["network_isolated"]:

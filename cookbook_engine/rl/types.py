@@ -3,8 +3,9 @@ and what a rollout produces.
 
 - `Env`: one episode. `initial_observation()` gives the prompt tokens and the stop condition; `step(action_tokens)`
   grades the sampled completion and returns a `StepResult` (reward, done, metrics).
-- `EnvGroupBuilder`: `make_envs()` gives the G envs of one problem (GRPO compares samples within a group), and
-  `logging_tags()` names the metric groups the problem belongs to (e.g. "add" gives env/add/correct).
+- `EnvGroupBuilder`: `make_envs()` gives the G envs of one problem (GRPO compares samples within a group),
+  `logging_tags()` names the metric groups the problem belongs to (e.g. "add" gives env/add/correct), and `task`
+  names the env of a mix it came from (None outside mixes).
 - `RLDataset`: `get_batch(i)` gives the builders of step i, deterministically, so a resumed run sees the same batches.
 - `Rollout` / `RolloutGroup`: one sampled completion with its sampler log-probs, reward and metrics; a group of them.
 
@@ -49,6 +50,10 @@ class EnvGroupBuilder(ABC):
     def logging_tags(self) -> list[str]:
         return []
 
+    @property
+    def task(self) -> str | None:
+        return None
+
 
 class RLDataset(ABC):
     @abstractmethod
@@ -75,6 +80,7 @@ class Rollout:
 class RolloutGroup:
     rollouts_G: list[Rollout]
     tags: list[str]
+    task: str | None = None  # the env of a mix the group came from (its name); None when the run has one env
 
     @property
     def rewards_G(self) -> list[float]:
