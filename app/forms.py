@@ -43,6 +43,8 @@ RL_ENV_HELP = {
     "the last number in the reply is right. 100 two-digit sums are held out (builtin:arithmetic).",
     "code": "Built-in Python function tasks; the reply's ```python block runs against unit tests in the sandbox.",
     "custom": "Your own prompt/answer file, scored by the grader you pick.",
+    "calculator": "Multi-turn: two-digit products; the model may call a calculator (<calc>47 * 38</calc>), gets the "
+    "result back and answers; reward on the final answer. Max turns (below) caps its replies.",
 }
 GRADER_HELP = {
     "exact": "reply equals the answer (case and spacing ignored)",
@@ -472,7 +474,11 @@ def _dpo_fields(base: cfg.DPOConfig, put: Put) -> None:
 
 def _rl_fields(base: cfg.RLConfig, put: Put) -> None:
     st.markdown("**Sampling and loss**")
-    for row in (("max_tokens", "temperature", "top_p", "loss_fn"), ("num_substeps", "num_eval_problems")):
+    rows = [
+        ("max_tokens", "temperature", "top_p", "loss_fn"),
+        ("num_substeps", "num_eval_problems", "max_turns", "tools"),
+    ]
+    for row in rows:
         for where, name in zip(st.columns(4), row):
             put(where, name)
     with st.expander("PPO clip range (used only when the loss is ppo)"):  # a form cannot hide them as Loss changes

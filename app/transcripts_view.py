@@ -159,11 +159,21 @@ def sample_facts(row: pd.Series) -> str:
     return " · ".join(str(fact) for fact in facts)
 
 
+def turn_lines(details: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """A multi-turn episode's turns as (who, text): each reply of the model and what its tool call got back."""
+    lines: list[tuple[str, str]] = []
+    for number, turn in enumerate((details or {}).get("turns") or [], start=1):
+        lines.append((f"turn {number}: model", str(turn.get("reply", ""))))
+        if "result" in turn:
+            lines.append((f"turn {number}: <{turn.get('tool', '')}> returned", str(turn["result"])))
+    return lines
+
+
 def split_details(details: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
     """A sample's details as (sandbox output, other per-sample metrics)."""
     details = details or {}
     sandbox = {key: details[key] for key in SANDBOX_KEYS if key in details}
-    return sandbox, {key: value for key, value in details.items() if key not in sandbox}
+    return sandbox, {key: value for key, value in details.items() if key not in sandbox and key != "turns"}
 
 
 def tests_passed_text(sandbox: dict[str, Any]) -> str | None:

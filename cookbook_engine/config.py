@@ -24,6 +24,7 @@ from cookbook_engine.data.loading import DEFAULT_SEED, DEFAULT_TEST_FRACTION, Da
 from cookbook_engine.device import DTYPES
 from cookbook_engine.models import DEFAULT_MODEL
 from cookbook_engine.rl.suggested import ARITHMETIC as RL_MEASURED
+from cookbook_engine.rl.tools import TOOLS
 from cookbook_engine.settings import (
     Leaf,
     bound_problems,
@@ -41,7 +42,8 @@ BACKENDS = ("local", "tinker", "clocked")
 SCHEDULES = ("linear", "cosine", "constant")
 TRAIN_ON = ("last_assistant_message", "all_assistant_messages", "all_messages")
 OVERLONG = ("truncate", "drop")
-RL_ENVS = ("arithmetic", "code", "custom")
+RL_ENVS = ("arithmetic", "code", "custom", "calculator")
+MULTI_TURN_ENVS = ("calculator",)  # episodes of several turns: they need max_turns
 RL_LOSSES = ("importance_sampling", "ppo")
 GRADERS = ("exact", "numeric", "contains", "regex", "python_tests")
 DISTILL_MODES = ("on_policy", "prompt")
@@ -280,6 +282,18 @@ class RLConfig(CommonConfig):
         "or a mix of several with weights, arithmetic:2,code:1 (each step's groups split by weight)",
     )
     dataset: str = setting("", help="env=custom: a prompt/answer file")
+    max_turns: int = setting(
+        3,
+        min=0,
+        max=64,
+        zero_means="no limit (refused by multi-turn envs)",
+        help="env=calculator (multi-turn): the most replies the model writes per episode; a reply still calling a "
+        "tool at the limit ends the episode without an answer",
+    )
+    tools: str = setting(
+        "calculator",
+        help="env=calculator: the tools the model may call, comma-separated (calculator: <calc>2 * 3</calc>)",
+    )
     grader: str = setting("numeric", choices=GRADERS, help="env=custom: how a reply is scored against the answer")
     # The defaults of group size, groups, tokens, temperature and steps are the measured ones (rl/suggested.py)
     group_size: int = setting(
@@ -601,6 +615,20 @@ def rl_env_problems(config: RLConfig) -> list[str]:
         return [f"env={config.env}: unknown env {', '.join(unknown)}; choose from {', '.join(RL_ENVS)}"]
     if "custom" in names and not config.dataset.strip():
         return ["dataset: env=custom needs a prompt/answer file (dataset=path.jsonl)"]
+    multi_turn = [name for name in names if name in MULTI_TURN_ENVS]
+    if multi_turn and config.max_turns < 1:
+        return [f"max_turns={config.max_turns}: env={multi_turn[0]} is multi-turn and needs a turn limit (e.g. 3)"]
+    return tool_problems(config.tools) if multi_turn else []
+
+
+def tool_problems(spec: str) -> list[str]:
+    """The tools named are known ones, at least one."""
+    names = [name.strip() for name in spec.split(",") if name.strip()]
+    if not names:
+        return [f"tools: env=calculator needs a tool; choose from {', '.join(TOOLS)}"]
+    unknown = [name for name in names if name not in TOOLS]
+    if unknown:
+        return [f"tools={spec}: unknown tool {', '.join(unknown)}; choose from {', '.join(TOOLS)}"]
     return []
 
 

@@ -114,6 +114,11 @@ def sample_card(row: pd.Series) -> None:
         st.markdown(view.sample_badges(row))
         st.caption(widgets.safe_markdown(view.sample_facts(row)))
         widgets.plain_text(row["completion"] or "", code=True)
+        if turns := view.turn_lines(row["metrics"]):
+            with st.expander(f"Turns ({sum(who.endswith('model') for who, _ in turns)})", expanded=True):
+                for who, text in turns:
+                    st.caption(who)
+                    widgets.plain_text(text, code=True)
         sandbox, other = view.split_details(row["metrics"])
         if sandbox:
             with st.expander("Sandbox output"):

@@ -34,17 +34,20 @@ def test_a_two_env_mix_logs_each_envs_metrics(home, default_model_ready, tmp_pat
         eval_every=0,
         save_every=0,
     )
-    manager = RunManager()
-    run_id = manager.start(config)
-    run = manager.wait(run_id, timeout=1800)
-    assert run["status"] == "completed", run.get("traceback")
-
-    metrics = Store.default().get_metrics_wide(run_id).sort_values("step")
-    trained = metrics[metrics["env/all/reward/total"].notna()]
+    metrics, trained, transcripts = run_to_completion(config)
     assert len(trained) == 2
     for task in ("arithmetic", "custom"):
         assert trained[f"env/{task}/reward/total"].notna().all(), task  # weights 1:1 over 2 groups: one each step
         assert trained[f"env/{task}/correct"].notna().all(), task
         assert metrics[f"test/env/{task}/correct"].notna().any(), task
-    transcripts = Store.default().get_transcripts(run_id)
     assert sorted({m["task"] for m in transcripts["metrics"]}) == ["arithmetic", "custom"]
+
+
+def run_to_completion(config: RLConfig):
+    """Start the run, wait for it to complete; (every metric by step, the trained steps' rows, the transcripts)."""
+    manager = RunManager()
+    run_id = manager.start(config)
+    run = manager.wait(run_id, timeout=1800)
+    assert run["status"] == "completed", run.get("traceback")
+    metrics = Store.default().get_metrics_wide(run_id).sort_values("step")
+    return metrics, metrics[metrics["env/all/reward/total"].notna()], Store.default().get_transcripts(run_id)

@@ -1,6 +1,7 @@
-"""The RL environments: arithmetic, Python coding problems graded by unit tests, and a user's prompt/answer file.
+"""The RL environments: arithmetic, Python coding problems graded by unit tests, a user's prompt/answer file, and the
+multi-turn calculator env (rl/multi_turn.py).
 
-All three are single-turn problem envs in the shape of tinker-cookbook's ProblemEnv: the prompt is the question as
+The first three are single-turn problem envs in the shape of tinker-cookbook's ProblemEnv: the prompt is the question as
 a user message, the completion is parsed with the renderer, and the reward is
 
     reward = score + format_coef * (format_ok - 1)
@@ -18,6 +19,8 @@ sandbox's error).
   and a training curriculum whose operands grow from 1..20 to 1..99 over the first half of the run, never drawing a
   held-out problem.
 - code: rl/code_problems.py's built-in problems and fixed train/test split; the reply's code runs in the sandbox.
+- calculator: multi-turn (rl/multi_turn.py): two-digit products the model may work out by calling the calculator
+  tool (`<calc>47 * 38</calc>`, its result fed back), the reward on the final answer; needs max_turns.
 - custom: datasets.load_rl_problems (prompt, answer, grader per row) graded by rl/graders.py.
 - a mix, `env=arithmetic:2,code:1` (data/mix.py's syntax and refusals): each env built as above, each step's
   `groups_per_batch` groups split between them by weight (`mix.step_counts`: every env its whole share, the rest
@@ -42,7 +45,7 @@ from typing import Any
 
 from cookbook_engine.config import RL_ENVS, RLConfig
 from cookbook_engine.data import loading as datasets, mix
-from cookbook_engine.rl import arithmetic, code_problems, graders
+from cookbook_engine.rl import arithmetic, code_problems, graders, multi_turn
 from cookbook_engine.rl.arithmetic import ArithmeticProblem
 from cookbook_engine.rl.metrics import HEDGED_METRIC, SUSPICIOUS_METRIC
 from cookbook_engine.rl.types import Env, EnvGroupBuilder, RLDataset, StepResult
@@ -255,6 +258,32 @@ def arithmetic_setup(config: RLConfig, renderer) -> EnvSetup:
     return EnvSetup(dataset, [make(problem, 1) for problem in test], description, [p.question for p in largest + test])
 
 
+def calculator_setup(config: RLConfig, renderer) -> EnvSetup:
+    """The calculator env (multi-turn, rl/multi_turn.py): two-digit products, 64 held out."""
+    from cookbook_engine.config import ConfigError, tool_problems
+
+    if config.max_turns < 1:
+        raise ConfigError(f"max_turns={config.max_turns}: env=calculator is multi-turn and needs a turn limit (e.g. 3)")
+    if problems := tool_problems(config.tools):
+        raise ConfigError(problems[0])
+    tool_names = [name.strip() for name in config.tools.split(",") if name.strip()]
+    train, test = multi_turn.problems()
+    test = test[: config.num_eval_problems]
+
+    def make(problem: multi_turn.CalcProblem, size: int) -> ProblemGroupBuilder:
+        return ProblemGroupBuilder(
+            lambda: multi_turn.CalculatorEnv(renderer, problem, tool_names, config.max_turns), size, ()
+        )
+
+    dataset = ProblemDataset(train, lambda p: make(p, config.group_size), config.groups_per_batch, config.seed)
+    description = (
+        f"calculator: {len(train)} training and {len(test)} held-out products, up to {config.max_turns} turns, "
+        f"tools {', '.join(tool_names)}"
+    )
+    prompts = [multi_turn.prompt_text(p, tool_names) for p in train + test]
+    return EnvSetup(dataset, [make(p, 1) for p in test], description, prompts)
+
+
 def build_env(config: RLConfig, renderer) -> EnvSetup:
     """The env a config names (or the mix of envs), with its train/test split; bad data raises DatasetError, bad
     settings ConfigError."""
@@ -264,6 +293,8 @@ def build_env(config: RLConfig, renderer) -> EnvSetup:
         return mixed_setup(config, renderer)
     if config.env == "arithmetic":
         return arithmetic_setup(config, renderer)
+    if config.env == "calculator":
+        return calculator_setup(config, renderer)
     train: list[Any]  # code_problems.CodeProblem or datasets.RLProblem: each has .prompt, as make() needs
     test: list[Any]
     if config.env == "code":

@@ -47,10 +47,10 @@ def rollout_metrics(groups_P: list[RolloutGroup]) -> dict[str, float]:
 def _metrics(groups_P: list[RolloutGroup]) -> dict[str, float]:
     rollouts = [rollout for group in groups_P for rollout in group.rollouts_G]
     metrics = {
-        "ac_tokens_per_turn": sum(len(r.tokens) for r in rollouts) / len(rollouts),
+        "ac_tokens_per_turn": sum(r.action_tokens for r in rollouts) / len(rollouts),
         "ob_tokens_per_turn": sum(len(r.prompt_tokens) for r in rollouts) / len(rollouts),
         "total_episodes": float(len(rollouts)),
-        "total_ac_tokens": float(sum(len(r.tokens) for r in rollouts)),
+        "total_ac_tokens": float(sum(r.action_tokens for r in rollouts)),
         "reward/total": sum(r.reward for r in rollouts) / len(rollouts),
         "frac_truncated": sum(r.stop_reason == "length" for r in rollouts) / len(rollouts),
     }
