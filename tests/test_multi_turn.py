@@ -169,3 +169,34 @@ def test_the_loop_plays_every_turn_of_a_group_and_logs_each_in_the_transcript(re
     lines = view.turn_lines(rows[0]["metrics"])
     assert [who for who, _ in lines] == ["turn 1: model", "turn 1: <calc> returned", "turn 2: model"]
     assert lines[1][1] == lines[2][1] and "turns" not in view.split_details(rows[0]["metrics"])[1]
+
+
+def test_transcripts_show_every_turn_of_an_episode(home, default_model_ready):
+    from storage import Store
+    from tests.test_studio_apptest import create_rl_run, open_page
+
+    store = Store.default()
+    create_rl_run(home, "rl-calc-demo", "calc-rl", {"env": "calculator"}, store)
+    turns = [{"reply": "<calc>47 * 38</calc>", "tool": "calc", "result": "1786"}, {"reply": "1786"}]
+    row = {"step": 0, "group_idx": 0, "sample_idx": 0, "prompt": "What is 47 * 38?", "reward": 1.0, "advantage": 0.0}
+    row |= {"completion": "<calc>47 * 38</calc> ... 1786", "stop_reason": "stop", "metrics": {"turns": turns}}
+    store.add_transcripts("rl-calc-demo", [row])
+    at = open_page("transcripts", run="rl-calc-demo")
+    assert [e.label for e in at.expander if e.label.startswith("Turns")] == ["Turns (2)"]
+    captions = [c.value for c in at.caption]
+    assert {"turn 1: model", "turn 1: <calc> returned", "turn 2: model"} <= set(captions), captions
+    assert {"<calc>47 * 38</calc>", "1786"} <= {c.value for c in at.code}
+
+
+def test_the_new_run_form_offers_the_calculator_env_and_its_turn_limit(home, default_model_ready, monkeypatch):
+    monkeypatch.setenv("COOKBOOK_MEMORY_CHECK", "off")  # the form's check, not this busy machine's free memory
+    from tests.test_studio_apptest import by_label, click, open_page, shown_text
+
+    at = open_page("new_run")
+    by_label(at.get("button_group"), "Algorithm").set_value("rl").run()
+    by_label(at.get("button_group"), "Environment").set_value("calculator").run()
+    click(at, "Check settings")
+    assert "calculator: 512 training" in shown_text(at) and "up to 3 turns" in shown_text(at)
+    by_label(at.number_input, "Max turns (multi-turn envs)").set_value(0)
+    click(at, "Check settings")
+    assert any("needs a turn limit" in error.value for error in at.error), shown_text(at)

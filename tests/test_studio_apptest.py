@@ -583,9 +583,9 @@ def test_a_toast_says_when_a_run_started_in_this_browser_finishes(studio_home):
 # ---------------------------------------------------------------------------------------------- transcripts
 
 
-def create_rl_run(studio_home, run_id: str, name: str, config: dict) -> None:
+def create_rl_run(studio_home, run_id: str, name: str, config: dict, store=None) -> None:
     """A completed RL run record with the given settings, for transcripts to be added to."""
-    get_manager().store.create_run(
+    (store or get_manager().store).create_run(
         run_id,
         name=name,
         kind="rl",
