@@ -22,6 +22,7 @@ from app.setting_inputs import setting_input
 from cookbook_engine import compute_lease, config as cfg, models, renderers, speed
 from cookbook_engine.data import loading as datasets, mix
 from cookbook_engine.data.builtin import BUILTIN
+from cookbook_engine.rl import envs
 from cookbook_engine.runs import loop_module
 from cookbook_engine.sl import suggested as suggested_settings
 from cookbook_engine.training import estimate as estimate_time, skeleton as train_loop
@@ -42,6 +43,8 @@ RL_ENV_HELP = {
     "the last number in the reply is right. 100 two-digit sums are held out (builtin:arithmetic).",
     "code": "Built-in Python function tasks; the reply's ```python block runs against unit tests in the sandbox.",
     "custom": "Your own prompt/answer file, scored by the grader you pick.",
+    "calculator": "Multi-turn: two-digit products; the model may call a calculator (<calc>47 * 38</calc>), gets the "
+    "result back and answers; reward on the final answer. Max turns (below) caps its replies.",
 }
 GRADER_HELP = {
     "exact": "reply equals the answer (case and spacing ignored)",
@@ -162,7 +165,7 @@ def measure_speed(choice: ModelChoice) -> None:
 # ---------------------------------------------------------------------------------------- data
 
 
-MIX = "Mix"  # SL only: several datasets with weights (dataset=a:2,b:1, cookbook_engine/data/mix.py)
+MIX = "Mix"  # several datasets (SL: dataset=a:2,b:1) or envs (RL: env=arithmetic:2,code:1) with weights
 
 
 def _source_of(spec: str, uploaded_paths: set[str]) -> str:
@@ -266,10 +269,20 @@ def mix_section(kind: str, spec: str, uploaded: list[dict]) -> str:
 
 
 def rl_task_section(base: cfg.RLConfig) -> tuple[str, str, str]:
-    """(env, dataset, grader) for an RL run."""
-    env = st.segmented_control("Environment", list(cfg.RL_ENVS), default=base.env, key=key("rl", "env"), required=True)
-    st.caption(RL_ENV_HELP[env])
-    if env != "custom":
+    """(env, dataset, grader) for an RL run: one env, or a mix of envs with weights."""
+    current = MIX if mix.is_mix(base.env) else base.env
+    options = [*cfg.RL_ENVS, MIX]
+    env = st.segmented_control(
+        "Environment", options, default=current if current in options else None, key=key("rl", "env"), required=True
+    )
+    env = env or cfg.RL_ENVS[0]
+    if env == MIX:
+        env = env_mix_section(base.env)
+        names = envs.env_names(env) if env else []
+    else:
+        st.caption(RL_ENV_HELP[env])
+        names = [env]
+    if "custom" not in names:
         return env, "", base.grader
     dataset = dataset_section("rl", "rl", base.dataset, label="Problems")
     grader = st.selectbox(
@@ -281,6 +294,37 @@ def rl_task_section(base: cfg.RLConfig) -> tuple[str, str, str]:
         help="A row's own `grader` column wins over this choice.",
     )
     return env, dataset, grader
+
+
+DEFAULT_ENV_MIX = "arithmetic:1,code:1"
+
+
+def env_mix_section(spec: str) -> str:
+    """A list of envs with weights; returns `arithmetic:2,code:1` (custom's problems are picked below it)."""
+    try:
+        parts = mix.parse_mix(spec if mix.is_mix(spec) else DEFAULT_ENV_MIX, "env")
+    except datasets.DatasetError:  # a mix the check refused: start the list again
+        parts = mix.parse_mix(DEFAULT_ENV_MIX, "env")
+    table = st.data_editor(
+        [{"env": part.spec, "weight": part.weight} for part in parts],
+        column_config={
+            "env": st.column_config.SelectboxColumn(
+                "Environment", options=list(cfg.RL_ENVS), required=True, width="medium"
+            ),
+            "weight": st.column_config.NumberColumn(
+                "Weight", min_value=0.0, step=0.5, required=True, width="small", help="Share of each step's groups"
+            ),
+        },
+        num_rows="dynamic",
+        hide_index=True,
+        key=key("rl", "env-mix"),
+    )
+    st.caption(
+        "Each step's groups are split between the environments by weight (2 and 1: two thirds and a third); each "
+        "one's reward and accuracy are logged as env/<name>/..., and Transcripts filters by it."
+    )
+    rows = [row for row in table if row.get("env")]
+    return ",".join(f"{row['env']}:{row['weight'] if row.get('weight') is not None else 1:g}" for row in rows)
 
 
 DISTILL_MODE_LABELS = {"on_policy": "On-policy", "prompt": "Prompt (context)"}
@@ -430,7 +474,11 @@ def _dpo_fields(base: cfg.DPOConfig, put: Put) -> None:
 
 def _rl_fields(base: cfg.RLConfig, put: Put) -> None:
     st.markdown("**Sampling and loss**")
-    for row in (("max_tokens", "temperature", "top_p", "loss_fn"), ("num_substeps", "num_eval_problems")):
+    rows = [
+        ("max_tokens", "temperature", "top_p", "loss_fn"),
+        ("num_substeps", "num_eval_problems", "max_turns", "tools"),
+    ]
+    for row in rows:
         for where, name in zip(st.columns(4), row):
             put(where, name)
     with st.expander("PPO clip range (used only when the loss is ppo)"):  # a form cannot hide them as Loss changes
@@ -486,7 +534,7 @@ def check(config: cfg.CommonConfig) -> CheckResult:
     problems = cfg.validate(config)
     if not config.model:
         problems.insert(0, "model: pick a model")
-    if getattr(config, "dataset", None) == "" and getattr(config, "env", "custom") == "custom":
+    if getattr(config, "dataset", None) == "" and "custom" in envs.env_names(getattr(config, "env", "custom")):
         problems.append("dataset: pick or name a dataset")
     if problems:
         return CheckResult(False, problems)

@@ -52,6 +52,8 @@ WIDGETS: dict[str, Widget | None] = {
     "clip_high_threshold": Widget("number", "PPO clip high", key="clip_high"),
     "num_substeps": Widget("number", "Optimizer substeps", key="substeps"),
     "num_eval_problems": Widget("number", "Eval problems", key="eval_problems"),
+    "max_turns": Widget("number", "Max turns (multi-turn envs)"),
+    "tools": Widget("text", "Tools (calculator)"),
     "kl_penalty_coef": Widget("number", "KL penalty", key="kl_coef"),
     "kl_reference": Widget("select", "KL reference"),
     "pipelining.stream_minibatch": Widget("checkbox", "Stream minibatches"),

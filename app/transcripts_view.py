@@ -1,5 +1,6 @@
 """What the Transcripts page shows, computed without Streamlit: which runs have transcripts, the reward filter,
-the step's summary numbers, a sample's badges, facts and sandbox output, and groups split into pages and rows.
+the task filter of a mix of envs, the step's summary numbers, a sample's badges, facts and sandbox output, and groups
+split into pages and rows.
 
 The page (pages/transcripts.py) only lays these out as widgets. Rows are the frames `RunStore.get_transcripts`
 returns (one row per sample; `metrics` holds the grader's per-sample details as a dict). Not here: reading storage
@@ -13,6 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
+
+from cookbook_engine.data import mix
+from cookbook_engine.rl import envs
 
 SANDBOX_KEYS = (
     "tests_passed",
@@ -32,12 +36,27 @@ GROUPS_PER_PAGE = 5
 SAMPLES_PER_ROW = 4
 
 
+ALL_TASKS = "All"  # the Task filter's first choice: every env of a mix
+
 TRANSCRIPT_KINDS = ("rl", "distill")  # RL's rollouts; distillation's student (on-policy) or teacher (prompt) replies
 
 
 def rl_runs(runs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """The runs that record transcripts (RL and distillation runs), in the order given."""
     return [run for run in runs if run["kind"] in TRANSCRIPT_KINDS]
+
+
+def run_tasks(run: dict[str, Any]) -> list[str]:
+    """The envs of an RL run over a mix of envs (env=arithmetic:2,code:1), in the mix's order; [] for one env."""
+    env = (run.get("config") or {}).get("env") or ""
+    return envs.env_names(env) if run["kind"] == "rl" and mix.is_mix(env) else []
+
+
+def of_task(rollouts_df: pd.DataFrame, task: str) -> pd.DataFrame:
+    """The samples of one env of a mix (their row's `task`); every sample for ALL_TASKS."""
+    if task == ALL_TASKS:
+        return rollouts_df
+    return rollouts_df[[isinstance(d, dict) and d.get("task") == task for d in rollouts_df["metrics"]]]
 
 
 HEDGED_FLAG = "hedged answer"
@@ -140,11 +159,21 @@ def sample_facts(row: pd.Series) -> str:
     return " · ".join(str(fact) for fact in facts)
 
 
+def turn_lines(details: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """A multi-turn episode's turns as (who, text): each reply of the model and what its tool call got back."""
+    lines: list[tuple[str, str]] = []
+    for number, turn in enumerate((details or {}).get("turns") or [], start=1):
+        lines.append((f"turn {number}: model", str(turn.get("reply", ""))))
+        if "result" in turn:
+            lines.append((f"turn {number}: <{turn.get('tool', '')}> returned", str(turn["result"])))
+    return lines
+
+
 def split_details(details: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
     """A sample's details as (sandbox output, other per-sample metrics)."""
     details = details or {}
     sandbox = {key: details[key] for key in SANDBOX_KEYS if key in details}
-    return sandbox, {key: value for key, value in details.items() if key not in sandbox}
+    return sandbox, {key: value for key, value in details.items() if key not in sandbox and key != "turns"}
 
 
 def tests_passed_text(sandbox: dict[str, Any]) -> str | None:

@@ -24,6 +24,7 @@ from cookbook_engine.data.loading import DEFAULT_SEED, DEFAULT_TEST_FRACTION, Da
 from cookbook_engine.device import DTYPES
 from cookbook_engine.models import DEFAULT_MODEL
 from cookbook_engine.rl.suggested import ARITHMETIC as RL_MEASURED
+from cookbook_engine.rl.tools import TOOLS
 from cookbook_engine.settings import (
     Leaf,
     bound_problems,
@@ -41,7 +42,8 @@ BACKENDS = ("local", "tinker", "clocked")
 SCHEDULES = ("linear", "cosine", "constant")
 TRAIN_ON = ("last_assistant_message", "all_assistant_messages", "all_messages")
 OVERLONG = ("truncate", "drop")
-RL_ENVS = ("arithmetic", "code", "custom")
+RL_ENVS = ("arithmetic", "code", "custom", "calculator")
+MULTI_TURN_ENVS = ("calculator",)  # episodes of several turns: they need max_turns
 RL_LOSSES = ("importance_sampling", "ppo")
 GRADERS = ("exact", "numeric", "contains", "regex", "python_tests")
 DISTILL_MODES = ("on_policy", "prompt")
@@ -276,10 +278,22 @@ class PipeliningConfig:
 class RLConfig(CommonConfig):
     env: str = setting(
         "arithmetic",
-        choices=RL_ENVS,
-        help="arithmetic and code are built in; custom is your own prompt/answer file (dataset=) scored by grader=",
+        help="arithmetic and code are built in; custom is your own prompt/answer file (dataset=) scored by grader=; "
+        "or a mix of several with weights, arithmetic:2,code:1 (each step's groups split by weight)",
     )
     dataset: str = setting("", help="env=custom: a prompt/answer file")
+    max_turns: int = setting(
+        3,
+        min=0,
+        max=64,
+        zero_means="no limit (refused by multi-turn envs)",
+        help="env=calculator (multi-turn): the most replies the model writes per episode; a reply still calling a "
+        "tool at the limit ends the episode without an answer",
+    )
+    tools: str = setting(
+        "calculator",
+        help="env=calculator: the tools the model may call, comma-separated (calculator: <calc>2 * 3</calc>)",
+    )
     grader: str = setting("numeric", choices=GRADERS, help="env=custom: how a reply is scored against the answer")
     # The defaults of group size, groups, tokens, temperature and steps are the measured ones (rl/suggested.py)
     group_size: int = setting(
@@ -566,8 +580,7 @@ def validate(config: CommonConfig) -> list[str]:
     if isinstance(config, DPOConfig) and not config.dataset.strip():
         problems.append("dataset: required (e.g. builtin:concise-prefs)")
     if isinstance(config, RLConfig):
-        if config.env == "custom" and not config.dataset.strip():
-            problems.append("dataset: env=custom needs a prompt/answer file (dataset=path.jsonl)")
+        problems.extend(rl_env_problems(config))
         problems.extend(pipelining_problems(config))
     if isinstance(config, DistillConfig):
         problems.extend(distill_problems(config))
@@ -587,6 +600,35 @@ def sl_dataset_problems(config: SLConfig) -> list[str]:
         return [str(exc)]
     if config.test_dataset.strip():
         return [f"test_dataset={config.test_dataset}: not with a mix of datasets; each one's test_fraction is held out"]
+    return []
+
+
+def rl_env_problems(config: RLConfig) -> list[str]:
+    """The env is a known one, or a mix of known ones whose weights sum to a positive number (data/mix.py's syntax);
+    custom, alone or in a mix, needs its prompt/answer file."""
+    try:
+        names = [part.spec for part in mix.parse_mix(config.env, "env")]
+    except DatasetError as exc:
+        return [str(exc)]
+    unknown = [name for name in names if name not in RL_ENVS]
+    if unknown:
+        return [f"env={config.env}: unknown env {', '.join(unknown)}; choose from {', '.join(RL_ENVS)}"]
+    if "custom" in names and not config.dataset.strip():
+        return ["dataset: env=custom needs a prompt/answer file (dataset=path.jsonl)"]
+    multi_turn = [name for name in names if name in MULTI_TURN_ENVS]
+    if multi_turn and config.max_turns < 1:
+        return [f"max_turns={config.max_turns}: env={multi_turn[0]} is multi-turn and needs a turn limit (e.g. 3)"]
+    return tool_problems(config.tools) if multi_turn else []
+
+
+def tool_problems(spec: str) -> list[str]:
+    """The tools named are known ones, at least one."""
+    names = [name.strip() for name in spec.split(",") if name.strip()]
+    if not names:
+        return [f"tools: env=calculator needs a tool; choose from {', '.join(TOOLS)}"]
+    unknown = [name for name in names if name not in TOOLS]
+    if unknown:
+        return [f"tools={spec}: unknown tool {', '.join(unknown)}; choose from {', '.join(TOOLS)}"]
     return []
 
 

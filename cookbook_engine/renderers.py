@@ -95,6 +95,16 @@ class Renderer:
         tokens += self._assistant_header(messages)
         return types.ModelInput.from_ints(tokens)
 
+    def continuation(self, messages: list[dict], new_messages: list[dict]) -> list[int]:
+        """The tokens that follow the conversation's last message (an assistant reply, as sampled) when
+        `new_messages` come next and the assistant replies again: the reply's tail, the new messages, the assistant's
+        header. A multi-turn episode's next observation is its last one + the reply + these (rl/multi_turn.py)."""
+        segments = self._segments(messages + new_messages)
+        tokens = list(segments[len(messages) - 1].tail)
+        for seg in segments[len(messages) :]:
+            tokens += seg.header + seg.body + seg.tail
+        return tokens + self._assistant_header(messages + new_messages)
+
     def parse_response(self, tokens: list[int]) -> tuple[dict, bool]:
         """The assistant message in sampled tokens, and whether it ended with a proper stop sequence."""
         stops = self.get_stop_sequences()

@@ -29,6 +29,12 @@ if st.query_params.get("run") not in {None, *(r["run_id"] for r in rl_runs)}:
     )
     st.stop()
 run_id = widgets.run_picker("Run", rl_runs)
+tasks = view.run_tasks(next(r for r in rl_runs if r["run_id"] == run_id))
+task = (
+    st.selectbox("Task", [view.ALL_TASKS, *tasks], key=f"task-{run_id}", help="The environment of the mix")
+    if len(tasks) > 1
+    else view.ALL_TASKS
+)
 steps = store.transcript_steps(run_id)
 if not steps:
     st.info(
@@ -42,7 +48,10 @@ step = (
     if len(steps) == 1
     else c1.select_slider(charts.STEP_AXIS.capitalize(), steps, value=steps[-1], key=f"step-{run_id}")
 )
-rollouts = store.get_transcripts(run_id, step=step)
+rollouts = view.of_task(store.get_transcripts(run_id, step=step), task)
+if rollouts.empty:
+    st.info(f"No {task} groups at step {step}: the mix drew none of them there.", icon=":material/filter_alt:")
+    st.stop()
 low, high = view.reward_bounds(rollouts)
 reward_range = (low, high)
 if high > low:
@@ -105,6 +114,11 @@ def sample_card(row: pd.Series) -> None:
         st.markdown(view.sample_badges(row))
         st.caption(widgets.safe_markdown(view.sample_facts(row)))
         widgets.plain_text(row["completion"] or "", code=True)
+        if turns := view.turn_lines(row["metrics"]):
+            with st.expander(f"Turns ({sum(who.endswith('model') for who, _ in turns)})", expanded=True):
+                for who, text in turns:
+                    st.caption(who)
+                    widgets.plain_text(text, code=True)
         sandbox, other = view.split_details(row["metrics"])
         if sandbox:
             with st.expander("Sandbox output"):
@@ -151,6 +165,6 @@ if len(rewards):
         key="reward-hist",
         config={"displaylogo": False},
     )
-all_rows = store.get_transcripts(run_id)[["step", "reward"]].dropna()
+all_rows = view.of_task(store.get_transcripts(run_id), task)[["step", "reward"]].dropna()
 if len(all_rows):
     c2.plotly_chart(charts.reward_by_step(all_rows), key="reward-steps", config={"displaylogo": False})

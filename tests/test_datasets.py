@@ -313,6 +313,7 @@ def test_builtins_load_with_their_loaders():
         "facts": "chat",
         "persona": "chat",
         "concise-prefs": "preference",
+        "calculator-warmup": "chat",
         "arithmetic-qa": "rl",
     }
     facts = load_chat_dataset("builtin:facts")

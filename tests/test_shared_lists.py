@@ -121,6 +121,7 @@ def test_the_status_check_finds_a_spelled_out_status():
 # Errors whose names end in Error but that are not a person's bad input (a bug, a busy disk, sandboxed code).
 NOT_BAD_INPUT = {
     "SolutionError": "the RL policy's code raised: a reward of 0, not a message for the person",
+    "ToolError": "the RL policy called a tool wrongly: an error text fed back to the model, not for the person",
     "ProtocolError": "a sandboxed process sent a malformed message",
     "StorageOwnerError": "the database's owner process could not start or died: not the input's fault",
     "SetupError": "the sandbox's launcher could not set up its isolation (a mount, a namespace): the machine's fault",

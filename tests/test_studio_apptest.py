@@ -583,19 +583,24 @@ def test_a_toast_says_when_a_run_started_in_this_browser_finishes(studio_home):
 # ---------------------------------------------------------------------------------------------- transcripts
 
 
-def test_transcripts_show_groups_rewards_advantages_and_sandbox_output(studio_home):
-    store = get_manager().store
-    run_id = "rl-transcripts-demo"
-    store.create_run(
+def create_rl_run(studio_home, run_id: str, name: str, config: dict, store=None) -> None:
+    """A completed RL run record with the given settings, for transcripts to be added to."""
+    (store or get_manager().store).create_run(
         run_id,
-        name="code-rl",
+        name=name,
         kind="rl",
         backend="local",
         base_model=models.DEFAULT_MODEL,
-        config={"env": "code"},
+        config=config,
         log_dir=studio_home / "runs" / run_id,
         status="completed",
     )
+
+
+def test_transcripts_show_groups_rewards_advantages_and_sandbox_output(studio_home):
+    store = get_manager().store
+    run_id = "rl-transcripts-demo"
+    create_rl_run(studio_home, run_id, "code-rl", {"env": "code"})
     rows = []
     for step in (0, 1):
         for sample, reward in enumerate([1.0, 0.0, 0.0, 1.0]):
@@ -642,19 +647,43 @@ def test_transcripts_show_groups_rewards_advantages_and_sandbox_output(studio_ho
     assert any("return x * x" in c for c in codes) and not any("return x * 2" in c for c in codes)
 
 
+def test_transcripts_of_a_mix_of_envs_filter_by_task(studio_home):
+    store = get_manager().store
+    run_id = "rl-mix-demo"
+    create_rl_run(studio_home, run_id, "mix-rl", {"env": "arithmetic:2,code:1"})
+    store.add_transcripts(
+        run_id,
+        [
+            {
+                "step": 0,
+                "group_idx": group,
+                "sample_idx": 0,
+                "prompt": prompt,
+                "completion": completion,
+                "reward": 1.0,
+                "advantage": 0.0,
+                "stop_reason": "stop",
+                "metrics": {"task": task, "tags": [task]},
+            }
+            for group, (task, prompt, completion) in enumerate(
+                [("arithmetic", "What is 2 + 3?", "5"), ("code", "Write square(x).", "def square(x): ...")]
+            )
+        ],
+    )
+    at = open_page("transcripts", run=run_id)
+    task = by_label(at.selectbox, "Task")
+    assert task.options == ["All", "arithmetic", "code"]
+    assert {"5", "def square(x): ..."} <= {c.value for c in at.code}
+    task.set_value("code").run()
+    codes = {c.value for c in at.code}
+    assert "def square(x): ..." in codes and "5" not in codes
+    assert [m.value for m in at.metric if m.label == "Samples at this step"] == ["1"]
+
+
 def test_transcripts_warn_about_code_that_ran_without_network_isolation(studio_home):
     store = get_manager().store
     run_id = "rl-unisolated-demo"
-    store.create_run(
-        run_id,
-        name="code-rl-no-netns",
-        kind="rl",
-        backend="local",
-        base_model=models.DEFAULT_MODEL,
-        config={"env": "code"},
-        log_dir=studio_home / "runs" / run_id,
-        status="completed",
-    )
+    create_rl_run(studio_home, run_id, "code-rl-no-netns", {"env": "code"})
     store.add_transcripts(
         run_id,
         [
@@ -681,16 +710,7 @@ def test_transcripts_warn_about_code_that_ran_without_network_isolation(studio_h
 def test_transcripts_flag_possible_reward_hacks_with_a_badge_and_a_filter(studio_home):
     store = get_manager().store
     run_id = "rl-hack-flags-demo"
-    store.create_run(
-        run_id,
-        name="code-rl-hacks",
-        kind="rl",
-        backend="local",
-        base_model=models.DEFAULT_MODEL,
-        config={"env": "code"},
-        log_dir=studio_home / "runs" / run_id,
-        status="completed",
-    )
+    create_rl_run(studio_home, run_id, "code-rl-hacks", {"env": "code"})
     completions = [
         "def square(x):\n    return x * x",
         "import sys\nsys.modules['__main__'].ok = 1",

@@ -1077,6 +1077,31 @@ def arithmetic_qa_rows() -> list[dict]:
     return rows
 
 
+CALCULATOR_WARMUP_ROWS = 96
+
+
+def calculator_warmup_rows() -> list[dict]:
+    """Conversations of env=calculator's episodes done right (rl/multi_turn.py): the question, the model's
+    `<calc>` call, the result fed back, the answer; on the env's training problems, never its held-out ones. An SL
+    run on them (train_on_what=all_assistant_messages) is the warm start that gets the default model calling the
+    tool before RL (docs/MULTI_TURN.md)."""
+    from cookbook_engine.rl import multi_turn, tools
+
+    tag = tools.TOOLS["calculator"].tag
+    train, _ = multi_turn.problems()
+    rows = []
+    for problem in train[:CALCULATOR_WARMUP_ROWS]:
+        expression = f"{problem.a} * {problem.b}" + (f" + {problem.c}" if problem.c else "")
+        messages = [
+            {"role": "user", "content": multi_turn.prompt_text(problem, ["calculator"])},
+            {"role": "assistant", "content": f"<{tag}>{expression}</{tag}>"},
+            {"role": "user", "content": f"{tag}: {problem.answer}"},
+            {"role": "assistant", "content": str(problem.answer)},
+        ]
+        rows.append({"messages": messages})
+    return rows
+
+
 # --------------------------------------------------------------------------------------------------------------
 # The registry.
 # --------------------------------------------------------------------------------------------------------------
@@ -1114,6 +1139,13 @@ BUILTIN: dict[str, BuiltinDataset] = {
             "rejected is the same sentence with a wrong answer; some rejected answers also ramble. Held-out "
             "pairs: eval set builtin:prefs-style-controlled.",
             concise_prefs_rows,
+        ),
+        BuiltinDataset(
+            "calculator-warmup",
+            "chat",
+            "96 env=calculator episodes done right: the question, a <calc> call, its result, the answer. SL on them "
+            "(train on all assistant messages) gets the model calling the tool before RL with env=calculator.",
+            calculator_warmup_rows,
         ),
         BuiltinDataset(
             "arithmetic-qa",

@@ -1,5 +1,6 @@
-"""Multi-task mixes of SL datasets: `dataset=builtin:facts:2,my.jsonl:1` trains on several datasets at once, each with
-a weight.
+"""Multi-task mixes: `dataset=builtin:facts:2,my.jsonl:1` trains SL on several datasets at once, each with a weight,
+and `env=arithmetic:2,code:1` trains RL on several environments (the RL half is rl/mix.py's; the syntax, its
+refusals and the per-step draw of groups are here, their one home).
 
 The syntax: datasets separated by commas, each optionally followed by `:WEIGHT` (a number; none means 1). Weights are
 shares of the training examples: with weights 2 and 1, two thirds of each epoch's examples come from the first
@@ -10,9 +11,10 @@ held-out metrics. Each dataset keeps its own held-out share (test_fraction), log
 mix's `test/nll`, and each step logs `train/<name>/nll` for the datasets in its batch; <name> is the built-in's name
 or the file's name without extension.
 
-`parse_mix(spec)` reads the syntax and refuses, with one message naming the problem, a weight below 0, weights that
-do not sum to a positive number, an empty entry and two datasets of one name; `mixed(parts, seed)` draws the epoch.
-Not here: loading or rendering the datasets (loading.py, sl/data.py).
+`parse_mix(spec, setting="dataset")` reads the syntax and refuses, with one message naming the setting and the
+problem, a weight below 0, weights that do not sum to a positive number, an empty entry and two entries of one name;
+`mixed(parts, seed)` draws an SL epoch; `step_counts(parts, total, rng)` splits one RL step's groups by weight.
+Not here: loading or rendering the datasets (loading.py, sl/data.py), building the envs (rl/mix.py).
 """
 
 from __future__ import annotations
@@ -56,23 +58,27 @@ def _weight_of(entry: str) -> tuple[str, float | None]:
         return entry, None
 
 
-def parse_mix(spec: str) -> list[MixPart]:
-    """The datasets and weights of a `dataset=` value (one dataset without a weight is a mix of one)."""
+EXAMPLES = {"dataset": "dataset=a.jsonl:2,b.jsonl:1", "env": "env=arithmetic:2,code:1"}
+
+
+def parse_mix(spec: str, setting: str = "dataset") -> list[MixPart]:
+    """The entries and weights of a `dataset=` (or `env=`) value (one entry without a weight is a mix of one)."""
+    noun = "env" if setting == "env" else "dataset"
     entries = [entry.strip() for entry in spec.split(",")]
     if len(entries) > 1 and not all(entries):
-        raise DatasetError(f"dataset={spec}: an empty entry between commas; write dataset=a.jsonl:2,b.jsonl:1")
+        raise DatasetError(f"{setting}={spec}: an empty entry between commas; write {EXAMPLES[noun]}")
     parts = []
     for entry in entries:
         name, weight = _weight_of(entry)
         if weight is not None and (not math.isfinite(weight) or weight < 0):
-            raise DatasetError(f"dataset={spec}: {name} has weight {weight:g}; a weight is a number 0 or more")
+            raise DatasetError(f"{setting}={spec}: {name} has weight {weight:g}; a weight is a number 0 or more")
         parts.append(MixPart(name, 1.0 if weight is None else weight))
     if sum(part.weight for part in parts) <= 0:
-        raise DatasetError(f"dataset={spec}: the weights sum to 0; give at least one dataset a positive weight")
+        raise DatasetError(f"{setting}={spec}: the weights sum to 0; give at least one {noun} a positive weight")
     names = [part.name for part in parts]
     twice = sorted({name for name in names if names.count(name) > 1})
     if twice:
-        raise DatasetError(f"dataset={spec}: {', '.join(twice)} named twice; each dataset once, with one weight")
+        raise DatasetError(f"{setting}={spec}: {', '.join(twice)} named twice; each {noun} once, with one weight")
     return parts
 
 
@@ -104,3 +110,18 @@ def mixed(items_by_part: list[list[Item]], counts: list[int], seed: int) -> list
         epoch.extend(items * passes)
         epoch.extend(rng.sample(items, rest))
     return epoch
+
+
+def step_counts(parts: list[MixPart], total: int, rng: random.Random) -> list[int]:
+    """How many of one step's `total` groups each part gives: every part its whole share (total x weight / sum,
+    rounded down), and the groups left over drawn without replacement, each part's chance its share's fraction. So
+    weights 1 and 1 over 2 groups give one each at every step, and a weight's share holds on average over steps."""
+    weight_sum = sum(part.weight for part in parts)
+    exact = [total * part.weight / weight_sum for part in parts]
+    counts = [math.floor(x) for x in exact]
+    fractions = [x - c for x, c in zip(exact, counts)]
+    for _ in range(total - sum(counts)):
+        chosen = rng.choices(range(len(parts)), weights=[f if f > 0 else 0.0 for f in fractions])[0]
+        counts[chosen] += 1
+        fractions[chosen] = 0.0
+    return counts

@@ -2,7 +2,10 @@
 
 A rollout (prompt P tokens, completion C tokens) becomes one datum for next-token prediction over P + C:
 model_input = (P + C)[:-1], target_tokens = (P + C)[1:], and per target position the sampler's log-prob, the
-advantage and a mask, all 0 on the P - 1 prompt positions and set on the C completion positions. The mask stays
+advantage and a mask, all 0 on the P - 1 prompt positions and set on the C completion positions. A multi-turn
+rollout's C tokens hold the observations between its turns too: its own mask (0 there) zeroes their advantage and
+mask, so only the model's tokens train, as tinker-cookbook's trajectory_to_data does for a conversation that grows
+by appending. The mask stays
 on our side: the SDK rejects unknown loss inputs, so `for_training()` strips it before the datum is sent.
 This module also reads the trainer's log-probs back to measure how far the sampler and the trainer disagree
 (optim/kl_sample_train) and the sampler's entropy (optim/entropy). No sampling or training here.
@@ -25,6 +28,9 @@ def datum_from_rollout(rollout: Rollout, advantage: float) -> types.Datum:
         raise ValueError(
             f"datum_from_rollout: {len(rollout.logprobs)} sampler log-probs for {len(completion)} completion tokens"
         )
+    mask = [1.0] * len(completion) if rollout.mask is None else [float(m) for m in rollout.mask]
+    if len(mask) != len(completion):
+        raise ValueError(f"datum_from_rollout: a mask of {len(mask)} for {len(completion)} completion tokens")
     tokens_T = prompt + completion
     prompt_positions = len(prompt) - 1
     zeros = [0.0] * prompt_positions
@@ -33,8 +39,8 @@ def datum_from_rollout(rollout: Rollout, advantage: float) -> types.Datum:
         loss_fn_inputs={
             "target_tokens": types.TensorData(data=tokens_T[1:], dtype="int64"),
             "logprobs": types.TensorData(data=zeros + [float(lp) for lp in rollout.logprobs], dtype="float32"),
-            "advantages": types.TensorData(data=zeros + [float(advantage)] * len(completion), dtype="float32"),
-            "mask": types.TensorData(data=zeros + [1.0] * len(completion), dtype="float32"),
+            "advantages": types.TensorData(data=zeros + [float(advantage) * m for m in mask], dtype="float32"),
+            "mask": types.TensorData(data=zeros + mask, dtype="float32"),
         },
     )
 

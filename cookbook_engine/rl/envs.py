@@ -1,6 +1,7 @@
-"""The RL environments: arithmetic, Python coding problems graded by unit tests, and a user's prompt/answer file.
+"""The RL environments: arithmetic, Python coding problems graded by unit tests, a user's prompt/answer file, and the
+multi-turn calculator env (rl/multi_turn.py).
 
-All three are single-turn problem envs in the shape of tinker-cookbook's ProblemEnv: the prompt is the question as
+The first three are single-turn problem envs in the shape of tinker-cookbook's ProblemEnv: the prompt is the question as
 a user message, the completion is parsed with the renderer, and the reward is
 
     reward = score + format_coef * (format_ok - 1)
@@ -18,7 +19,15 @@ sandbox's error).
   and a training curriculum whose operands grow from 1..20 to 1..99 over the first half of the run, never drawing a
   held-out problem.
 - code: rl/code_problems.py's built-in problems and fixed train/test split; the reply's code runs in the sandbox.
+- calculator: multi-turn (rl/multi_turn.py): two-digit products the model may work out by calling the calculator
+  tool (`<calc>47 * 38</calc>`, its result fed back), the reward on the final answer; needs max_turns.
 - custom: datasets.load_rl_problems (prompt, answer, grader per row) graded by rl/graders.py.
+- a mix, `env=arithmetic:2,code:1` (data/mix.py's syntax and refusals): each env built as above, each step's
+  `groups_per_batch` groups split between them by weight (`mix.step_counts`: every env its whole share, the rest
+  drawn by the shares' fractions, seeded by the step), an env's groups the first ones of its own batch at that step.
+  Each group is tagged with its env's name (its own tags become `<name>/<tag>`), so the loop logs
+  `env/<name>/...` and `test/env/<name>/...` per env and Transcripts can filter by task; every env's held-out
+  problems are evaluated (num_eval_problems each), a weight of 0 included.
 - `with_fixed_mixed_rewards(setup)`: the same prompts with rewards 0, 1, 0, 1, ... fixed in advance, for measuring
   the loop's schedules (tests, benchmarks/pipelining.py): every group then trains, whatever the model samples.
 
@@ -28,14 +37,15 @@ Not here: sampling, advantages, training (rl/loop.py, rl/advantages.py, rl/data.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cookbook_engine.config import RLConfig
-from cookbook_engine.data import loading as datasets
-from cookbook_engine.rl import arithmetic, code_problems, graders
+from cookbook_engine.config import RL_ENVS, RLConfig
+from cookbook_engine.data import loading as datasets, mix
+from cookbook_engine.rl import arithmetic, code_problems, graders, multi_turn
 from cookbook_engine.rl.arithmetic import ArithmeticProblem
 from cookbook_engine.rl.metrics import HEDGED_METRIC, SUSPICIOUS_METRIC
 from cookbook_engine.rl.types import Env, EnvGroupBuilder, RLDataset, StepResult
@@ -210,10 +220,11 @@ class CurriculumDataset(RLDataset):
 class EnvSetup:
     """What the loop needs from an env: training batches, held-out builders (one sample each) and a description."""
 
-    train: ProblemDataset | CurriculumDataset
+    train: ProblemDataset | CurriculumDataset | MixedDataset
     test: list[EnvGroupBuilder]
     description: str
     prompts: list[str]  # every question, to check prompt lengths before the run starts
+    tasks: tuple[str, ...] = ()  # a mix's env names, each logged as env/<name>/... at every step it is in
 
 
 def arithmetic_setup(config: RLConfig, renderer) -> EnvSetup:
@@ -247,12 +258,43 @@ def arithmetic_setup(config: RLConfig, renderer) -> EnvSetup:
     return EnvSetup(dataset, [make(problem, 1) for problem in test], description, [p.question for p in largest + test])
 
 
+def calculator_setup(config: RLConfig, renderer) -> EnvSetup:
+    """The calculator env (multi-turn, rl/multi_turn.py): two-digit products, 64 held out."""
+    from cookbook_engine.config import ConfigError, tool_problems
+
+    if config.max_turns < 1:
+        raise ConfigError(f"max_turns={config.max_turns}: env=calculator is multi-turn and needs a turn limit (e.g. 3)")
+    if problems := tool_problems(config.tools):
+        raise ConfigError(problems[0])
+    tool_names = [name.strip() for name in config.tools.split(",") if name.strip()]
+    train, test = multi_turn.problems()
+    test = test[: config.num_eval_problems]
+
+    def make(problem: multi_turn.CalcProblem, size: int) -> ProblemGroupBuilder:
+        return ProblemGroupBuilder(
+            lambda: multi_turn.CalculatorEnv(renderer, problem, tool_names, config.max_turns), size, ()
+        )
+
+    dataset = ProblemDataset(train, lambda p: make(p, config.group_size), config.groups_per_batch, config.seed)
+    description = (
+        f"calculator: {len(train)} training and {len(test)} held-out products, up to {config.max_turns} turns, "
+        f"tools {', '.join(tool_names)}"
+    )
+    prompts = [multi_turn.prompt_text(p, tool_names) for p in train + test]
+    return EnvSetup(dataset, [make(p, 1) for p in test], description, prompts)
+
+
 def build_env(config: RLConfig, renderer) -> EnvSetup:
-    """The env a config names, with its train/test split; bad data raises DatasetError, bad settings ConfigError."""
+    """The env a config names (or the mix of envs), with its train/test split; bad data raises DatasetError, bad
+    settings ConfigError."""
     from cookbook_engine.config import ConfigError
 
+    if mix.is_mix(config.env):
+        return mixed_setup(config, renderer)
     if config.env == "arithmetic":
         return arithmetic_setup(config, renderer)
+    if config.env == "calculator":
+        return calculator_setup(config, renderer)
     train: list[Any]  # code_problems.CodeProblem or datasets.RLProblem: each has .prompt, as make() needs
     test: list[Any]
     if config.env == "code":
@@ -295,6 +337,81 @@ def build_env(config: RLConfig, renderer) -> EnvSetup:
     return EnvSetup(dataset, [make(problem, 1) for problem in test], description, prompts)
 
 
+# ------------------------------------------------------------------------------------------------ mixes
+
+
+def env_names(env: str) -> list[str]:
+    """The envs an `env=` value names: one, or a mix's (`arithmetic:2,code:1` gives arithmetic, code); none for a
+    mix that does not parse (config.validate says why)."""
+    try:
+        return [part.spec for part in mix.parse_mix(env, "env")]
+    except datasets.DatasetError:
+        return []
+
+
+@dataclass(frozen=True)
+class TaskGroupBuilder(EnvGroupBuilder):
+    """A group of one env of a mix: tagged with the env's name, its own tags under it (arithmetic/add)."""
+
+    inner: EnvGroupBuilder
+    name: str
+
+    @property
+    def task(self) -> str | None:
+        return self.name
+
+    async def make_envs(self) -> Sequence[Env]:
+        return await self.inner.make_envs()
+
+    def logging_tags(self) -> list[str]:
+        return [self.name, *(f"{self.name}/{tag}" for tag in self.inner.logging_tags())]
+
+
+class MixedDataset(RLDataset):
+    """Each step's groups split between the envs by weight (mix.step_counts, seeded by the step, so a resumed run
+    gets the same batches); an env's k groups are the first k of its own batch at that step."""
+
+    def __init__(self, parts: list[tuple[mix.MixPart, RLDataset]], groups_per_batch: int, seed: int):
+        self.parts, self.groups_per_batch, self.seed = parts, groups_per_batch, seed
+
+    def __len__(self) -> int:
+        return max(len(train) for part, train in self.parts if part.weight > 0)
+
+    def get_batch(self, index: int) -> list[EnvGroupBuilder]:
+        rng = random.Random(self.seed * 1_000_033 + index)
+        counts = mix.step_counts([part for part, _ in self.parts], self.groups_per_batch, rng)
+        return [
+            TaskGroupBuilder(builder, part.name)
+            for (part, train), count in zip(self.parts, counts)
+            if count
+            for builder in train.get_batch(index)[:count]
+        ]
+
+
+def mixed_setup(config: RLConfig, renderer) -> EnvSetup:
+    """A mix of envs (`env=arithmetic:2,code:1`): each built alone, their groups split by weight at every step."""
+    from cookbook_engine.config import ConfigError
+
+    parts = mix.parse_mix(config.env, "env")
+    for part in parts:
+        if part.spec not in RL_ENVS:  # config.validate says so first; this guards callers that skip it
+            raise ConfigError(f"env={config.env}: unknown env {part.spec}; choose from {', '.join(RL_ENVS)}")
+    setups = [build_env(dataclasses.replace(config, env=part.spec), renderer) for part in parts]
+    test: list[EnvGroupBuilder] = [
+        TaskGroupBuilder(builder, part.name) for part, setup in zip(parts, setups) for builder in setup.test
+    ]
+    description = "a mix of envs: " + "; ".join(
+        f"{part.name} (weight {part.weight:g}): {setup.description}" for part, setup in zip(parts, setups)
+    )
+    return EnvSetup(
+        MixedDataset([(part, setup.train) for part, setup in zip(parts, setups)], config.groups_per_batch, config.seed),
+        test,
+        description,
+        [prompt for setup in setups for prompt in setup.prompts],
+        tuple(part.name for part in parts),
+    )
+
+
 # ------------------------------------------------------------------------------------------------ measuring
 
 
@@ -322,7 +439,9 @@ class MixedRewardGroup(EnvGroupBuilder):
 
 
 def with_fixed_mixed_rewards(setup: EnvSetup) -> EnvSetup:
-    """The setup with every training group's rewards fixed to 0, 1, 0, 1, ... (for measuring schedules)."""
+    """The setup with every training group's rewards fixed to 0, 1, 0, 1, ... (for measuring schedules; one env)."""
+    if isinstance(setup.train, MixedDataset):
+        raise ValueError("with_fixed_mixed_rewards: one env, not a mix")
     make_builder = setup.train.make_builder
     setup.train.make_builder = lambda problem: MixedRewardGroup(make_builder(problem))
     return setup

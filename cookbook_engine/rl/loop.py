@@ -7,7 +7,8 @@ log-probs, advantages, mask) trained with `importance_sampling` or `ppo` (which 
 data sampled by an older policy is weighted correctly); then a **new** sampling client is taken from the updated
 weights. Every trained rollout is stored as a transcript row, with the policy version (step) that sampled it.
 Held-out accuracy (test/env/all/correct) is measured every `eval_every` steps and at the end with one sample per
-held-out problem (greedy by default, `eval_temperature`).
+held-out problem (greedy by default, `eval_temperature`). A mix of envs (envs.py) logs each env's metrics as
+env/<name>/... and test/env/<name>/..., and each transcript row names its env (`task`).
 
 The schedules (tinker-cookbook's sync training, StreamMinibatchConfig and AsyncConfig):
 - synchronous (default): all groups of the step are sampled, then the batch is cut into `num_substeps` parts, each
@@ -41,10 +42,10 @@ from typing import TYPE_CHECKING, Any
 from tinker import types
 
 from cookbook_engine import renderers, sandbox
-from cookbook_engine.config import RLConfig
+from cookbook_engine.config import MULTI_TURN_ENVS, RLConfig
 from cookbook_engine.data import loading as datasets
 from cookbook_engine.evals.in_training import NamedEvals, PeriodicEvals
-from cookbook_engine.rl import envs, kl
+from cookbook_engine.rl import envs, kl, multi_turn
 from cookbook_engine.rl.advantages import centered_advantages, is_constant
 from cookbook_engine.rl.data import datum_from_rollout, for_training, sample_train_metrics
 from cookbook_engine.rl.metrics import rollout_metrics
@@ -84,13 +85,19 @@ def prepare(config: RLConfig) -> PreparedRL:
         length = renderer.build_generation_prompt([{"role": "user", "content": prompt}]).length
         if length > longest:
             longest, longest_index = length, index
-    if longest + config.max_tokens > config.max_length:
+    turns = config.max_turns if any(n in MULTI_TURN_ENVS for n in envs.env_names(config.env)) else 1
+    episode = config.max_tokens * turns + OBSERVATION_TOKENS * (turns - 1)  # a multi-turn episode's later tokens
+    if longest + episode > config.max_length:
         raise datasets.DatasetError(
             f"{config.dataset or config.env}: prompt {longest_index + 1} has {longest} tokens; with "
-            f"max_tokens={config.max_tokens} it exceeds max_length={config.max_length} (raise max_length or "
-            "shorten the prompt)"
+            f"max_tokens={config.max_tokens}"
+            + (f" over max_turns={turns} turns" if turns > 1 else "")
+            + f" it exceeds max_length={config.max_length} (raise max_length or shorten the prompt)"
         )
     return PreparedRL(setup, renderer.name, tokenizer, longest)
+
+
+OBSERVATION_TOKENS = 32  # room for each tool result fed back between turns (a `calc: 1786` message is about 12)
 
 
 def sampling_params(config: RLConfig, stop, seed: int | None, *, evaluation: bool = False) -> types.SamplingParams:
@@ -111,14 +118,34 @@ async def group_rollout(
     seed: int | None,
     evaluation: bool = False,
 ) -> RolloutGroup:
-    """Sample the group's completions in one call (the envs share the prompt) and grade each in its env."""
+    """Sample the group's completions in one call (the envs share the prompt) and grade each in its env; episodes of
+    a multi-turn env go on turn by turn, each env alone (multi_turn.later_turns)."""
     envs_G = await builder.make_envs()
+    for env in envs_G[1:]:  # each env keeps its own conversation; the first turn's prompt is the same for all
+        await env.initial_observation()
     prompt, stop = await envs_G[0].initial_observation()
     params = sampling_params(config, stop, seed, evaluation=evaluation)
     response = await sampling_client.sample_async(prompt, len(envs_G), params)
     sequences_G = response.sequences
     results_G = await asyncio.gather(*[env.step(list(seq.tokens)) for env, seq in zip(envs_G, sequences_G)])
     prompt_tokens = prompt.to_ints()
+    if not all(result.episode_done for result in results_G):
+        episodes = [
+            multi_turn.Episode(
+                env,
+                [multi_turn.Turn(prompt_tokens, list(s.tokens), list(s.logprobs or []), str(s.stop_reason), result)],
+            )
+            for env, s, result in zip(envs_G, sequences_G, results_G)
+        ]
+
+        async def sample_one(observation: types.ModelInput, stop: Any, turn: int, index: int) -> types.SampledSequence:
+            turn_seed = None if seed is None else seed + 7919 * turn + 104_729 * index
+            turn_params = sampling_params(config, stop, turn_seed, evaluation=evaluation)
+            return (await sampling_client.sample_async(observation, 1, turn_params)).sequences[0]
+
+        await multi_turn.later_turns(episodes, sample_one)
+        rollouts = [multi_turn.assemble(prompt_tokens, episode.turns) for episode in episodes]
+        return RolloutGroup(rollouts, builder.logging_tags(), builder.task)
     rollouts_G = [
         Rollout(
             prompt_tokens,
@@ -131,7 +158,7 @@ async def group_rollout(
         )
         for seq, result in zip(sequences_G, results_G)
     ]
-    return RolloutGroup(rollouts_G, builder.logging_tags())
+    return RolloutGroup(rollouts_G, builder.logging_tags(), builder.task)
 
 
 async def evaluate(
@@ -147,10 +174,11 @@ async def evaluate(
             for index, builder in enumerate(builders)
         ]
     )
+    task_totals = {f"env/{group.task}/reward/total" for group in groups if group.task}
     metrics = {
         f"test/{key}": value
         for key, value in rollout_metrics(list(groups)).items()
-        if key.startswith("env/all/") or key.endswith("/correct")
+        if key.startswith("env/all/") or key.endswith("/correct") or key in task_totals
     }
     metrics = {key: value for key, value in metrics.items() if "by_group" not in key}
     metrics["time/eval"] = time.perf_counter() - started
@@ -186,6 +214,7 @@ def transcript_rows(
                         **rollout.logs,
                         "group_dropped": dropped,
                         "tags": group.tags,
+                        **({"task": group.task} if group.task else {}),
                         **extra,
                     },
                 }
@@ -555,7 +584,8 @@ def schedule_summary(config: RLConfig) -> str:
 
 def sandbox_note(config: RLConfig) -> str | None:
     """What the code sandbox isolates here, for the run's log; None when the env runs no model-written code."""
-    if config.env != "code" and not (config.env == "custom" and config.grader == "python_tests"):
+    names = envs.env_names(config.env)
+    if "code" not in names and not ("custom" in names and config.grader == "python_tests"):
         return None
     capabilities = sandbox.sandbox_capabilities()
     if capabilities["network_isolated"]:

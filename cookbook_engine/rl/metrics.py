@@ -1,6 +1,7 @@
 """Rollout metrics in tinker-cookbook's names (rl/metric_util.py): env/all/reward/total, env/all/correct,
 env/all/format, env/all/ac_tokens_per_turn, env/all/by_group/frac_mixed, ... and env/<tag>/... per logging tag when
-the tags split the groups (e.g. env/multiply/correct for the arithmetic env). Aggregation only.
+the tags split the groups (e.g. env/multiply/correct for the arithmetic env), and always for a mix's tasks (its envs'
+names: env/arithmetic/correct, env/code/correct, for the envs in the batch). Aggregation only.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ HEDGED_FRAC = "env/text/hedged_frac"
 
 
 def rollout_metrics(groups_P: list[RolloutGroup]) -> dict[str, float]:
+    """env/all/... over every group, env/<tag>/... per tag when the tags split the groups, and a task's tag always."""
     if not groups_P:
         return {}
     by_tag: dict[str, list[RolloutGroup]] = defaultdict(list)
@@ -27,8 +29,10 @@ def rollout_metrics(groups_P: list[RolloutGroup]) -> dict[str, float]:
         for tag in group.tags:
             by_tag[tag].append(group)
     metrics: dict[str, float] = {}
-    if any(len(groups) < len(groups_P) for groups in by_tag.values()):
-        for tag, groups in sorted(by_tag.items()):
+    split = any(len(groups) < len(groups_P) for groups in by_tag.values())
+    tasks = {group.task for group in groups_P}
+    for tag, groups in sorted(by_tag.items()):
+        if split or tag in tasks:
             metrics.update({f"env/{tag}/{key}": value for key, value in _metrics(groups).items()})
     metrics.update({f"env/all/{key}": value for key, value in _metrics(groups_P).items()})
     flags = [r.metrics[SUSPICIOUS_METRIC] for g in groups_P for r in g.rollouts_G if SUSPICIOUS_METRIC in r.metrics]
@@ -43,10 +47,10 @@ def rollout_metrics(groups_P: list[RolloutGroup]) -> dict[str, float]:
 def _metrics(groups_P: list[RolloutGroup]) -> dict[str, float]:
     rollouts = [rollout for group in groups_P for rollout in group.rollouts_G]
     metrics = {
-        "ac_tokens_per_turn": sum(len(r.tokens) for r in rollouts) / len(rollouts),
+        "ac_tokens_per_turn": sum(r.action_tokens for r in rollouts) / len(rollouts),
         "ob_tokens_per_turn": sum(len(r.prompt_tokens) for r in rollouts) / len(rollouts),
         "total_episodes": float(len(rollouts)),
-        "total_ac_tokens": float(sum(len(r.tokens) for r in rollouts)),
+        "total_ac_tokens": float(sum(r.action_tokens for r in rollouts)),
         "reward/total": sum(r.reward for r in rollouts) / len(rollouts),
         "frac_truncated": sum(r.stop_reason == "length" for r in rollouts) / len(rollouts),
     }
