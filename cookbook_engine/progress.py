@@ -1,7 +1,8 @@
-"""The CLI's progress display while it follows a run: a tqdm bar on a terminal, and sparse plain lines when
-stderr is not a terminal (a log file, CI), so a 40-minute run leaves tens of lines, not thousands.
+"""The CLI's progress display while it follows a run or an evaluation: a tqdm bar on a terminal, and sparse plain
+lines when stderr is not a terminal (a log file, CI, a pipe), so a 40-minute run leaves tens of lines, not thousands.
 
-Both take the same calls from cli._watch: `update(step, total, postfix)`, `write(line)`, `close()`. Not here:
+Both take the same calls from cli._watch and evals/commands.follow (counting steps or examples):
+`update(step, total, postfix)`, `write(line)`, `close()`. Not here:
 reading the run's state (the CLI does that) or the studio's timing (app/timing.py).
 """
 
@@ -17,10 +18,10 @@ LINE_EVERY_FRACTION = 0.1  # ...or when the run has gone another tenth of the wa
 
 
 class TerminalBar:
-    def __init__(self, stream=None):
+    def __init__(self, stream=None, unit: str = "step"):
         from tqdm import tqdm
 
-        self.bar = tqdm(total=None, unit="step", dynamic_ncols=True, file=stream or sys.stderr)
+        self.bar = tqdm(total=None, unit=unit, dynamic_ncols=True, file=stream or sys.stderr)
 
     def update(self, step: int, total: int | None, postfix: str = "") -> None:
         if total and self.bar.total != total:
@@ -39,10 +40,11 @@ class TerminalBar:
 
 class SparseLines:
     """One line per LINE_EVERY_S seconds or tenth of the run, whichever comes first, and one at the end:
-    'step 40/200 (20%) · train_mean_nll=1.2345 · 3 min 10 s elapsed · about 12 min 40 s left'."""
+    'step 40/200 (20%) · train_mean_nll=1.2345 · 3 min 10 s elapsed · about 12 min 40 s left' (an evaluation's:
+    'examples 200/600 (33%) · ...')."""
 
-    def __init__(self, stream=None, clock=time.monotonic):
-        self.stream, self.clock = stream or sys.stderr, clock
+    def __init__(self, stream=None, clock=time.monotonic, unit: str = "step"):
+        self.stream, self.clock, self.unit = stream or sys.stderr, clock, unit
         self.started = clock()
         self.last_line_at, self.last_fraction, self.printed_step = float("-inf"), -1.0, None
         self.first_seen: tuple[int, float] | None = None  # (step, when): the rate is measured from here
@@ -74,7 +76,7 @@ class SparseLines:
         if self.pending is None:
             return
         step, total, postfix = self.pending
-        parts = [f"step {step}/{total} ({step / total:.0%})" if total else f"step {step}"]
+        parts = [f"{self.unit} {step}/{total} ({step / total:.0%})" if total else f"{self.unit} {step}"]
         if postfix:
             parts.append(postfix)
         parts.append(f"{speed.clock(self.clock() - self.started)} elapsed")
@@ -85,7 +87,8 @@ class SparseLines:
         self.last_line_at, self.last_fraction, self.printed_step = self.clock(), step / total if total else 0.0, step
 
 
-def progress_display(stream=None):
-    """A tqdm bar on a terminal, sparse plain lines otherwise."""
+def progress_display(stream=None, unit: str = "step"):
+    """A tqdm bar on a terminal, sparse plain lines otherwise; `unit` names what is counted ("step", "examples")."""
     stream = stream or sys.stderr
-    return TerminalBar(stream) if getattr(stream, "isatty", lambda: False)() else SparseLines(stream)
+    on_terminal = getattr(stream, "isatty", lambda: False)()
+    return TerminalBar(stream, unit) if on_terminal else SparseLines(stream, unit=unit)

@@ -246,3 +246,39 @@ def test_the_estimate_says_when_another_process_is_computing_on_this_machine(mon
     assert "Another process (cookbook sweep (pid 42)) is computing" in forms.other_process_note()
     monkeypatch.setattr(compute_lease, "holder_now", lambda: None)
     assert forms.other_process_note() == ""
+
+
+def test_an_evaluation_followed_without_a_terminal_writes_plain_lines_not_a_redrawn_bar(monkeypatch):
+    """`cookbook eval ... 2> log` used to fill the log with tqdm redraws (thousands of '\\r' frames for 600
+    examples); it now writes the same sparse lines as a training run, counting examples."""
+    from cookbook_engine.evals import commands
+
+    class Store:
+        def get_job(self, eval_id):
+            return {"total": 600}
+
+    class Manager:
+        store = Store()
+        polls = 0
+
+        def is_alive(self, eval_id):
+            self.polls += 1
+            return self.polls <= 40
+
+        def examples_done(self, eval_id):
+            return self.polls * 15
+
+        def wait(self, eval_id):
+            return {"status": "completed", "done": 600, "total": 600}
+
+        def cancel(self, eval_id):
+            raise AssertionError("not cancelled")
+
+    err = io.StringIO()
+    monkeypatch.setattr(commands.sys, "stderr", err)
+    monkeypatch.setattr(commands.time, "sleep", lambda s: None)
+    commands.follow(Manager(), "eval-1", ["evaluating base on builtin:arithmetic"])
+    lines = err.getvalue().splitlines()
+    assert "\r" not in err.getvalue()
+    assert lines[0] == "evaluating base on builtin:arithmetic"
+    assert 2 <= len(lines) <= 13 and lines[-1].startswith("examples 600/600 (100%)")

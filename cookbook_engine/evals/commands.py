@@ -47,31 +47,31 @@ def eval_command(args: list[str]) -> int:
 
 
 def follow(manager, eval_id: str, notes: list[str]) -> dict:
-    """Print notes and a progress bar until the job ends; Ctrl-C cancels it."""
-    from tqdm import tqdm
+    """Print notes and progress (a bar on a terminal, sparse plain lines otherwise) until the job ends; Ctrl-C
+    cancels it."""
+    from cookbook_engine.progress import progress_display
 
     job = manager.store.get_job(eval_id)
-    bar = tqdm(total=job["total"], unit="ex", dynamic_ncols=True, file=sys.stderr)
+    display = progress_display(sys.stderr, unit="examples")
     try:
         while manager.is_alive(eval_id):
-            _drain(notes, bar)
-            bar.n = manager.examples_done(eval_id) or 0
-            bar.refresh()
+            _drain(notes, display)
+            display.update(manager.examples_done(eval_id) or 0, job["total"])
             time.sleep(0.5)
     except KeyboardInterrupt:
-        bar.write("cancelling the evaluation...", file=sys.stderr)
+        display.write("cancelling the evaluation...")
         manager.cancel(eval_id)
     job = manager.wait(eval_id)
-    bar.n = job["done"]
-    bar.close()
+    display.update(job["done"], job["total"])
+    display.close()
     _drain(notes, None)
     return job
 
 
-def _drain(notes: list[str], bar) -> None:
+def _drain(notes: list[str], display) -> None:
     while notes:
         line = notes.pop(0)
-        bar.write(line, file=sys.stderr) if bar is not None else print(line, file=sys.stderr)
+        display.write(line) if display is not None else print(line, file=sys.stderr)
 
 
 def print_results(eval_ids: list[str], as_json: bool) -> None:
