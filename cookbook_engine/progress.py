@@ -46,7 +46,8 @@ class SparseLines:
     def __init__(self, stream=None, clock=time.monotonic, unit: str = "step"):
         self.stream, self.clock, self.unit = stream or sys.stderr, clock, unit
         self.started = clock()
-        self.last_line_at, self.last_fraction, self.printed_step = float("-inf"), -1.0, None
+        self.last_line_at, self.last_fraction = float("-inf"), -1.0
+        self.printed_step: int | None = None
         self.first_seen: tuple[int, float] | None = None  # (step, when): the rate is measured from here
         self.pending: tuple[int, int | None, str] | None = None
 
