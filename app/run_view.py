@@ -35,6 +35,8 @@ PLAIN_NAMES = {
     "test/env/all/correct": "Correct (held out)",
     "env/all/format": "Well-formatted",
     "optim/kl_sample_train": "KL, sampler vs learner",
+    "teacher_kl": "KL to the teacher (per token)",
+    "kl_policy_base": "KL to the reference (per token)",
     "env/all/ac_tokens_per_turn": "Tokens per answer",
     "learning_rate": "Learning rate",
     "optim/lr": "Learning rate",

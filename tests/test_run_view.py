@@ -90,3 +90,18 @@ def test_the_log_tail_is_the_last_lines_or_nothing(tmp_path):
     (tmp_path / "log.txt").write_text("\n".join(f"line {i}" for i in range(500)))
     tail = run_view.log_tail(tmp_path)
     assert len(tail) == 300 and tail[-1] == "line 499"
+
+
+def test_every_metric_that_can_be_a_card_has_a_plain_name():
+    """Issue 27 item 7: a card never shows a raw name such as `optim/kl_sample_train` as its title (the list comes
+    from charts.CARD_METRICS, so a metric added there without a plain name fails here)."""
+    from app import charts
+
+    names = list(charts.CARD_METRICS)
+    for start in range(0, len(names), 5):  # cards show at most five at a time
+        chosen = names[start : start + 5]
+        cards = run_view.metric_cards(long_frame({name: [1.0, 2.0] for name in chosen}))
+        assert [card.raw_name for card in cards] == chosen
+        assert all(card.name != card.raw_name and "/" not in card.name for card in cards), cards
+    kl = run_view.metric_cards(long_frame({"optim/kl_sample_train": [0.0, 0.01]}))
+    assert kl[0].name == "KL, sampler vs learner"
