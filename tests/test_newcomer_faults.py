@@ -438,3 +438,18 @@ def text_px(text: str) -> float:
     """About how wide the runs table draws `text` (Source Sans at 14 px, measured in chromium: a run id of 23
     characters took 147 px, '48 min 45 s left' about 85 px): 6.5 px a character, 3.5 for the narrow ones."""
     return sum(3.5 if char in " .:il|'" else 6.5 for char in text)
+
+
+def test_item8_the_sweep_picker_names_no_status_that_goes_stale_beside_the_badge(home):
+    """The picker said "running" while the badge beside it said "completed": a selectbox keeps the label it drew, so
+    a status in it goes stale. The picker names the sweep only; its status is the badge's."""
+    from storage.evals import EvalStore
+
+    store = EvalStore()
+    store.create_sweep("sweep-20261127-0001", name="lr-grid", spec={"kind": "sl", "grid": {}}, members=[])
+    store.update_sweep("sweep-20261127-0001", status="completed")
+    at = open_page("sweeps")
+    assert not at.exception, [e.value for e in at.exception]
+    picker = by_label(at.selectbox, "Sweep")
+    assert picker.options == ["lr-grid · sweep-20261127-0001"]
+    assert not any(status in picker.options[0] for status in ("running", "completed", "queued"))
