@@ -453,3 +453,20 @@ def test_item8_the_sweep_picker_names_no_status_that_goes_stale_beside_the_badge
     picker = by_label(at.selectbox, "Sweep")
     assert picker.options == ["lr-grid · sweep-20261127-0001"]
     assert not any(status in picker.options[0] for status in ("running", "completed", "queued"))
+
+
+def test_a_training_runs_chat_label_stays_the_same_from_step_to_step(home):
+    """The picker's label for a training run's latest weights named its step, so at the next step the browser's
+    selectbox held a label no option had and fell back to the base model with "... is gone" (seen taking the README
+    screenshot). The label and key stay the same while the run trains."""
+    store = get_manager().store
+    make_run(home, "sl-live", "live-run")
+    store.update_run("sl-live", status="running", step=3)
+    before = [t for t in chat.list_targets() if t.kind == "latest"]
+    store.update_run("sl-live", step=4)
+    after = [t for t in chat.list_targets() if t.kind == "latest"]
+    assert (
+        [(t.key, t.label) for t in before]
+        == [(t.key, t.label) for t in after]
+        == [("latest:sl-live", "Latest weights · live-run (training)")]
+    )
