@@ -87,6 +87,17 @@ def test_item3_side_by_side_starts_with_the_runs_weights_beside_the_base_model(h
     assert "sl-one" in left and right.startswith("base:"), (left, right)
 
 
+def test_item3_side_by_side_from_the_base_model_puts_the_newest_run_on_the_right(home):
+    """The other direction: opened on the base model, side by side starts with the newest run's weights on the
+    right, not the base model twice."""
+    make_run(home, "sl-old", "the-old-run")
+    make_run(home, "sl-new", "the-new-run")
+    at = open_page("chat")
+    by_label(at.toggle, "Side by side").set_value(True).run()
+    left, right = by_label(at.selectbox, "Left model").value, by_label(at.selectbox, "Right model").value
+    assert left.startswith("base:") and "sl-new" in right, (left, right)
+
+
 def test_item10_deleting_an_export_asks_first(home):
     from cookbook_engine import export
 
