@@ -38,6 +38,9 @@ def test_a_studio_run_trains_in_its_own_process_and_stops_cancelled_with_a_check
     run_id = studio.start(long_run("apart"))
     run = wait_for(lambda: (r := studio.store.get_run(run_id))["step"] and r, what="the run's first step")
     assert run["owner_pid"] not in (None, os.getpid())  # the training is not in this process
+    # in the studio's session (the kernel weighs CPU per session: pages at nice 10 yield to it), not its process
+    # group (a Ctrl-C at the terminal reaches the studio only)
+    assert os.getsid(run["owner_pid"]) == os.getsid(0) and os.getpgid(run["owner_pid"]) != os.getpgid(0)
     assert studio.is_alive(run_id) and studio.active_run_ids() == [run_id]
     assert studio.live_training_client(run_id) is None  # its training client lives in the child
 
