@@ -18,6 +18,7 @@ only), 23 of 389 answers flipped with bf16 alone, and "How many months are in a 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -53,12 +54,20 @@ def replay_reply(reply: str) -> str:
     return reply[: ends[-1]].strip() if ends else ""
 
 
+@functools.cache
+def base_model():
+    """The fp32 base model, loaded once however many steps of the build ask it something new."""
+    import batched_greedy
+
+    return batched_greedy.load()
+
+
 def full_replies(prompts: list[str], cache: dict) -> dict[str, str]:
     """The base model's greedy replies to `prompts` with the replay budget (cached under "full:" keys)."""
     import batched_greedy
 
     new = [p for p in prompts if f"full:{p}" not in cache]
-    model, tokenizer, renderer = batched_greedy.load() if new else (None, None, None)
+    model, tokenizer, renderer = base_model() if new else (None, None, None)
     for start in range(0, len(new), 64):  # saved as it goes: a long budget over hundreds of prompts takes a while
         chunk = new[start : start + 64]
         got = batched_greedy.replies(model, tokenizer, renderer, chunk, retention.REPLAY_MAX_TOKENS)
@@ -89,7 +98,7 @@ def robust_right(pool, outputs: list[str], cache: dict) -> dict[str, dict]:
         CACHE.write_text(json.dumps(cache, indent=1))
     asked = [c.prompt for c in checked if "sample0:" + c.prompt not in cache]
     if asked:  # each prompt ROBUST_SAMPLES times in a row, in big batches (a CPU decodes 128 rows nearly as fast as 32)
-        model, tokenizer, renderer = batched_greedy.load()
+        model, tokenizer, renderer = base_model()
         torch.manual_seed(0)
         repeated = [prompt for prompt in asked for _ in range(ROBUST_SAMPLES)]
         got = batched_greedy.replies(
@@ -121,7 +130,7 @@ def neighbour_rows(cache: dict, kept: list[dict]) -> list[dict]:
     asked = neighbour_prompts([(fact.key, fact.questions) for fact in builtin_data.FACTS])
     new = [prompt for _, _, prompt in asked if prompt not in cache]
     if new:
-        model, tokenizer, renderer = batched_greedy.load()
+        model, tokenizer, renderer = base_model()
         cache |= dict(zip(new, batched_greedy.replies(model, tokenizer, renderer, new, retention.MAX_TOKENS)))
         CACHE.write_text(json.dumps(cache, indent=1))
     general = [i["key"] for i in kept if i["category"] in ("general", "everyday") and i["match"] == "word"]
@@ -151,7 +160,7 @@ def main() -> None:
     cache = json.loads(CACHE.read_text()) if CACHE.exists() else {}  # prompt -> the base model's reply
     asked = [c.prompt for c in pool if c.prompt not in cache]
     if asked:
-        model, tokenizer, renderer = batched_greedy.load()
+        model, tokenizer, renderer = base_model()
         cache |= dict(zip(asked, batched_greedy.replies(model, tokenizer, renderer, asked, retention.MAX_TOKENS)))
         CACHE.write_text(json.dumps(cache, indent=1))
     outputs = [cache[c.prompt] for c in pool]
