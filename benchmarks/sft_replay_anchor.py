@@ -92,13 +92,7 @@ def main() -> None:
         adapter, minutes = train(float(settings.get("coef", "1")), float(settings.get("ce", "0")))
         result = {"config": spec, "minutes": minutes, **sft_retention_sweep.measure(adapter)}
         results.append(result)
-        f, r = result["facts_probes"], result["retention"]
-        print(
-            f"{spec}: facts-probes {f['value']:.3f} [{f['low']:.3f}, {f['high']:.3f}] worst fact "
-            f"{result['worst_fact']} retention {r['value']:.3f} [{r['low']:.3f}, {r['high']:.3f}] n={r['n']} "
-            f"train {minutes:.1f} min",
-            flush=True,
-        )
+        print(sft_retention_sweep.summary(spec, result), flush=True)
     common.write_result("sft_replay_anchor", {"results": results})
 
 

@@ -82,6 +82,16 @@ def measure(adapter: Path | None, probes_limit: int = 0, retention_limit: int = 
     }
 
 
+def summary(spec: str, result: dict) -> str:
+    """One printed line of a measured configuration."""
+    f, r = result["facts_probes"], result["retention"]
+    return (
+        f"{spec}: facts-probes {f['value']:.3f} [{f['low']:.3f}, {f['high']:.3f}] retention {r['value']:.3f} "
+        f"[{r['low']:.3f}, {r['high']:.3f}] n={r['n']} worst fact {result['worst_fact']} "
+        f"train {result.get('minutes', 0):.1f} min; France: {result['france']!r}"
+    )
+
+
 def main() -> None:
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     earlier = common.RESULTS / "sft_retention_sweep.json"  # configurations measured by earlier calls are kept
@@ -102,14 +112,7 @@ def main() -> None:
             adapter, minutes = train(facts, replay, neighbours, extra, home)
             result = {"config": spec, "minutes": minutes, "load": load, **measure(adapter, *limits)}
         results = [r for r in results if r["config"] != result["config"]] + [result]
-        f, r = result["facts_probes"], result["retention"]
-        print(
-            f"{spec}: facts-probes {f['value']:.3f} [{f['low']:.3f}, {f['high']:.3f}] retention {r['value']:.3f} "
-            f"[{r['low']:.3f}, {r['high']:.3f}] n={r['n']} worst fact {result['worst_fact']} "
-            f"train {result.get('minutes', 0):.1f} min load "
-            f"{load[0]:.1f}; France: {result['france']!r}",
-            flush=True,
-        )
+        print(f"{summary(spec, result)} load {load[0]:.1f}", flush=True)
         common.write_result("sft_retention_sweep", {"results": results})
 
 
