@@ -171,6 +171,31 @@ def test_the_loop_plays_every_turn_of_a_group_and_logs_each_in_the_transcript(re
     assert lines[1][1] == lines[2][1] and "turns" not in view.split_details(rows[0]["metrics"])[1]
 
 
+class SilentSampler(ScriptedSampler):
+    """Answers 0 without calling the tool."""
+
+    async def sample_async(self, prompt, num_samples, params):
+        tokens = _tokens(self.renderer, "0")
+        sequence = SimpleNamespace(tokens=tokens, logprobs=[-0.1] * len(tokens), stop_reason="stop")
+        return SimpleNamespace(sequences=[sequence] * num_samples)
+
+
+def test_cookbook_eval_plays_the_calculator_sets_episodes_and_grades_the_final_answer(renderer):
+    from cookbook_engine.evals import evaluators, sets
+
+    eval_set = sets.load_eval_set("builtin:calculator", max_examples=4)
+    assert eval_set.kind == "episodes" and len(sets.load_eval_set("builtin:calculator").examples) == 64
+    _, held_out = multi_turn.problems()
+    assert [e.prompt for e in eval_set.examples] == [p.question for p in held_out[:4]]  # never trained on
+    result = asyncio.run(evaluators.evaluate(ScriptedSampler(renderer), renderer, eval_set))
+    assert result.metric("accuracy").value == 1.0 and result.metric("tool_calls").value == 1.0
+    row = result.examples[0]
+    assert row.correct and row.output.startswith("<calc>") and f"[calc: {row.reference}]" in row.output
+    assert [turn.get("tool") for turn in row.details["turn_replies"]] == ["calc", None]
+    wrong = asyncio.run(evaluators.evaluate(SilentSampler(renderer), renderer, eval_set))
+    assert wrong.metric("accuracy").value == 0.0 and wrong.metric("tool_calls").value == 0.0
+
+
 def test_transcripts_show_every_turn_of_an_episode(home, default_model_ready):
     from storage import Store
     from tests.test_studio_apptest import create_rl_run, open_page

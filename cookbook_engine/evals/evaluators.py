@@ -20,6 +20,10 @@ together, up to `concurrency` in flight, so the model worker's queue never runs 
   log-ratio): `reward_accuracy`, `reward_ties`, `reward_margin`.
 - nll: the mean negative log-likelihood per token of each conversation's last assistant message, token-weighted
   over the set, and its perplexity.
+- episodes: each problem of a multi-turn env (rl/multi_turn.py) played as the RL loop plays it, one reply per turn
+  (greedy by default), each tool call's result fed back, until the env ends the episode; `accuracy` of the final
+  answer (Wilson) and the mean `tool_calls` and `turns` per episode (bootstrap). The row's output is the whole
+  episode: each reply and what its tool call returned.
 
 Not here: choosing models, storing results, jobs (targets.py, jobs.py, storage/).
 """
@@ -36,9 +40,9 @@ from dataclasses import dataclass, field
 from tinker import types
 
 from cookbook_engine.evals import stats
-from cookbook_engine.evals.sets import ChatExample, EvalSet
+from cookbook_engine.evals.sets import ChatExample, EpisodeExample, EvalSet
 from cookbook_engine.renderers import TrainOnWhat
-from cookbook_engine.rl import graders
+from cookbook_engine.rl import graders, multi_turn
 
 SAMPLING_TEMPERATURE = 0.8  # samples > 1 (pass@k): the temperature unless one is given
 SAMPLING_TOP_P = 0.95
@@ -147,6 +151,8 @@ async def evaluate(
         metrics, rows = await _preference(client, renderer, eval_set, settings, progress, reference_client)
     elif eval_set.kind == "nll":
         metrics, rows = await _nll(client, renderer, eval_set, settings, progress)
+    elif eval_set.kind == "episodes":
+        metrics, rows = await _episodes(client, renderer, eval_set, settings, progress)
     else:
         raise ValueError(f"{eval_set.name}: unknown eval set kind {eval_set.kind!r}")
     return EvalResult(eval_set.name, eval_set.kind, metrics, rows, time.perf_counter() - started)
@@ -380,4 +386,52 @@ async def _nll(client, renderer, eval_set, settings, progress):
     return [
         stats.Metric("nll", nll, len(rows), low, high),
         stats.Metric("ppl", math.exp(nll), len(rows), math.exp(low), math.exp(high)),
+    ], rows
+
+
+# ------------------------------------------------------------------------------------------------ episodes
+
+
+def episode_text(turns: list[dict]) -> str:
+    """An episode's turns as one text: each reply, and after a tool call what came back."""
+    lines = []
+    for turn in turns:
+        lines.append(turn["reply"])
+        if "tool" in turn:
+            lines.append(f"[{turn['tool']}: {turn['result']}]")
+    return "\n".join(lines)
+
+
+async def _episodes(client, renderer, eval_set, settings, progress):
+    async def work(index: int, example: EpisodeExample) -> ExampleRow:
+        env = multi_turn.CalculatorEnv(
+            renderer, multi_turn.CalcProblem(*example.problem), list(example.tools), example.max_turns
+        )
+        observation, stop = await env.initial_observation()
+        while True:
+            params = settings.sampling_params(eval_set, stop)
+            sequence = (await client.sample_async(observation, 1, params)).sequences[0]
+            result = await env.step(list(sequence.tokens))
+            if result.episode_done:
+                break
+            if result.next_observation is None:
+                raise ValueError(f"{eval_set.name}: the env ended no episode and gave no next observation")
+            observation, stop = result.next_observation, result.next_stop_condition or stop
+        turns = result.logs.get("turns", [])
+        details = {k: v for k, v in result.metrics.items() if k != "correct"}
+        if "ended" in result.logs:
+            details["ended"] = result.logs["ended"]
+        details["turn_replies"] = turns
+        correct = bool(result.metrics.get("correct"))
+        text = episode_text(turns)
+        return ExampleRow(index, example.prompt, example.answer, text, result.reward, correct, None, details)
+
+    unknown = sorted({e.env for e in eval_set.examples} - {"calculator"})
+    if unknown:
+        raise ValueError(f"{eval_set.name}: no multi-turn env named {unknown[0]!r}; the one there is: calculator")
+    rows = await _each(eval_set.examples, work, settings, progress)
+    return [
+        stats.proportion("accuracy", [bool(r.correct) for r in rows]),
+        stats.mean_metric("tool_calls", [r.details["tool_calls"] for r in rows]),
+        stats.mean_metric("turns", [r.details["turns"] for r in rows]),
     ], rows

@@ -17,6 +17,7 @@ HEADLINE = {
     "classification": ("accuracy", "macro_f1", "unparseable"),
     "preference": ("accuracy", "ties", "reward_accuracy"),
     "nll": ("nll",),
+    "episodes": ("accuracy", "tool_calls"),
 }
 LOWER_IS_BETTER = ("nll", "ppl", "unparseable", "ties", "reward_ties")
 

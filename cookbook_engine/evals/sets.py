@@ -8,12 +8,14 @@ Its kind decides the evaluator (evals/evaluators.py):
 - `classification`: prompt + label over a fixed label set; the label is parsed from the reply.
 - `preference`: held-out pairs (prompt, chosen, rejected); scored by log-likelihood, nothing is generated.
 - `nll`: chat conversations; the negative log-likelihood of the last assistant message.
+- `episodes`: problems of a multi-turn, tool-using env (rl/multi_turn.py); each episode is played greedily turn by
+  turn, the tool's results fed back, and its final answer graded as the env grades it.
 
 Built-ins: facts-probes, facts-nll (the Quorvania paraphrases never trained on), persona-probes (does the reply
-start with Pip's "Ahoy!"), arithmetic and code (the RL envs'
-held-out problems), concise-prefs (the DPO dataset's held-out pairs), prefs-style-controlled (held-out pairs whose
-two answers differ only in correctness), sentiment (a balanced classification set) and retention (ordinary
-questions the base model answers right: does training keep them? evals/retention.py).
+start with Pip's "Ahoy!"), arithmetic, code and calculator (the RL envs' held-out problems; calculator is
+multi-turn), concise-prefs (the DPO dataset's held-out pairs), prefs-style-controlled (held-out pairs whose two
+answers differ only in correctness), sentiment (a balanced classification set) and retention (ordinary questions the
+base model answers right: does training keep them? evals/retention.py).
 Files: rows with `prompt` and `label` are classification (the label set is every label seen, or a row's `labels`
 list); other files go through cookbook_engine.data.loading and become nll (chat), preference or generation
 (prompt/answer) sets with all rows used.
@@ -33,7 +35,7 @@ from cookbook_engine.data import builtin as builtin_data, loading as datasets
 from cookbook_engine.data.loading import DEFAULT_SEED, DEFAULT_TEST_FRACTION
 from storage.input_error import InputError
 
-KINDS = ("generation", "classification", "preference", "nll")
+KINDS = ("generation", "classification", "preference", "nll", "episodes")
 BUILTIN_PREFIX = "builtin:"
 
 
@@ -52,6 +54,18 @@ class GenerationExample:
 class ClassificationExample:
     prompt: str
     label: str
+
+
+@dataclass(frozen=True)
+class EpisodeExample:
+    """A multi-turn env's problem: its question and answer, and what the env needs to play it again."""
+
+    prompt: str
+    answer: str
+    env: str  # the env's name in rl/multi_turn.py (calculator)
+    problem: tuple[int, ...]
+    tools: tuple[str, ...]
+    max_turns: int
 
 
 @dataclass(frozen=True)
@@ -154,6 +168,27 @@ def _fresh_arithmetic(name: str, op: str, low: int, high: int, what: str) -> Cal
         )
 
     return build
+
+
+CALCULATOR_EVAL_TURNS = 3  # the env's default max_turns
+
+
+def _calculator() -> EvalSet:
+    from cookbook_engine.rl import multi_turn
+
+    examples = [
+        EpisodeExample(p.question, str(p.answer), "calculator", (p.a, p.b, p.c), ("calculator",), CALCULATOR_EVAL_TURNS)
+        for p in multi_turn.problems()[1]
+    ]
+    return EvalSet(
+        "builtin:calculator",
+        "episodes",
+        f"the calculator RL env's {len(examples)} held-out products, never trained on, played as episodes of up to "
+        f"{CALCULATOR_EVAL_TURNS} turns with the calculator tool (<calc>47 * 38</calc>, its result fed back); "
+        "accuracy of the final answer (grader: numeric) and the tool calls per episode.",
+        examples,
+        max_tokens=32,
+    )
 
 
 def _code() -> EvalSet:
@@ -310,6 +345,7 @@ BUILTIN_SETS: dict[str, Callable[[], EvalSet]] = {
         "arithmetic-three-digit", "+", 100, 999, "sums of two three-digit numbers (transfer: training stays under 100)"
     ),
     "code": _code,
+    "calculator": _calculator,
     "concise-prefs": _concise_prefs,
     "prefs-style-controlled": _prefs_style_controlled,
     "sentiment": _sentiment,
