@@ -424,7 +424,7 @@ def settings_form(
         elif isinstance(base, cfg.DPOConfig):
             _dpo_fields(base, put)
         elif isinstance(base, cfg.RLConfig):
-            _rl_fields(base, put)
+            _rl_fields(base, put, values.get("env", base.env))
         elif isinstance(base, cfg.DistillConfig):
             _distill_fields(base, put, values.get("mode", base.mode))
         with st.expander("Advanced: seed and optimizer"):
@@ -472,11 +472,13 @@ def _dpo_fields(base: cfg.DPOConfig, put: Put) -> None:
     put(c3, "start_checkpoint", options=options, format_func=labels.get)
 
 
-def _rl_fields(base: cfg.RLConfig, put: Put) -> None:
+def _rl_fields(base: cfg.RLConfig, put: Put, env: str) -> None:
+    """The RL settings; Max turns and Tools only when the env (or one of a mix's) is multi-turn."""
     st.markdown("**Sampling and loss**")
+    multi_turn = any(name in cfg.MULTI_TURN_ENVS for name in envs.env_names(env))
     rows = [
         ("max_tokens", "temperature", "top_p", "loss_fn"),
-        ("num_substeps", "num_eval_problems", "max_turns", "tools"),
+        ("num_substeps", "num_eval_problems", *(("max_turns", "tools") if multi_turn else ())),
     ]
     for row in rows:
         for where, name in zip(st.columns(4), row):

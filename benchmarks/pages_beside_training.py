@@ -5,9 +5,10 @@ run_process.py; before, the run trained on a thread of the studio's process). Th
 process: it starts a short SL run on the default model through the studio's RunManager (as the New run form does),
 then measures the run's step times (from its `time/total` metric) in phases of `--steps` steps: no pages loading;
 ten pages loading in parallel and again as each finishes (Streamlit's AppTest, the same page scripts) as the studio
-draws them (page slot on, pages at nice 10: cookbook_engine/priority.py); the same with neither (slot off, nice 0).
-The settings alternate within each of `--rounds` rounds. It prints each setting's step times, page load times and
-load average as JSON.
+draws them (page slot on, pages at nice 10: cookbook_engine/priority.py); the same with neither (slot off, nice 0);
+and one page at a time, the ten in turn, as a person clicks through the studio (slot on, nice 10). The settings
+alternate within each of `--rounds` rounds. After the run is stopped, the same one-page-at-a-time loads with no run
+training give the idle page time. It prints each setting's step times, page load times and load average as JSON.
 
     flock /work/wt/heavy.lock .venv/bin/python benchmarks/pages_beside_training.py --steps 3 --rounds 2
 """
@@ -58,17 +59,21 @@ def last_step(store, run_id: str) -> int:
     return int(frame["step"].max()) if len(frame) else -1
 
 
-def phase(store, run_id: str, steps: int, pages: bool, slots: str, nice: str) -> dict:
+def phase(store, run_id: str, steps: int, page_threads: int, slots: str, nice: str) -> dict:
+    """`steps` step times of the run while `page_threads` threads load pages without pause: ten, each its own page;
+    one, the ten pages in turn; none."""
     os.environ["COOKBOOK_PAGE_SLOTS"] = slots
     os.environ["COOKBOOK_PAGE_NICE"] = nice
     stop = threading.Event()
     loads: list[float] = []
 
-    def keep_loading(page: str) -> None:
+    def keep_loading(pages: list[str]) -> None:
         while not stop.is_set():
-            loads.append(load_page(page, run_id))
+            for page in pages:
+                loads.append(load_page(page, run_id))
 
-    workers = [threading.Thread(target=keep_loading, args=(p,), daemon=True) for p in PAGES] if pages else []
+    groups = [[page] for page in PAGES] if page_threads == len(PAGES) else [PAGES] * page_threads
+    workers = [threading.Thread(target=keep_loading, args=(group,), daemon=True) for group in groups]
     start = last_step(store, run_id)
     for worker in workers:
         worker.start()
@@ -78,7 +83,7 @@ def phase(store, run_id: str, steps: int, pages: bool, slots: str, nice: str) ->
         worker.join(timeout=300)
     return {
         "loadavg_after": Path("/proc/loadavg").read_text().split()[:3],
-        "pages_loading": len(workers),
+        "page_threads": page_threads,
         "page_slot": slots != "0",
         "page_nice": int(nice),
         "step_s": [round(d, 2) for d in durations],
@@ -91,7 +96,7 @@ def summary(phases: list[dict]) -> dict:
     steps = [d for p in phases for d in p["step_s"]]
     loads = [x for p in phases for x in p.pop("page_load_s")]
     return {
-        **{k: phases[0][k] for k in ("pages_loading", "page_slot", "page_nice")},
+        **{k: phases[0][k] for k in ("page_threads", "page_slot", "page_nice")},
         "loadavg_after": [p["loadavg_after"] for p in phases],
         "step_s": steps,
         "median_step_s": round(statistics.median(steps), 2),
@@ -120,18 +125,22 @@ def main() -> None:
     store = manager.store
     step_times(store, run_id, 0, 1)  # loaded and past the first step
     trained_in = (store.get_run(run_id) or {}).get("owner_pid")
-    settings = [  # (pages, slot, nice): no pages; pages as the studio draws them; pages with neither
-        (False, "1", "10"),
-        (True, "1", "10"),
-        (True, "0", "0"),
+    settings = [  # (page threads, slot, nice): no pages; ten as the studio draws them; ten with neither; one
+        (0, "1", "10"),
+        (len(PAGES), "1", "10"),
+        (len(PAGES), "0", "0"),
+        (1, "1", "10"),
     ]
     rounds = [  # interleaved, so a change in the machine's load falls on every setting alike
-        [phase(store, run_id, options.steps, pages, slots, nice) for pages, slots, nice in settings]
+        [phase(store, run_id, options.steps, threads, slots, nice) for threads, slots, nice in settings]
         for _ in range(options.rounds)
     ]
     results = [summary([round_[i] for round_ in rounds]) for i in range(len(settings))]
     manager.cancel(run_id)
     manager.wait(run_id, timeout=120)
+    idle = [load_page(page, run_id) for page in PAGES * options.rounds]  # one at a time, nothing training
+    results.append({"page_threads": 1, "training": False, "page_loads": len(idle), "page_load_s": idle})
+    results[-1] |= {"median_page_load_s": round(statistics.median(idle), 2), "max_page_load_s": round(max(idle), 2)}
     lines = Path("/proc/cpuinfo").read_text().splitlines()
     cpu = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "")
     bf16 = any("avx512_bf16" in line for line in lines if line.startswith("flags"))

@@ -120,3 +120,26 @@ def test_dpo_through_the_hosted_backend_against_serve_matches_the_local_backend(
 def test_rl_through_the_hosted_backend_against_serve_matches_the_local_backend(served):
     rl = {"groups_per_batch": 2, "group_size": 4, "max_tokens": 16, "num_eval_problems": 4}
     check(cfg.RLConfig(max_steps=2, learning_rate=1e-3, **rl, **SHORT))
+
+
+# Issue 25's paradigms through the same path: a mix of envs with a multi-turn one, a mix of datasets, prompt
+# distillation (its teacher samples with the context, then SL).
+
+
+@pytest.mark.slow
+def test_an_rl_mix_with_the_multi_turn_calculator_through_the_hosted_backend_matches_the_local_backend(served):
+    rl = {"groups_per_batch": 2, "group_size": 4, "max_tokens": 16, "num_eval_problems": 4, "max_turns": 2}
+    check(cfg.RLConfig(env="arithmetic:1,calculator:1", max_steps=2, learning_rate=1e-3, **rl, **SHORT))
+
+
+@pytest.mark.slow
+def test_an_sl_mix_of_datasets_through_the_hosted_backend_matches_the_local_backend(served):
+    mix = "builtin:facts:1,builtin:persona:1"
+    check(cfg.SLConfig(dataset=mix, max_steps=3, batch_size=2, max_length=128, learning_rate=2e-3, **SHORT))
+
+
+@pytest.mark.slow
+def test_prompt_distillation_through_the_hosted_backend_matches_the_local_backend(served):
+    distill = {"group_size": 2, "groups_per_batch": 2, "max_tokens": 16, "max_length": 256}
+    config = cfg.DistillConfig(mode="prompt", teacher="base", context="builtin:pip", dataset="builtin:persona")
+    check(dataclasses.replace(config, max_steps=2, learning_rate=1e-3, **distill, **SHORT))

@@ -219,7 +219,14 @@ def test_the_new_run_form_offers_the_calculator_env_and_its_turn_limit(home, def
 
     at = open_page("new_run")
     by_label(at.get("button_group"), "Algorithm").set_value("rl").run()
+
+    def turn_fields() -> list[str]:
+        fields = [*at.number_input, *at.text_input]
+        return [w.label for w in fields if w.label.startswith(("Max turns", "Tools"))]
+
+    assert turn_fields() == []  # arithmetic is single-turn: no turn limit or tools to set
     by_label(at.get("button_group"), "Environment").set_value("calculator").run()
+    assert turn_fields() == ["Max turns (multi-turn envs)", "Tools (calculator)"]
     click(at, "Check settings")
     assert "calculator: 512 training" in shown_text(at) and "up to 3 turns" in shown_text(at)
     by_label(at.number_input, "Max turns (multi-turn envs)").set_value(0)

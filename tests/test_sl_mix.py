@@ -33,6 +33,14 @@ def test_datasets_with_weights_are_read_from_one_setting():
     assert mix.is_mix("builtin:facts:2") and mix.is_mix("a.jsonl,b.jsonl")
 
 
+def test_a_file_with_a_comma_in_its_name_is_one_dataset(tmp_path):
+    path = tmp_path / "reviews,2024.jsonl"
+    row = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}]}
+    path.write_text(json.dumps(row) + "\n")
+    assert not mix.is_mix(str(path)) and mix.is_mix(f"{path},builtin:facts")
+    assert cfg.validate(cfg.SLConfig(dataset=str(path))) == []
+
+
 @pytest.mark.parametrize(
     "spec, message",
     [

@@ -61,6 +61,38 @@ def test_bad_sweeps_are_refused_naming_the_member_and_setting(tmp_path):
         sweeps.load_file(bad)
 
 
+def test_a_sweep_takes_mixes_multi_turn_envs_and_distillation_and_refuses_their_bad_settings():
+    plan = sweeps.plan(
+        {
+            "kind": "rl",
+            "base": {"max_steps": 2, "max_turns": 2},
+            "grid": {"env": ["arithmetic:2,calculator:1", "calculator"], "kl_penalty_coef": [0.0, 0.1]},
+            "evals": ["builtin:calculator", "builtin:arithmetic-fresh"],
+        }
+    )
+    assert [m.config.env for m in plan.members[::2]] == ["arithmetic:2,calculator:1", "calculator"]
+    assert plan.evals == ["builtin:calculator", "builtin:arithmetic-fresh"]
+    mixed = sweeps.plan(
+        {
+            "configs": [
+                {"dataset": "builtin:facts:2,builtin:persona:1"},
+                {
+                    "kind": "distill",
+                    "mode": "prompt",
+                    "teacher": "base",
+                    "context": "builtin:pip",
+                    "dataset": "builtin:persona",
+                },
+            ]
+        }
+    )
+    assert [m.kind for m in mixed.members] == ["sl", "distill"]
+    with pytest.raises(sweeps.SweepError, match="member 1: .*max_turns=0: env=calculator is multi-turn"):
+        sweeps.plan({"kind": "rl", "grid": {"max_turns": [2, 0]}, "base": {"env": "calculator"}})
+    with pytest.raises(sweeps.SweepError, match="member 0: .*calculator:0"):
+        sweeps.plan({"kind": "rl", "configs": [{"env": "calculator:0"}]})
+
+
 @pytest.mark.slow
 def test_a_sweep_trains_and_evaluates_each_member_and_ends_in_one_table(home, default_model_ready, tmp_path, capsys):
     from cookbook_engine.cli import main

@@ -83,7 +83,10 @@ def parse_mix(spec: str, setting: str = "dataset") -> list[MixPart]:
 
 
 def is_mix(spec: str) -> bool:
-    """More than one dataset, or one with a weight."""
+    """More than one dataset, or one with a weight. A file that exists under the whole spec is one dataset, commas
+    in its name or not (`dataset=reviews,2024.jsonl`); inside a mix such a file cannot be named (rename it)."""
+    if Path(spec.strip()).is_file():
+        return False
     return "," in spec or _weight_of(spec.strip())[1] is not None
 
 
