@@ -258,11 +258,14 @@ GONE_NOUN = {"eval": "evaluation"}
 
 def answer_columns(table: pd.DataFrame) -> dict:
     """Column widths for an answers table (prompt, reference, then each model's output and correctness), so two
-    models' answers and their marks fit a 1400 px window: text columns medium, idx and the marks small."""
+    models' answers and their marks fit a 1400 px window (tests/test_browser_evaluate_wide.py): the prompt and the
+    outputs medium; idx, the reference (an answer key, short) and the marks small."""
     config: dict = {"idx": st.column_config.NumberColumn("#", width="small")}
     for column in table.columns:
         if column.endswith("correct"):
             config[column] = st.column_config.NumberColumn(column.replace(" · correct", " ✓"), width="small")
+        elif column == "reference":
+            config[column] = st.column_config.TextColumn(column, width="small")
         elif column != "idx":
             config[column] = st.column_config.TextColumn(column, width="medium")
     return config
