@@ -111,6 +111,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="timed calls per side (default 3)")
     parser.add_argument("--peer-batches", default="16,32,100", help="generate batch sizes to try (default 16,32,100)")
     parser.add_argument("--one-by-one", action="store_true", help="also time our evaluator one prompt per request")
+    parser.add_argument("--dtype", default="auto", help="our local backend's dtype: auto (device.py), fp32 or bf16")
     args = parser.parse_args()
     batches = [int(b) for b in args.peer_batches.split(",")]
 
@@ -124,7 +125,9 @@ def main() -> None:
     eval_set = sets.load_eval_set(SET)
     load_start = common.load_average()
     print(f"threads {torch.get_num_threads()}, load average {load_start}, {len(eval_set.examples)} prompts", flush=True)
-    ours = LocalServiceClient().create_sampling_client(base_model=models.DEFAULT_MODEL).result()
+    service = LocalServiceClient(dtype=args.dtype)
+    ours = service.create_sampling_client(base_model=models.DEFAULT_MODEL).result()
+    print(f"ours: {service.compute.label}: {service.compute.reason}", flush=True)
     folder = str(models.default_cache_dir())
     plain = common.on_model_worker(lambda: AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval())
 
@@ -175,7 +178,8 @@ def main() -> None:
     ]
     print(f"fp32 matmul peak: torch.mm {peak['torch_mm']:.0f} GFLOP/s, oneDNN {peak['onednn']:.0f} GFLOP/s")
     common.print_table(
-        f"{SET}: {len(eval_set.examples)} prompts, greedy, {eval_set.max_tokens} tokens max, fp32 "
+        f"{SET}: {len(eval_set.examples)} prompts, greedy, {eval_set.max_tokens} tokens max, ours "
+        f"{service.compute.label}, peer fp32 "
         f"(median of {args.repeats}; load {load_start} -> {load_end})",
         ["side", "examples/s", f"vs {best_peer}", "MFU (fp32 peak)", "accuracy", "replies equal to ours"],
         rows,
@@ -185,7 +189,8 @@ def main() -> None:
         {
             "setup": {
                 "model": models.DEFAULT_MODEL,
-                "dtype": "float32",
+                "dtype": "float32 (peer)",
+                "ours": service.compute.label,
                 "set": SET,
                 "prompts": len(eval_set.examples),
                 "max_tokens": eval_set.max_tokens,
