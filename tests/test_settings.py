@@ -164,6 +164,8 @@ KINDS_AND_MODES = [(kind, "") for kind in KINDS if kind != "distill"] + [
 @pytest.mark.parametrize("kind,mode", KINDS_AND_MODES)
 def test_the_new_run_form_offers_a_widget_for_every_form_setting_with_its_bounds(home, default_model_ready, kind, mode):
     at = new_run_form(kind, mode)
+    if kind == "rl":  # Max turns and Tools are drawn for a multi-turn env only (tests/test_multi_turn.py)
+        next(b for b in at.get("button_group") if b.label == "Environment").set_value("calculator").run()
     widgets = {
         "number": at.number_input,
         "select": at.selectbox,
