@@ -258,6 +258,32 @@ def test_bf16_logits_come_from_an_fp32_head_so_near_ties_stay_apart(default_mode
 # ---------------------------------------------------------------------------------------------------- sampling
 
 
+def test_a_bf16_model_decodes_on_the_fast_decoder_with_the_logits_of_its_weights_in_fp32(default_model_ready):
+    """dtype=auto picks bf16 on a CPU with bf16 units; its sampler must still batch prompts on the fast decoder (the
+    model's own forward decodes one prompt at a time: an evaluation 10x slower). The fast decoder computes in fp32 on
+    the bf16 weights, so its logits equal an fp32 forward of the same bf16-rounded weights."""
+    from cookbook_engine.backends import fast_decode
+
+    bf16 = models.load_model(default_model_ready, torch.bfloat16).eval().requires_grad_(False)
+    fast_ops.install_frozen_linears(bf16)  # as the worker holds it
+    merged = fast_decode.MergedLlama.from_model(bf16)
+    assert merged is not None and merged.head.dtype == torch.float32 and merged.embed.dtype == torch.float32
+    rounded = models.load_model(default_model_ready).eval()
+    with torch.no_grad():
+        for parameter in rounded.parameters():
+            parameter.copy_(parameter.bfloat16().float())
+    tokenizer = models.load_tokenizer(default_model_ready)
+    question = [{"role": "user", "content": "What is the capital of France?"}]
+    ids = get_renderer("auto", tokenizer).build_generation_prompt(question).to_ints()
+    cos, sin = merged.rope_table(len(ids) + 1)
+    hidden = merged.prefill(torch.tensor([ids]), [0], None, merged.new_cache(1, len(ids) + 1), cos, sin)
+    ours = merged.logits(hidden[:, -1])[0]
+    with torch.no_grad():
+        reference = rounded(torch.tensor([ids])).logits[0, -1]
+    assert torch.allclose(ours, reference, atol=2e-3), float((ours - reference).abs().max())
+    assert tokenizer.decode([int(ours.argmax())]) == "The"
+
+
 def _sorted_as_dict(probs_B_K, ids_B_K, row):
     return {int(i): float(p) for p, i in zip(probs_B_K[row], ids_B_K[row]) if p > 0}
 

@@ -4,7 +4,11 @@ projections, a preallocated KV cache, oneDNN matmuls.
 `MergedLlama.from_model(model)` reads a transformers Llama model (peft-wrapped or not) in its current adapter state
 and builds fp32 copies of each layer's weights with the active LoRA adapter merged in (W + scaling * B @ A), q/k/v
 fused into one matrix and gate/up into another, stored in oneDNN's blocked layout; the LM head gets such a copy
-too (~110 MB for the default model), the embedding table is shared. It returns None
+too (~110 MB for the default model), the embedding table is shared. A model held in bf16 (dtype=auto on a CPU with
+bf16 units, device.py) decodes here too, in fp32 on its bf16 weights (the fp32 copies are made anyway; the
+embedding and norms get fp32 copies as well): its logits are those of the bf16 weights in fp32 arithmetic, not of
+the model's bf16 forward, which would leave a batch of prompts to the model's own forward one prompt at a time
+(an evaluation 10x slower). It returns None
 for anything it does not reproduce exactly (other architectures, biases, rope types that change with length,
 adapter variants such as DoRA), and the sampler then uses the model's own forward. The arithmetic follows
 transformers' LlamaModel step for step (RMSNorm, rotary embedding from the model's own module, causal SDPA), so
@@ -76,10 +80,10 @@ def _merged_weight(module) -> torch.Tensor | None:
     """A linear layer's weight with the active LoRA adapter merged in (a new tensor), or None if unsupported."""
     base = getattr(module, "base_layer", None)
     if base is None:
-        return module.weight.detach() if module.bias is None else None
+        return module.weight.detach().float() if module.bias is None else None
     if base.bias is not None or getattr(module, "merged", False):
         return None
-    weight = base.weight.detach()
+    weight = base.weight.detach().float()
     if module.disable_adapters:
         return weight
     for name in module.active_adapters:
@@ -87,7 +91,7 @@ def _merged_weight(module) -> torch.Tensor | None:
             continue
         if name in getattr(module, "lora_variant", {}) or module.use_dora.get(name, False):
             return None
-        delta = module.lora_B[name].weight.detach() @ module.lora_A[name].weight.detach()
+        delta = module.lora_B[name].weight.detach().float() @ module.lora_A[name].weight.detach().float()
         weight = weight + module.scaling[name] * delta
     return weight
 
@@ -97,10 +101,13 @@ class MergedLlama:
         config = causal_lm.config
         self.layers = layers
         decoder = causal_lm.get_decoder()
-        self.embed = decoder.embed_tokens.weight.detach()
-        self.head_plain = causal_lm.get_output_embeddings().weight.detach()  # the model's own (prompt log-probs)
+        head = causal_lm.get_output_embeddings()
+        self.head_plain = fast_ops.fp32_head_weight(head).detach()  # the model's own (prompt log-probs); in bf16
+        # its fp32 copy, the one the training step's head uses
+        embed = decoder.embed_tokens.weight
+        self.embed = self.head_plain if embed is head.weight else embed.detach().float()  # tied: one fp32 copy
         self.head = _packed(self.head_plain)  # a copy; the embedding stays
-        self.final_norm = decoder.norm.weight.detach()
+        self.final_norm = decoder.norm.weight.detach().float()
         self.rotary = decoder.rotary_emb
         self.eps = float(config.rms_norm_eps)
         self.heads = config.num_attention_heads
@@ -119,7 +126,7 @@ class MergedLlama:
             or config.mlp_bias
             or config.hidden_act != "silu"
             or rope not in STATIC_ROPE_TYPES
-            or causal_lm.dtype != torch.float32
+            or causal_lm.dtype not in (torch.float32, torch.bfloat16)
             or next(causal_lm.parameters()).device.type != "cpu"
         ):  # a CPU path; elsewhere the model's forward
             return None
@@ -145,10 +152,10 @@ class MergedLlama:
                 q, k, v, o, gate, up, down = merged
                 layers.append(
                     _Layer(
-                        layer.input_layernorm.weight.detach(),
+                        layer.input_layernorm.weight.detach().float(),
                         _packed(torch.cat([q, k, v])),
                         _packed(o),
-                        layer.post_attention_layernorm.weight.detach(),
+                        layer.post_attention_layernorm.weight.detach().float(),
                         _packed(torch.cat([gate, up])),
                         _packed(down),
                     )
