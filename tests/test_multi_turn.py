@@ -232,3 +232,22 @@ def test_the_new_run_form_offers_the_calculator_env_and_its_turn_limit(home, def
     by_label(at.number_input, "Max turns (multi-turn envs)").set_value(0)
     click(at, "Check settings")
     assert any("needs a turn limit" in error.value for error in at.error), shown_text(at)
+
+
+def test_an_eval_set_naming_an_unknown_multi_turn_env_is_refused_before_anything_is_sampled(renderer):
+    import dataclasses
+
+    from cookbook_engine.evals import evaluators, sets
+
+    eval_set = sets.load_eval_set("builtin:calculator", max_examples=2)
+    eval_set = dataclasses.replace(
+        eval_set, examples=[eval_set.examples[0], dataclasses.replace(eval_set.examples[1], env="chess")]
+    )
+    sampler = ScriptedSampler(renderer)
+    with pytest.raises(
+        ValueError, match="builtin:calculator: no multi-turn env named 'chess'; the ones there are: calculator"
+    ):
+        asyncio.run(evaluators.evaluate(sampler, renderer, eval_set))
+    assert sampler.calls == []
+    with pytest.raises(ValueError, match="no multi-turn env named 'chess'"):
+        multi_turn.env_for("chess", renderer, (1, 2, 0), ["calculator"], 3)

@@ -404,31 +404,29 @@ def episode_text(turns: list[dict]) -> str:
 
 async def _episodes(client, renderer, eval_set, settings, progress):
     async def work(index: int, example: EpisodeExample) -> ExampleRow:
-        env = multi_turn.CalculatorEnv(
-            renderer, multi_turn.CalcProblem(*example.problem), list(example.tools), example.max_turns
-        )
-        observation, stop = await env.initial_observation()
-        while True:
-            params = settings.sampling_params(eval_set, stop)
-            sequence = (await client.sample_async(observation, 1, params)).sequences[0]
-            result = await env.step(list(sequence.tokens))
-            if result.episode_done:
-                break
-            if result.next_observation is None:
-                raise ValueError(f"{eval_set.name}: the env ended no episode and gave no next observation")
-            observation, stop = result.next_observation, result.next_stop_condition or stop
+        env = multi_turn.env_for(example.env, renderer, example.problem, list(example.tools), example.max_turns)
+
+        async def sample_one(observation, stop, _turn: int, _index: int):
+            return (await client.sample_async(observation, 1, settings.sampling_params(eval_set, stop))).sequences[0]
+
+        (episode,) = await multi_turn.play([env], sample_one)
+        result = episode.turns[-1].result
         turns = result.logs.get("turns", [])
         details = {k: v for k, v in result.metrics.items() if k != "correct"}
         if "ended" in result.logs:
             details["ended"] = result.logs["ended"]
         details["turn_replies"] = turns
         correct = bool(result.metrics.get("correct"))
-        text = episode_text(turns)
-        return ExampleRow(index, example.prompt, example.answer, text, result.reward, correct, None, details)
+        return ExampleRow(
+            index, example.prompt, example.answer, episode_text(turns), result.reward, correct, None, details
+        )
 
-    unknown = sorted({e.env for e in eval_set.examples} - {"calculator"})
+    unknown = sorted({e.env for e in eval_set.examples} - set(multi_turn.ENV_NAMES))
     if unknown:
-        raise ValueError(f"{eval_set.name}: no multi-turn env named {unknown[0]!r}; the one there is: calculator")
+        raise ValueError(
+            f"{eval_set.name}: no multi-turn env named {unknown[0]!r}; "
+            f"the ones there are: {', '.join(multi_turn.ENV_NAMES)}"
+        )
     rows = await _each(eval_set.examples, work, settings, progress)
     return [
         stats.proportion("accuracy", [bool(r.correct) for r in rows]),

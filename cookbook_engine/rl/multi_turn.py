@@ -13,7 +13,9 @@ Problems: two-digit products (and products plus a number) from a fixed seed; 64 
 observation in order, each observation required to extend the previous observation and action (the conversation
 grows by appending, tinker-cookbook's one-datum case of rl/data_processing.trajectory_to_data), with sampler
 log-probs 0 and mask 0 on observation tokens, so only the model's tokens train. `later_turns(...)` samples the turns
-after the first (each env alone: their conversations differ once they have replied).
+after the first (each env alone: their conversations differ once they have replied); `play(...)` runs whole episodes
+from their first observation (an evaluation's, evals/evaluators.py), and `env_for(name, ...)` makes a multi-turn env
+by name for one problem (an eval set's episode names its env).
 
 Not here: the tools (tools.py), the first turn's group sampling and training (loop.py), datums (data.py).
 """
@@ -178,6 +180,16 @@ def assemble(prompt: list[int], turns: list[Turn]) -> Rollout:
     )
 
 
+ENV_NAMES = ("calculator",)  # the multi-turn envs env_for() makes
+
+
+def env_for(name: str, renderer, problem: tuple[int, ...], tool_names: list[str], max_turns: int) -> Env:
+    """The multi-turn env `name` for one problem (its numbers, as an eval set stores them)."""
+    if name == "calculator":
+        return CalculatorEnv(renderer, CalcProblem(*problem), tool_names, max_turns)
+    raise ValueError(f"no multi-turn env named {name!r}; the ones there are: {', '.join(ENV_NAMES)}")
+
+
 @dataclass
 class Episode:
     env: Env
@@ -206,3 +218,16 @@ async def later_turns(episodes: list[Episode], sample_one: SampleOne) -> None:
             episode.turns.append(
                 Turn(observation.to_ints(), list(seq.tokens), list(seq.logprobs or []), str(seq.stop_reason), result)
             )
+
+
+async def play(envs: list[Env], sample_one: SampleOne) -> list[Episode]:
+    """Each env's whole episode: its first observation sampled, then every later turn until it ends."""
+    firsts = [await env.initial_observation() for env in envs]
+    sequences = await asyncio.gather(*[sample_one(ob, stop, 0, i) for i, (ob, stop) in enumerate(firsts)])
+    results = await asyncio.gather(*[env.step(list(seq.tokens)) for env, seq in zip(envs, sequences)])
+    episodes = [
+        Episode(env, [Turn(ob.to_ints(), list(seq.tokens), list(seq.logprobs or []), str(seq.stop_reason), result)])
+        for env, (ob, _), seq, result in zip(envs, firsts, sequences, results)
+    ]
+    await later_turns(episodes, sample_one)
+    return episodes
