@@ -38,6 +38,7 @@ _PRIMARY = (
     "rewards",
     "accuracy",
     "margin",
+    "chosen_nll",
     "env/all/correct",
     "by_task/correct",
     "groups",
@@ -68,6 +69,7 @@ _TITLES = {
     "on the teacher's; falls as the student learns)",
     "distill/logprobs": "Log-prob per token of the replies trained on: teacher and student",
     "kl_policy_base": "KL to the reference (per token; the KL penalty holds it down)",
+    "chosen_nll": "Chosen replies' loss per token (rpo_alpha holds it down; plain DPO lets it rise)",
 }
 
 

@@ -465,11 +465,12 @@ def _sl_fields(base: cfg.SLConfig, put: Put) -> None:
 
 def _dpo_fields(base: cfg.DPOConfig, put: Put) -> None:
     st.markdown("**Preference optimization**")
-    c1, c2, c3 = st.columns([1, 1, 2])
+    c1, c2, c3, c4 = st.columns([1, 1, 1, 2])
     put(c1, "dpo_beta")
-    put(c2, "test_fraction")
+    put(c2, "rpo_alpha")
+    put(c3, "test_fraction")
     options, labels = _checkpoint_options("dpo", base)
-    put(c3, "start_checkpoint", options=options, format_func=labels.get)
+    put(c4, "start_checkpoint", options=options, format_func=labels.get)
 
 
 def _rl_fields(base: cfg.RLConfig, put: Put, env: str) -> None:

@@ -30,6 +30,7 @@ PLAIN_NAMES = {
     "dpo_loss": "DPO loss",
     "accuracy": "Preference accuracy",
     "margin": "Reward margin",
+    "chosen_nll": "Chosen replies' loss",
     "env/all/reward/total": "Mean reward",
     "env/all/correct": "Correct (training)",
     "test/env/all/correct": "Correct (held out)",

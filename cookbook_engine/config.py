@@ -237,6 +237,14 @@ class DPOConfig(CommonConfig):
         max=100,
         help="How far the policy may move from the reference.",
     )
+    rpo_alpha: float = setting(
+        0.0,
+        min=0,
+        max=100,
+        zero_means="plain DPO",
+        help="Weight of the chosen replies' own loss (mean cross-entropy per token) added to DPO's, as TRL's "
+        "rpo_alpha: keeps the chosen replies likely so the model does not drift off both sides.",
+    )
     start_checkpoint: str = setting(
         "",
         help="A saved state to start from; its run becomes the parent",

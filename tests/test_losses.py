@@ -158,6 +158,26 @@ def test_dpo_loss_and_metrics_match_the_formula():
     assert metrics["margin"] == pytest.approx(beta * (sum(chosen_ratio) - sum(rejected_ratio)) / 3)
 
 
+def test_rpo_alpha_adds_the_chosen_replies_cross_entropy_per_token_to_the_dpo_loss():
+    """TRL's rpo_alpha: loss = DPO + alpha * mean over pairs of (-chosen log-prob / chosen tokens); its gradient
+    raises the chosen side's log-prob even where DPO alone would lower both sides."""
+    chosen = torch.tensor([-10.0, -4.0], requires_grad=True)
+    rejected, chosen_ref, rejected_ref = (
+        torch.tensor([-12.0, -3.0]),
+        torch.tensor([-9.0, -4.5]),
+        torch.tensor([-11.0, -3.5]),
+    )
+    tokens = torch.tensor([5.0, 2.0])
+    plain, plain_metrics = preference.dpo_loss(chosen, rejected, chosen_ref, rejected_ref, 0.1, tokens)
+    with_nll, metrics = preference.dpo_loss(chosen, rejected, chosen_ref, rejected_ref, 0.1, tokens, rpo_alpha=2.0)
+    nll = (10.0 / 5 + 4.0 / 2) / 2
+    assert metrics["chosen_nll"] == plain_metrics["chosen_nll"] == pytest.approx(nll)
+    assert metrics["dpo_loss"] == pytest.approx(float(plain))  # the DPO term is reported on its own
+    assert float(with_nll) == pytest.approx(float(plain) + 2.0 * nll)
+    (gradient,) = torch.autograd.grad(with_nll - plain, chosen)
+    assert gradient.tolist() == pytest.approx([-2.0 / 5 / 2, -2.0 / 2 / 2])  # descent raises each chosen log-prob
+
+
 def test_dpo_through_forward_backward_custom_matches_direct_computation(base_model, service):
     tokenizer = models.load_tokenizer(models.DEFAULT_MODEL)
     renderer = renderers.get_renderer("auto", tokenizer)

@@ -12,12 +12,15 @@ cached. Each step sends the batch's chosen and rejected datums interleaved to `f
 
     loss = mean over pairs of -log sigmoid(beta * ((pi_c - ref_c) - (pi_r - ref_r)))
 
-where pi and ref are sums of token log-probs over the scored tokens; metrics dpo_loss, accuracy (share of pairs with
-(pi_c - ref_c) > (pi_r - ref_r) by more than TIE_TOLERANCE: strict, as TRL and tinker-cookbook count it), ties (share
-within TIE_TOLERANCE: all of them at the start, when the policy is the reference, so accuracy starts at 0), margin,
-chosen_reward and rejected_reward (beta times the log-ratios), and test/ versions on held-out pairs every
-`eval_every` steps (through `forward`, no gradient). `plan()` says how many steps a run takes, as in sl/loop.py;
-the loop's frame (evaluations, checkpoints, resume, the end) is training/skeleton.py's.
+where pi and ref are sums of token log-probs over the scored tokens, plus, when `rpo_alpha` > 0, rpo_alpha times the
+chosen sides' mean cross-entropy per scored token (TRL's rpo_alpha, "DPO + NLL": it keeps the chosen replies likely,
+where plain DPO lowers both sides and the model drifts to replies neither side had); metrics dpo_loss, chosen_nll,
+accuracy (share of pairs with (pi_c - ref_c) > (pi_r - ref_r) by more than TIE_TOLERANCE: strict, as TRL and
+tinker-cookbook count it), ties (share within TIE_TOLERANCE: all of them at the start, when the policy is the
+reference, so accuracy starts at 0), margin, chosen_reward and rejected_reward (beta times the log-ratios), and
+test/ versions on held-out pairs every `eval_every` steps (through `forward`, no gradient). `plan()` says how many
+steps a run takes, as in sl/loop.py; the loop's frame (evaluations, checkpoints, resume, the end) is
+training/skeleton.py's.
 """
 
 from __future__ import annotations
@@ -78,24 +81,32 @@ def dpo_loss(
     chosen_ref_P: torch.Tensor,
     rejected_ref_P: torch.Tensor,
     beta: float,
+    chosen_tokens_P: torch.Tensor | None = None,
+    rpo_alpha: float = 0.0,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """The DPO loss (mean over pairs) and its metrics, from summed log-probs of each side under policy and reference."""
+    """The DPO loss (mean over pairs) and its metrics, from summed log-probs of each side under policy and reference;
+    with the chosen sides' scored-token counts, their mean cross-entropy per token too (chosen_nll), added to the
+    loss times rpo_alpha."""
     chosen_ratio_P = chosen_P - chosen_ref_P
     rejected_ratio_P = rejected_P - rejected_ref_P
-    loss = -F.logsigmoid(beta * (chosen_ratio_P - rejected_ratio_P)).mean()
+    dpo = -F.logsigmoid(beta * (chosen_ratio_P - rejected_ratio_P)).mean()
+    nll = (-chosen_P / chosen_tokens_P.clamp(min=1)).mean() if chosen_tokens_P is not None else None
+    loss = dpo + rpo_alpha * nll if nll is not None and rpo_alpha else dpo
     chosen_reward_P = beta * chosen_ratio_P.detach()
     rejected_reward_P = beta * rejected_ratio_P.detach()
     difference_P = chosen_ratio_P.detach() - rejected_ratio_P.detach()
     right_P = (difference_P > TIE_TOLERANCE).float()
     tie_P = (difference_P.abs() <= TIE_TOLERANCE).float()
     metrics = {
-        "dpo_loss": float(loss.detach()),
+        "dpo_loss": float(dpo.detach()),
         "accuracy": float(right_P.mean()),
         "ties": float(tie_P.mean()),
         "margin": float((chosen_reward_P - rejected_reward_P).mean()),
         "chosen_reward": float(chosen_reward_P.mean()),
         "rejected_reward": float(rejected_reward_P.mean()),
     }
+    if nll is not None:
+        metrics["chosen_nll"] = float(nll.detach())
     return loss, metrics
 
 
@@ -103,14 +114,21 @@ def interleave(pairs: list[PairDatums]) -> list[types.Datum]:
     return [datum for pair in pairs for datum in (pair.chosen, pair.rejected)]
 
 
-def make_loss_fn(reference_P: list[tuple[float, float]], beta: float) -> Callable[..., Any]:
+def scored_tokens(datum: types.Datum) -> float:
+    """How many tokens of a datum are scored (the sum of its weights)."""
+    return float(datum.loss_fn_inputs["weights"].to_torch().float().sum())
+
+
+def make_loss_fn(reference_P: list[tuple[float, float]], beta: float, rpo_alpha: float = 0.0) -> Callable[..., Any]:
     """The forward_backward_custom loss for interleaved (chosen, rejected) data."""
     chosen_ref_P = torch.tensor([ref[0] for ref in reference_P])
     rejected_ref_P = torch.tensor([ref[1] for ref in reference_P])
 
     def loss_fn(data: list[types.Datum], logprobs_D: list[torch.Tensor]):
         sums_D = [weighted_sum(datum, logprobs) for datum, logprobs in zip(data, logprobs_D)]
-        return dpo_loss(torch.stack(sums_D[0::2]), torch.stack(sums_D[1::2]), chosen_ref_P, rejected_ref_P, beta)
+        chosen_tokens_P = torch.tensor([scored_tokens(datum) for datum in data[0::2]])
+        chosen_P, rejected_P = torch.stack(sums_D[0::2]), torch.stack(sums_D[1::2])
+        return dpo_loss(chosen_P, rejected_P, chosen_ref_P, rejected_ref_P, beta, chosen_tokens_P, rpo_alpha)
 
     return loss_fn
 
@@ -165,6 +183,7 @@ async def evaluate(
         torch.tensor([r[0] for r in reference_P]),
         torch.tensor([r[1] for r in reference_P]),
         beta,
+        torch.tensor([scored_tokens(pair.chosen) for pair in test]),
     )
     return {f"test/{key}": value for key, value in metrics.items()}
 
@@ -192,7 +211,8 @@ async def submit(
     started = time.perf_counter()
     reference_P = await reference.for_pairs(pairs)
     data = interleave(pairs)
-    fb_future = await client.forward_backward_custom_async(data, make_loss_fn(reference_P, config.dpo_beta))
+    loss_fn = make_loss_fn(reference_P, config.dpo_beta, config.rpo_alpha)
+    fb_future = await client.forward_backward_custom_async(data, loss_fn)
     optim_future = await client.optim_step_async(adam_params(config, lr))
     return SubmittedBatch(step, fb_future, optim_future, data, lr, started, metrics)
 
@@ -217,10 +237,11 @@ async def train(config: DPOConfig, ctx: RunContext, prepared: PreparedDPO | None
     base_lr = learning_rate(config)
     run_plan = plan(config, prepared)
     loop = LoopSkeleton(config, ctx, client, run_plan, start_step, held_out_evals(config, prepared, reference))
+    rpo = f", rpo_alpha {config.rpo_alpha:g}" if config.rpo_alpha else ""
     loop.start(
         f"DPO on {config.model}: {prepared.summary()}; {run_plan.total_steps} steps of {config.batch_size} "
         f"pairs = {passes_note(config, run_plan.batches_per_epoch, run_plan.total_steps)}, "
-        f"beta {config.dpo_beta:g}, lr {base_lr:g} ({config.lr_schedule}); reference "
+        f"beta {config.dpo_beta:g}{rpo}, lr {base_lr:g} ({config.lr_schedule}); reference "
         f"{config.start_checkpoint or 'the base model'}"
     )
     clock = StepClock()
