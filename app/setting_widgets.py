@@ -41,7 +41,7 @@ WIDGETS: dict[str, Widget | None] = {
     "overlong": Widget("select", "Too-long examples"),
     "max_examples": Widget("number", "Max examples (0 = all)"),
     "dpo_beta": Widget("number", "DPO beta"),
-    "rpo_alpha": Widget("number", "Chosen-reply loss weight (rpo_alpha)"),
+    "rpo_alpha": Widget("number", "RPO alpha"),
     "start_checkpoint": Widget("select", "Start from checkpoint"),
     "group_size": Widget("number", "Group size"),
     "groups_per_batch": Widget("number", "Groups per batch", key="groups"),

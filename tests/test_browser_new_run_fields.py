@@ -1,0 +1,56 @@
+"""The New run form in a real browser (the studio and browser set-up of tests/test_browser.py; issues 25 and 23): the
+settings that belong to one choice appear with it and go with it. RL on the arithmetic env shows no Max turns or
+Tools; picking the calculator env (multi-turn) shows both, and a Check with the calculator's settings reads "Ready to
+start" with the command's `env=calculator`; going back to arithmetic hides them again. DPO shows its beta and the
+chosen replies' loss weight (RPO alpha). No model runs (Check validates only), so this is seconds of page work; the
+screenshots land in test-artifacts/new-run-*.png."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from test_browser import CHROMIUM, page, shot, studio, wait_idle  # noqa: F401 (page and studio are fixtures)
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.slow,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian chromium (scripts/browser-deps.sh)"),
+]
+
+
+def choose(page, label: str) -> None:
+    """Click the option of a segmented control (Algorithm, Environment) whose text is `label`."""
+    page.locator("[data-testid=stButtonGroup] button").filter(has_text=re.compile(f"^{re.escape(label)}$")).click()
+    wait_idle(page)
+
+
+def test_multi_turn_fields_come_and_go_with_the_env_and_dpo_shows_rpo_alpha(studio, page):  # noqa: F811
+    page.goto(f"{studio}/new_run")
+    page.get_by_role("button", name="Start run").wait_for()
+    wait_idle(page)
+
+    choose(page, "Reinforcement (RL)")
+    page.get_by_text("Sampling and loss").wait_for()
+    assert page.get_by_label("Max turns (multi-turn envs)", exact=True).count() == 0
+    assert page.get_by_label("Tools (calculator)", exact=True).count() == 0
+    shot(page, "new-run-rl-arithmetic")
+
+    choose(page, "calculator")
+    page.get_by_label("Max turns (multi-turn envs)", exact=True).wait_for()
+    assert page.get_by_label("Tools (calculator)", exact=True).input_value() == "calculator"
+    page.get_by_role("button", name="Check settings").click()
+    page.get_by_text("Ready to start").wait_for(timeout=60_000)
+    page.get_by_text("env=calculator").first.wait_for()
+    shot(page, "new-run-rl-calculator")
+
+    choose(page, "arithmetic")
+    page.get_by_label("Max turns (multi-turn envs)", exact=True).wait_for(state="detached")
+    page.get_by_label("Tools (calculator)", exact=True).wait_for(state="detached")
+
+    choose(page, "Preference (DPO)")
+    page.get_by_label("DPO beta", exact=True).wait_for()
+    page.get_by_label("Eval problems", exact=True).wait_for(state="detached")  # RL's settings are gone
+    assert float(page.get_by_label("RPO alpha", exact=True).input_value()) >= 0
+    shot(page, "new-run-dpo")
