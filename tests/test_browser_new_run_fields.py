@@ -20,10 +20,10 @@ pytestmark = [
 ]
 
 
-def choose(page, label: str) -> None:
+def choose(tab, label: str) -> None:
     """Click the option of a segmented control (Algorithm, Environment) whose text is `label`."""
-    page.locator("[data-testid=stButtonGroup] button").filter(has_text=re.compile(f"^{re.escape(label)}$")).click()
-    wait_idle(page)
+    tab.locator("[data-testid=stButtonGroup] button").filter(has_text=re.compile(f"^{re.escape(label)}$")).click()
+    wait_idle(tab)
 
 
 def test_multi_turn_fields_come_and_go_with_the_env_and_dpo_shows_rpo_alpha(studio, page):  # noqa: F811
