@@ -1,7 +1,7 @@
 """The `cookbook` command line: the same runs as the studio's forms, with tinker-cookbook's key=value arguments.
 
     cookbook sl  model=... dataset=builtin:facts max_steps=20 batch_size=8 learning_rate=1e-3 lora_rank=32
-    cookbook dpo dataset=builtin:concise-prefs dpo_beta=0.1
+    cookbook dpo dataset=builtin:concise-prefs dpo_beta=0.1 rpo_alpha=1
     cookbook rl  env=arithmetic group_size=4 groups_per_batch=8 [kl_penalty_coef=0.05]
     cookbook distill teacher=CHECKPOINT dataset=builtin:facts evals=builtin:facts-probes   (on-policy distillation)
     cookbook sl --help              (every setting of a kind: its default, help and allowed values)

@@ -238,12 +238,13 @@ class DPOConfig(CommonConfig):
         help="How far the policy may move from the reference.",
     )
     rpo_alpha: float = setting(
-        0.0,
+        1.0,
         min=0,
         max=100,
         zero_means="plain DPO",
         help="Weight of the chosen replies' own loss (mean cross-entropy per token) added to DPO's, as TRL's "
-        "rpo_alpha: keeps the chosen replies likely so the model does not drift off both sides.",
+        "rpo_alpha: keeps the chosen replies likely so the model does not drift off both sides (measured: 1 kept "
+        "55 more of 322 ordinary answers than plain DPO; docs/DEFAULTS.md).",
     )
     start_checkpoint: str = setting(
         "",

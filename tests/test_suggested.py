@@ -36,7 +36,12 @@ def test_measured_step_counts_are_what_the_settings_give(key):
         train, _ = datasets.load_preference_dataset(dataset, test_fraction=config.test_fraction, seed=config.seed)
     assert supervised.plan_steps(config, len(train))[1] == measured.steps
     if kind == "dpo":  # the default DPO run is the measured one
-        assert (config.dpo_beta, config.batch_size, config.max_steps) == (measured.dpo_beta, 8, 0)
+        assert (config.dpo_beta, config.rpo_alpha, config.batch_size, config.max_steps) == (
+            measured.dpo_beta,
+            measured.rpo_alpha,
+            8,
+            0,
+        )
 
 
 def test_settings_far_from_the_measured_ones_are_named():
@@ -46,6 +51,7 @@ def test_settings_far_from_the_measured_ones_are_named():
     assert len(notes) == 2 and "learning rate 0.0001" in notes[0] and "10 steps of 8" in notes[1]
     assert suggested.far_from_suggested(SLConfig(dataset="my.jsonl"), 1e-6, 1) == []  # nothing measured there
     assert "DPO beta 1" in suggested.far_from_suggested(DPOConfig(dpo_beta=1.0), 5e-4, 28)[0]
+    assert "rpo_alpha 0 is plain DPO" in suggested.far_from_suggested(DPOConfig(rpo_alpha=0), 5e-4, 28)[0]
 
 
 def test_a_run_says_how_many_passes_its_steps_make():
