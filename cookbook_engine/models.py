@@ -180,9 +180,16 @@ def load_tokenizer(name: str):
     return AutoTokenizer.from_pretrained(info.location)
 
 
+_LOADING = threading.Lock()  # one from_pretrained at a time in this process (load_model says why)
+
+
 def load_model(name: str, dtype=None, device: str = "cpu"):
-    """The base model in eval mode on `device`, in `dtype` (default fp32: train in fp32 on a CPU, where bf16 is ~30x
-    slower; device.py chooses bf16 only for GPUs that run it fast)."""
+    """The base model in eval mode on `device`, in `dtype` (default fp32; device.py decides what a run uses).
+
+    One load at a time per process: `from_pretrained` builds the model's modules on the meta device through a
+    process-wide patch, so two loads on two threads at once (two model workers, e.g. fp32 and bf16, starting
+    together) left one model with its tied LM head on the meta device, and its first sample failed in the fast
+    decoder ("attempted to run this operator with Meta tensors"; tests/test_models.py)."""
     import torch
 
     AutoModelForCausalLM, _ = _auto_classes()
@@ -190,7 +197,8 @@ def load_model(name: str, dtype=None, device: str = "cpu"):
     if info.source == "default":
         prepare_default_model()
     try:
-        model = AutoModelForCausalLM.from_pretrained(info.location, dtype=dtype or torch.float32)
+        with _LOADING:
+            model = AutoModelForCausalLM.from_pretrained(info.location, dtype=dtype or torch.float32)
     except OSError as exc:
         raise ModelError(f"model {name}: could not load from {info.location}: {exc}") from exc
     model.eval()
