@@ -52,7 +52,7 @@ class Side:
         from cookbook_engine.backends.local import LocalServiceClient
 
         self.service = LocalServiceClient(dtype=dtype)
-        self.label = f"{self.service.compute.label}"
+        self.label = self.service.compute.label
         self.reason = self.service.compute.reason
         self.trainer = self.service.create_lora_training_client(models.DEFAULT_MODEL, rank=RANK, seed=0).result()
         self.base = self.service.create_sampling_client(base_model=models.DEFAULT_MODEL).result()

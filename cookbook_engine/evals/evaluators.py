@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 from tinker import types
 
+from cookbook_engine.config import MULTI_TURN_ENVS
 from cookbook_engine.evals import stats
 from cookbook_engine.evals.sets import ChatExample, EpisodeExample, EvalSet
 from cookbook_engine.renderers import TrainOnWhat
@@ -421,11 +422,10 @@ async def _episodes(client, renderer, eval_set, settings, progress):
             index, example.prompt, example.answer, episode_text(turns), result.reward, correct, None, details
         )
 
-    unknown = sorted({e.env for e in eval_set.examples} - set(multi_turn.ENV_NAMES))
+    unknown = sorted({e.env for e in eval_set.examples} - set(MULTI_TURN_ENVS))
     if unknown:
         raise ValueError(
-            f"{eval_set.name}: no multi-turn env named {unknown[0]!r}; "
-            f"the ones there are: {', '.join(multi_turn.ENV_NAMES)}"
+            f"{eval_set.name}: no multi-turn env named {unknown[0]!r}; the ones there are: {', '.join(MULTI_TURN_ENVS)}"
         )
     rows = await _each(eval_set.examples, work, settings, progress)
     return [

@@ -131,10 +131,7 @@ async def group_rollout(
     prompt_tokens = prompt.to_ints()
     if not all(result.episode_done for result in results_G):
         episodes = [
-            multi_turn.Episode(
-                env,
-                [multi_turn.Turn(prompt_tokens, list(s.tokens), list(s.logprobs or []), str(s.stop_reason), result)],
-            )
+            multi_turn.Episode(env, [multi_turn.Turn.of(prompt_tokens, s, result)])
             for env, s, result in zip(envs_G, sequences_G, results_G)
         ]
 

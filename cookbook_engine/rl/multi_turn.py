@@ -30,6 +30,7 @@ from typing import Any
 
 from tinker import types
 
+from cookbook_engine.config import MULTI_TURN_ENVS
 from cookbook_engine.rl import graders, tools
 from cookbook_engine.rl.types import Env, Rollout, StepResult
 
@@ -82,6 +83,12 @@ class Turn:
     logprobs: list[float]
     stop_reason: str
     result: StepResult
+
+    @classmethod
+    def of(cls, observation: list[int], sequence: types.SampledSequence, result: StepResult) -> Turn:
+        """The turn in which `sequence` was sampled after `observation` and the env answered `result`."""
+        tokens, logprobs = list(sequence.tokens), list(sequence.logprobs or [])
+        return cls(list(observation), tokens, logprobs, str(sequence.stop_reason), result)
 
 
 class CalculatorEnv(Env):
@@ -180,14 +187,11 @@ def assemble(prompt: list[int], turns: list[Turn]) -> Rollout:
     )
 
 
-ENV_NAMES = ("calculator",)  # the multi-turn envs env_for() makes
-
-
 def env_for(name: str, renderer, problem: tuple[int, ...], tool_names: list[str], max_turns: int) -> Env:
     """The multi-turn env `name` for one problem (its numbers, as an eval set stores them)."""
     if name == "calculator":
         return CalculatorEnv(renderer, CalcProblem(*problem), tool_names, max_turns)
-    raise ValueError(f"no multi-turn env named {name!r}; the ones there are: {', '.join(ENV_NAMES)}")
+    raise ValueError(f"no multi-turn env named {name!r}; the ones there are: {', '.join(MULTI_TURN_ENVS)}")
 
 
 @dataclass
@@ -215,9 +219,7 @@ async def later_turns(episodes: list[Episode], sample_one: SampleOne) -> None:
         )
         results = await asyncio.gather(*[e.env.step(list(seq.tokens)) for (_, e), seq in zip(pending, sequences)])
         for (_, episode), observation, seq, result in zip(pending, observations, sequences, results):
-            episode.turns.append(
-                Turn(observation.to_ints(), list(seq.tokens), list(seq.logprobs or []), str(seq.stop_reason), result)
-            )
+            episode.turns.append(Turn.of(observation.to_ints(), seq, result))
 
 
 async def play(envs: list[Env], sample_one: SampleOne) -> list[Episode]:
@@ -226,7 +228,7 @@ async def play(envs: list[Env], sample_one: SampleOne) -> list[Episode]:
     sequences = await asyncio.gather(*[sample_one(ob, stop, 0, i) for i, (ob, stop) in enumerate(firsts)])
     results = await asyncio.gather(*[env.step(list(seq.tokens)) for env, seq in zip(envs, sequences)])
     episodes = [
-        Episode(env, [Turn(ob.to_ints(), list(seq.tokens), list(seq.logprobs or []), str(seq.stop_reason), result)])
+        Episode(env, [Turn.of(ob.to_ints(), seq, result)])
         for env, (ob, _), seq, result in zip(envs, firsts, sequences, results)
     ]
     await later_turns(episodes, sample_one)
