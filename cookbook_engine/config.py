@@ -23,6 +23,7 @@ from cookbook_engine.data import mix
 from cookbook_engine.data.loading import DEFAULT_SEED, DEFAULT_TEST_FRACTION, DatasetError
 from cookbook_engine.device import DTYPES
 from cookbook_engine.models import DEFAULT_MODEL
+from cookbook_engine.rl.multi_turn import MULTI_TURN_ENVS  # episodes of several turns: they need max_turns
 from cookbook_engine.rl.suggested import ARITHMETIC as RL_MEASURED
 from cookbook_engine.rl.tools import TOOLS
 from cookbook_engine.settings import (
@@ -43,7 +44,6 @@ SCHEDULES = ("linear", "cosine", "constant")
 TRAIN_ON = ("last_assistant_message", "all_assistant_messages", "all_messages")
 OVERLONG = ("truncate", "drop")
 RL_ENVS = ("arithmetic", "code", "custom", "calculator")
-MULTI_TURN_ENVS = ("calculator",)  # episodes of several turns: they need max_turns
 RL_LOSSES = ("importance_sampling", "ppo")
 GRADERS = ("exact", "numeric", "contains", "regex", "python_tests")
 DISTILL_MODES = ("on_policy", "prompt")

@@ -39,7 +39,6 @@ from dataclasses import dataclass, field
 
 from tinker import types
 
-from cookbook_engine.config import MULTI_TURN_ENVS
 from cookbook_engine.evals import stats
 from cookbook_engine.evals.sets import ChatExample, EpisodeExample, EvalSet
 from cookbook_engine.renderers import TrainOnWhat
@@ -422,10 +421,11 @@ async def _episodes(client, renderer, eval_set, settings, progress):
             index, example.prompt, example.answer, episode_text(turns), result.reward, correct, None, details
         )
 
-    unknown = sorted({e.env for e in eval_set.examples} - set(MULTI_TURN_ENVS))
+    unknown = sorted({e.env for e in eval_set.examples} - set(multi_turn.MULTI_TURN_ENVS))
     if unknown:
         raise ValueError(
-            f"{eval_set.name}: no multi-turn env named {unknown[0]!r}; the ones there are: {', '.join(MULTI_TURN_ENVS)}"
+            f"{eval_set.name}: no multi-turn env named {unknown[0]!r}; "
+            f"the ones there are: {', '.join(multi_turn.MULTI_TURN_ENVS)}"
         )
     rows = await _each(eval_set.examples, work, settings, progress)
     return [

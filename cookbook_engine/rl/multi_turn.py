@@ -30,7 +30,6 @@ from typing import Any
 
 from tinker import types
 
-from cookbook_engine.config import MULTI_TURN_ENVS
 from cookbook_engine.rl import graders, tools
 from cookbook_engine.rl.types import Env, Rollout, StepResult
 
@@ -185,6 +184,9 @@ def assemble(prompt: list[int], turns: list[Turn]) -> Rollout:
         dict(last.logs),
         mask if len(turns) > 1 else None,
     )
+
+
+MULTI_TURN_ENVS = ("calculator",)  # episodes of several turns: they need max_turns (config.py re-exports this)
 
 
 def env_for(name: str, renderer, problem: tuple[int, ...], tool_names: list[str], max_turns: int) -> Env:
