@@ -571,8 +571,9 @@ def usage(kind: str) -> str:
 
 
 def validate(config: CommonConfig) -> list[str]:
-    """Every problem with the settings themselves (files and models are checked by `check_resources`): each value
-    against its bounds and choices, then the rules that tie settings together."""
+    """Every problem with the settings themselves (checkpoint folders are checked by runs.checkpoint_problems, data
+    and models by each loop's prepare): each value against its bounds and choices, then the rules that tie settings
+    together."""
     problems = bound_problems(config)
     problems.extend(trackers.problems(config.log_to, config.wandb_project))
     if config.backend == "local":

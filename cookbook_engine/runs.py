@@ -79,10 +79,35 @@ def preflight(config: cfg.CommonConfig) -> Any:
     """All checks that can fail on bad input, before anything is written: settings, model, renderer, data.
     Returns what the loop prepared (e.g. the tokenized dataset) so it is not done twice."""
     cfg.check(config)
+    problems = checkpoint_problems(config)
+    if problems:
+        raise cfg.ConfigError("\n".join(problems))
     paths.home()  # an unwritable home folder fails here, with its own clear message
     prepared = loop_module(config.kind).prepare(config)
     memory.check_fits(config, prepared)  # a run that would not fit in memory says so now, not when it swaps or dies
     return prepared
+
+
+def checkpoint_problems(config: cfg.CommonConfig) -> list[str]:
+    """Each checkpoint the settings name (start_checkpoint, a distillation teacher, an RL KL reference) that is not on
+    this machine, on the local backend: refused before a run exists, not found when the run loads it. Hosted
+    checkpoints (backend=tinker) are the service's to check."""
+    if config.backend != "local":
+        return []
+    from cookbook_engine.backends import compat
+
+    keys = ("start_checkpoint", "teacher", "kl_reference")
+    named = {key: str(getattr(config, key, "") or "").strip() for key in keys}
+    problems = []
+    for key, path in named.items():
+        if not path or path in ("base", config.model):
+            continue
+        if not (compat.resolve(path) / "adapter_model.safetensors").is_file():
+            problems.append(
+                f"{key}={path}: no checkpoint there (a checkpoint folder holds adapter_model.safetensors; the "
+                "Checkpoints page lists each one's path)"
+            )
+    return problems
 
 
 class RunManager:

@@ -315,6 +315,7 @@ def test_builtins_load_with_their_loaders():
         "concise-prefs": "preference",
         "calculator-warmup": "chat",
         "arithmetic-qa": "rl",
+        "sums": "rl",
     }
     facts = load_chat_dataset("builtin:facts")
     assert facts.name == "builtin:facts" and len(facts.train) + len(facts.test) == listing["facts"]["num_rows"] >= 100
@@ -324,6 +325,18 @@ def test_builtins_load_with_their_loaders():
     train, test = load_rl_problems("builtin:arithmetic-qa")
     assert len(train) + len(test) == listing["arithmetic-qa"]["num_rows"] >= 200
     assert {p.grader for p in train + test} == {"numeric"}
+
+
+def test_builtin_sums_are_the_rl_defaults_problems_and_never_an_evaluated_one():
+    from cookbook_engine.rl import arithmetic, suggested
+
+    rows = builtin_data.builtin_rows("sums")
+    assert builtin_data.SUMS_STEPS == suggested.ARITHMETIC.max_steps
+    assert rows[0]["prompt"] == arithmetic.training_problems(0, 0, builtin_data.SUMS_STEPS, 8)[0].question
+    evaluated = {(p.question, str(p.answer)) for p in arithmetic.held_out_problems()}
+    evaluated |= {(p.question, str(p.answer)) for p in arithmetic.fresh_problems("+", 10, 99)}
+    assert len(rows) == 288 and not evaluated & {(row["prompt"], row["answer"]) for row in rows}
+    assert max(int(row["answer"]) for row in rows) > 150  # operands reach two digits
 
 
 def test_builtins_are_deterministic():

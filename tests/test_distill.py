@@ -124,6 +124,35 @@ def test_the_cli_refuses_a_teacher_equal_to_the_student_and_writes_nothing(home,
     assert not (home / "runs").exists() or not any((home / "runs").iterdir())
 
 
+@pytest.mark.parametrize(
+    "kind, args, key",
+    [
+        ("distill", ["teacher={missing}"], "teacher"),
+        ("distill", ["teacher=base", "start_checkpoint={missing}"], "start_checkpoint"),
+        ("rl", ["kl_penalty_coef=0.1", "kl_reference={missing}"], "kl_reference"),
+        ("dpo", ["start_checkpoint={missing}"], "start_checkpoint"),
+    ],
+)
+def test_a_checkpoint_path_with_no_checkpoint_is_refused_before_a_run_is_written(home, capsys, kind, args, key):
+    """A mistyped teacher or start checkpoint used to start a run that failed when it loaded the weights."""
+    from cookbook_engine import cli
+
+    missing = home / "checkpoints" / "no-such-run" / "state" / "final"
+    assert cli.main([kind, *[a.format(missing=missing) for a in args]]) == 2
+    assert f"{key}={missing}: no checkpoint there" in capsys.readouterr().err
+    assert not (home / "runs").exists() or not any((home / "runs").iterdir())
+
+
+def test_a_checkpoint_folder_with_its_adapter_is_accepted(tmp_path):
+    from cookbook_engine.runs import checkpoint_problems
+
+    (tmp_path / "adapter_model.safetensors").write_bytes(b"")
+    assert checkpoint_problems(cfg.parse_overrides("distill", [f"teacher={tmp_path}"])) == []
+    assert checkpoint_problems(cfg.parse_overrides("distill", ["teacher=base", f"start_checkpoint={tmp_path}"])) == []
+    hosted = cfg.parse_overrides("distill", ["backend=tinker", "teacher=Qwen/Qwen3-8B"])
+    assert checkpoint_problems(hosted) == []
+
+
 def test_distill_and_kl_settings_round_trip_through_the_command_line():
     config = cfg.parse_overrides("distill", ["teacher=/ckpt/a", "max_tokens=32", "kl_penalty_coef=0.5"])
     assert cfg.parse_overrides("distill", cfg.to_command(config).split()[2:]) == config

@@ -16,6 +16,8 @@ minutes of LoRA training of a 135M model on a CPU.
   sentence but for the answer (so only correctness tells them apart); some rejected answers ramble. Held-out items of
   the same kinds make the eval set `builtin:prefs-style-controlled`.
 - `arithmetic-qa` (rl): small-number arithmetic problems with numeric answers for the prompt/answer RL env.
+- `sums` (rl): the sums the RL default (`env=arithmetic`, SUMS_STEPS steps) trains on, in its order, as prompt/answer
+  rows: the prompts of on-policy distillation from an RL arithmetic teacher (docs/DISTILLATION.md).
 
 This module only builds rows; loading, validation and splitting live in `cookbook_engine.data.loading`.
 """
@@ -1077,6 +1079,22 @@ def arithmetic_qa_rows() -> list[dict]:
     return rows
 
 
+SUMS_STEPS = 36  # the RL default's steps (rl/suggested.py); SUMS_PER_STEP problems each
+SUMS_PER_STEP = 8
+
+
+def sums_rows() -> list[dict]:
+    """The RL default's training problems (seed 0), step by step: operands growing from 1..20 to 1..99, never a sum
+    of builtin:arithmetic or builtin:arithmetic-fresh. The prompt is the env's own question."""
+    from cookbook_engine.rl import arithmetic
+
+    return [
+        {"prompt": problem.question, "answer": str(problem.answer), "grader": "numeric"}
+        for step in range(SUMS_STEPS)
+        for problem in arithmetic.training_problems(0, step, SUMS_STEPS, SUMS_PER_STEP)
+    ]
+
+
 CALCULATOR_WARMUP_ROWS = 96
 
 
@@ -1152,6 +1170,14 @@ BUILTIN: dict[str, BuiltinDataset] = {
             "rl",
             "Small-number arithmetic and word problems with numeric answers (grader: numeric).",
             arithmetic_qa_rows,
+        ),
+        BuiltinDataset(
+            "sums",
+            "rl",
+            f"The {SUMS_STEPS * SUMS_PER_STEP} sums the RL default (env=arithmetic) trains on, operands growing to "
+            "1..99: the prompts for distilling an RL arithmetic run into a fresh LoRA (eval set "
+            "builtin:arithmetic-fresh).",
+            sums_rows,
         ),
     )
 }
