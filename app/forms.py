@@ -180,9 +180,10 @@ def _source_of(spec: str, uploaded_paths: set[str]) -> str:
     return "File path"
 
 
-def dataset_section(kind: str, data_kind: str, spec: str, label: str = "Dataset") -> str:
-    """A dataset picker for one kind of data (chat, preference, rl); returns a dataset spec."""
-    uploaded = [d for d in state.store().list_datasets() if d["kind"] == data_kind and d["source"] != "builtin"]
+def dataset_section(kind: str, data_kind: str | tuple[str, ...], spec: str, label: str = "Dataset") -> str:
+    """A dataset picker for one kind of data (chat, preference, rl), or several; returns a dataset spec."""
+    data_kinds = (data_kind,) if isinstance(data_kind, str) else data_kind
+    uploaded = [d for d in state.store().list_datasets() if d["kind"] in data_kinds and d["source"] != "builtin"]
     source = st.segmented_control(
         f"{label} source",
         (*SOURCES, MIX) if kind == "sl" else SOURCES,
@@ -193,7 +194,7 @@ def dataset_section(kind: str, data_kind: str, spec: str, label: str = "Dataset"
     if source == MIX:
         return mix_section(kind, spec, uploaded)
     if source == "Built-in":
-        names = [name for name, d in BUILTIN.items() if d.kind == data_kind]
+        names = [name for name, d in BUILTIN.items() if d.kind in data_kinds]
         current = spec.removeprefix("builtin:")
         name = st.selectbox(
             label, names, index=names.index(current) if current in names else 0, key=key(kind, "builtin")
@@ -202,7 +203,7 @@ def dataset_section(kind: str, data_kind: str, spec: str, label: str = "Dataset"
         return f"builtin:{name}"
     if source == "Uploaded":
         if not uploaded:
-            st.info(f"No uploaded {data_kind} datasets yet.", icon=":material/upload:")
+            st.info(f"No uploaded {' or '.join(data_kinds)} datasets yet.", icon=":material/upload:")
             nav.link("datasets", "Upload one on the Datasets page")
             return ""
         paths_ = [d["path"] for d in uploaded]
@@ -348,7 +349,8 @@ def distill_task_section(base: cfg.DistillConfig) -> tuple[str, str]:
     )
     mode = mode or base.mode
     st.caption(DISTILL_MODE_HELP[mode])
-    return mode, dataset_section("distill", "chat", base.dataset, label="Prompts")
+    # the prompts: a chat dataset's conversations up to their last reply, or a prompt/answer file's prompts
+    return mode, dataset_section("distill", ("chat", "rl"), base.dataset, label="Prompts")
 
 
 # ---------------------------------------------------------------------------------------- the form

@@ -3,7 +3,7 @@
     cookbook sl  model=... dataset=builtin:facts max_steps=20 batch_size=8 learning_rate=1e-3 lora_rank=32
     cookbook dpo dataset=builtin:concise-prefs dpo_beta=0.1 rpo_alpha=1
     cookbook rl  env=arithmetic group_size=4 groups_per_batch=8 [kl_penalty_coef=0.05]
-    cookbook distill teacher=CHECKPOINT dataset=builtin:facts evals=builtin:facts-probes   (on-policy distillation)
+    cookbook distill teacher=CHECKPOINT dataset=builtin:sums max_tokens=16 evals=builtin:arithmetic-fresh   (on-policy)
     cookbook sl --help              (every setting of a kind: its default, help and allowed values)
     cookbook runs [--json]          cookbook resume RUN_ID          cookbook cancel RUN_ID
     cookbook eval models=base,RUN_ID[@STEP] evals=builtin:facts-probes,file.jsonl [max_examples=N]

@@ -158,3 +158,16 @@ def test_distill_and_kl_settings_round_trip_through_the_command_line():
     assert cfg.parse_overrides("distill", cfg.to_command(config).split()[2:]) == config
     rl = cfg.parse_overrides("rl", ["kl_penalty_coef=0.05", "kl_reference=/ckpt/b"])
     assert (rl.kl_penalty_coef, rl.kl_reference) == (0.05, "/ckpt/b")
+
+
+def test_the_new_run_form_offers_prompt_files_as_a_distillations_prompts(home):
+    """An RL run's teacher is distilled on prompts with answers (builtin:sums), not only on chat datasets."""
+    from tests.test_studio_apptest import by_label, open_page, shown_text
+
+    at = open_page("new_run")
+    by_label(at.get("button_group"), "Algorithm").set_value("distill").run()
+    prompts = by_label(at.selectbox, "Prompts")
+    assert {"facts", "persona", "sums", "arithmetic-qa"} <= set(prompts.options)
+    assert "concise-prefs" not in prompts.options  # pairs are no prompts
+    prompts.set_value("sums").run()
+    assert "The 288 sums the RL default (env=arithmetic) trains on" in shown_text(at)
