@@ -54,3 +54,23 @@ def test_multi_turn_fields_come_and_go_with_the_env_and_dpo_shows_rpo_alpha(stud
     page.get_by_label("Eval problems", exact=True).wait_for(state="detached")  # RL's settings are gone
     assert float(page.get_by_label("RPO alpha", exact=True).input_value()) >= 0
     shot(page, "new-run-dpo")
+
+
+def test_distillation_prompts_include_prompt_files_and_a_teacher_equal_to_the_student_is_refused(studio, page):  # noqa: F811
+    """On-policy distillation's prompts may be a prompt file (builtin:sums, for an RL teacher); with no checkpoint yet
+    the only teacher is the base model, which is the student itself, and Check says so without starting anything."""
+    page.goto(f"{studio}/new_run")
+    page.get_by_role("button", name="Start run").wait_for()
+    wait_idle(page)
+    choose(page, "Distillation")
+    prompts = page.locator("[data-testid=stSelectbox]").filter(has_text="Prompts").first
+    prompts.click()
+    options = page.get_by_role("option")
+    options.first.wait_for()
+    assert {"facts", "sums"} <= {text.strip() for text in options.all_inner_texts()}
+    options.filter(has_text=re.compile("^sums$")).click()
+    wait_idle(page)
+    page.get_by_text("The 288 sums the RL default").wait_for()
+    page.get_by_role("button", name="Check settings").click()
+    page.get_by_text("the teacher is the student").first.wait_for(timeout=60_000)
+    shot(page, "new-run-distill-sums")
