@@ -143,3 +143,25 @@ def test_prompt_distillation_through_the_hosted_backend_matches_the_local_backen
     distill = {"group_size": 2, "groups_per_batch": 2, "max_tokens": 16, "max_length": 256}
     config = cfg.DistillConfig(mode="prompt", teacher="base", context="builtin:pip", dataset="builtin:persona")
     check(dataclasses.replace(config, max_steps=2, learning_rate=1e-3, **distill, **SHORT))
+
+
+@pytest.mark.slow
+def test_on_policy_distillation_through_the_hosted_backend_matches_the_local_backend(served):
+    """The teacher is a checkpoint both sides name by its tinker:// path (serve's home is this test's home)."""
+    from cookbook_engine.backends import compat
+
+    manager, store = RunManager(), Store.default()
+    teacher_run = manager.start(cfg.SLConfig(max_steps=1, batch_size=2, max_length=128, learning_rate=2e-3, **SHORT))
+    assert manager.wait(teacher_run, timeout=900)["status"] == "completed"
+    sampler = next(row["sampler_path"] for row in store.list_checkpoints(teacher_run) if row["sampler_path"])
+    teacher = compat.to_tinker_path(sampler)
+    assert teacher and teacher.startswith("tinker://"), sampler
+    distill = {"group_size": 2, "groups_per_batch": 2, "max_tokens": 8, "max_length": 256}
+    config = cfg.DistillConfig(teacher=teacher, dataset="builtin:sums", max_steps=2, learning_rate=1e-3)
+    check(dataclasses.replace(config, **distill, **SHORT))
+
+
+@pytest.mark.slow
+def test_rl_with_a_kl_penalty_through_the_hosted_backend_matches_the_local_backend(served):
+    rl = {"groups_per_batch": 2, "group_size": 4, "max_tokens": 16, "num_eval_problems": 4, "kl_penalty_coef": 0.1}
+    check(cfg.RLConfig(max_steps=2, learning_rate=1e-3, **rl, **SHORT))
