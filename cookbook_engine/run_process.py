@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     threading.Thread(target=_watch, args=(context, args.parent), name="run-watcher", daemon=True).start()
     try:
         config = cfg.from_dict(run["kind"], run["config"])
-        prepared = runs.preflight(config)
+        prepared = runs.preflight(config, resuming=context.resume is not None)
         estimated = None if args.resume else runs.estimate_for(config, prepared)
     except BaseException as exc:  # recorded as the run's failure, as a failure while training is
         runs.record_failure(store, context, exc)

@@ -75,11 +75,12 @@ def loop_module(kind: str) -> ModuleType:
     raise cfg.ConfigError(f"unknown run kind {kind!r}")
 
 
-def preflight(config: cfg.CommonConfig) -> Any:
-    """All checks that can fail on bad input, before anything is written: settings, model, renderer, data.
-    Returns what the loop prepared (e.g. the tokenized dataset) so it is not done twice."""
+def preflight(config: cfg.CommonConfig, resuming: bool = False) -> Any:
+    """All checks that can fail on bad input, before anything is written: settings, checkpoints, model, renderer,
+    data. Returns what the loop prepared (e.g. the tokenized dataset) so it is not done twice. A run `resuming` from
+    its own checkpoint no longer needs its start checkpoint."""
     cfg.check(config)
-    problems = checkpoint_problems(config)
+    problems = checkpoint_problems(config, resuming)
     if problems:
         raise cfg.ConfigError("\n".join(problems))
     paths.home()  # an unwritable home folder fails here, with its own clear message
@@ -88,15 +89,16 @@ def preflight(config: cfg.CommonConfig) -> Any:
     return prepared
 
 
-def checkpoint_problems(config: cfg.CommonConfig) -> list[str]:
+def checkpoint_problems(config: cfg.CommonConfig, resuming: bool = False) -> list[str]:
     """Each checkpoint the settings name (start_checkpoint, a distillation teacher, an RL KL reference) that is not on
     this machine, on the local backend: refused before a run exists, not found when the run loads it. Hosted
-    checkpoints (backend=tinker) are the service's to check."""
+    checkpoints (backend=tinker) are the service's to check. A run `resuming` from its own checkpoint starts from
+    that, so its start_checkpoint may be gone."""
     if config.backend != "local":
         return []
     from cookbook_engine.backends import compat
 
-    keys = ("start_checkpoint", "teacher", "kl_reference")
+    keys = ("teacher", "kl_reference") if resuming else ("start_checkpoint", "teacher", "kl_reference")
     named = {key: str(getattr(config, key, "") or "").strip() for key in keys}
     problems = []
     for key, path in named.items():
@@ -189,7 +191,7 @@ class RunManager:
             echo=echo,
             kind=run["kind"],
         )
-        prepared = preflight(config)
+        prepared = preflight(config, resuming=checkpoint is not None)
         step = int(checkpoint["step"]) if checkpoint else 0
         context.logger.truncate_after(step - 1)  # metrics of steps after the checkpoint are redone
         self.store.update_run(

@@ -153,6 +153,19 @@ def test_a_checkpoint_folder_with_its_adapter_is_accepted(tmp_path):
     assert checkpoint_problems(hosted) == []
 
 
+def test_a_run_resuming_from_its_own_checkpoint_no_longer_needs_its_start_checkpoint(tmp_path):
+    """Deleting the checkpoint a run started from must not stop that run from resuming; its teacher it still needs."""
+    from cookbook_engine.runs import checkpoint_problems
+
+    gone = tmp_path / "deleted" / "state" / "final"
+    config = cfg.parse_overrides("distill", [f"teacher={tmp_path}", f"start_checkpoint={gone}"])
+    (tmp_path / "adapter_model.safetensors").write_bytes(b"")
+    assert checkpoint_problems(config, resuming=True) == []
+    assert [p.split(":")[0] for p in checkpoint_problems(config)] == [f"start_checkpoint={gone}"]
+    missing_teacher = cfg.parse_overrides("distill", [f"teacher={gone}"])
+    assert checkpoint_problems(missing_teacher, resuming=True)
+
+
 def test_distill_and_kl_settings_round_trip_through_the_command_line():
     config = cfg.parse_overrides("distill", ["teacher=/ckpt/a", "max_tokens=32", "kl_penalty_coef=0.5"])
     assert cfg.parse_overrides("distill", cfg.to_command(config).split()[2:]) == config
