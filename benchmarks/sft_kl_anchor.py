@@ -28,11 +28,13 @@ import sft_retention_sweep
 import torch
 
 from cookbook_engine import config as cfg, renderers
+from cookbook_engine.backends import compat
 from cookbook_engine.data import builtin as builtin_data
 from cookbook_engine.distill.sampling import sample_group
 from cookbook_engine.rl import kl
 from cookbook_engine.rl.data import datum_from_rollout, for_training
 from cookbook_engine.sl.data import prepare
+from cookbook_engine.sl.loop import weighted_nll
 from cookbook_engine.training import reference
 from cookbook_engine.training.common import adam_params, lr_multiplier, start_training_client, tokenizer_for
 from cookbook_engine.training.plan import batch_at
@@ -80,19 +82,13 @@ async def train(settings: dict[str, str], home: Path) -> tuple[Path, float, list
             await (await client.forward_backward_async([for_training(d) for d in data_D], "importance_sampling"))
         fb = await (await client.forward_backward_async(batch, "cross_entropy"))
         await (await client.optim_step_async(adam_params(config, lr)))
-        nll = sum(
-            -(o["logprobs"].to_numpy() * d.loss_fn_inputs["weights"].to_numpy()).sum()
-            for d, o in zip(batch, fb.loss_fn_outputs)
-        )
-        weights = sum(d.loss_fn_inputs["weights"].to_numpy().sum() for d in batch)
-        metrics["train_nll"] = float(nll / max(weights, 1e-9))
+        nll, weights = weighted_nll(batch, fb)
+        metrics["train_nll"] = nll / max(weights, 1e-9)
         log.append(metrics)
         if step % 10 == 0 or step == steps - 1:
             print(f"step {step}/{steps} {metrics}", flush=True)
     minutes = (time.perf_counter() - started) / 60
     saved = await (await client.save_weights_for_sampler_async("final"))
-    from cookbook_engine.backends import compat
-
     return compat.resolve(saved.path), minutes, log
 
 

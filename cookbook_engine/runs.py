@@ -104,9 +104,14 @@ def checkpoint_problems(config: cfg.CommonConfig, resuming: bool = False) -> lis
     for key, path in named.items():
         if not path or path in ("base", config.model):
             continue
-        if not (compat.resolve(path) / "adapter_model.safetensors").is_file():
+        try:
+            there = compat.holds_checkpoint(path)
+        except ValueError as exc:  # a malformed tinker:// path
+            problems.append(f"{key}={path}: {exc}")
+            continue
+        if not there:
             problems.append(
-                f"{key}={path}: no checkpoint there (a checkpoint folder holds adapter_model.safetensors; the "
+                f"{key}={path}: no checkpoint there (a checkpoint folder holds {compat.ADAPTER_WEIGHTS}; the "
                 "Checkpoints page lists each one's path)"
             )
     return problems

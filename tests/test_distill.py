@@ -143,6 +143,14 @@ def test_a_checkpoint_path_with_no_checkpoint_is_refused_before_a_run_is_written
     assert not (home / "runs").exists() or not any((home / "runs").iterdir())
 
 
+def test_a_malformed_tinker_path_is_refused_with_the_form_it_should_have(home, capsys):
+    from cookbook_engine import cli
+
+    assert cli.main(["distill", "teacher=tinker://nothing"]) == 2
+    assert "teacher=tinker://nothing: checkpoint path 'tinker://nothing': expected tinker://" in capsys.readouterr().err
+    assert not (home / "runs").exists() or not any((home / "runs").iterdir())
+
+
 def test_a_checkpoint_folder_with_its_adapter_is_accepted(tmp_path):
     from cookbook_engine.runs import checkpoint_problems
 

@@ -125,6 +125,15 @@ def parse_tinker_path(path: str) -> types.ParsedCheckpointTinkerPath:
     return parsed
 
 
+ADAPTER_WEIGHTS = "adapter_model.safetensors"  # the file that makes a folder a checkpoint (PEFT's adapter format)
+
+
+def holds_checkpoint(path: str | Path) -> bool:
+    """True when the checkpoint a folder or tinker:// path names is on this machine (ValueError: a malformed
+    tinker:// path)."""
+    return (resolve(str(path)) / ADAPTER_WEIGHTS).is_file()
+
+
 def resolve(path: str) -> Path:
     """The local folder of a checkpoint named by a tinker:// path or by its folder path."""
     if not path.startswith("tinker://"):

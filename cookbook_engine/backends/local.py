@@ -311,7 +311,7 @@ def save_adapter_folder(
 ) -> None:
     """An adapter folder in PEFT's format, loadable with PeftModel.from_pretrained."""
     folder.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.detach().cpu().contiguous() for k, v in state.items()}, str(folder / "adapter_model.safetensors"))
+    save_file({k: v.detach().cpu().contiguous() for k, v in state.items()}, str(folder / compat.ADAPTER_WEIGHTS))
     config = {
         "peft_type": "LORA",
         "task_type": "CAUSAL_LM",
@@ -330,10 +330,10 @@ def save_adapter_folder(
 def read_adapter_folder(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
     """A checkpoint's adapter weights and PEFT config; `path` is its folder or its tinker:// path."""
     folder = compat.resolve(str(path))
-    if not (folder / "adapter_model.safetensors").exists():
-        raise FileNotFoundError(f"checkpoint {path}: no adapter_model.safetensors in {folder}")
+    if not compat.holds_checkpoint(folder):
+        raise FileNotFoundError(f"checkpoint {path}: no {compat.ADAPTER_WEIGHTS} in {folder}")
     config = json.loads((folder / "adapter_config.json").read_text())
-    return load_file(str(folder / "adapter_model.safetensors")), config
+    return load_file(str(folder / compat.ADAPTER_WEIGHTS)), config
 
 
 def write_checkpoint_meta(folder: Path, ttl_seconds: int | None, user_metadata: dict | None) -> None:
@@ -885,7 +885,7 @@ class LocalTrainingClient:
         overwrite: bool = True,
     ) -> str:
         folder = self._folder(kind, name)
-        if not overwrite and (folder / "adapter_model.safetensors").exists():
+        if not overwrite and compat.holds_checkpoint(folder):
             raise FileExistsError(f"checkpoint {name!r} of {self.model_id} exists; pass overwrite=True to replace it")
         save_adapter_folder(
             folder, self._worker.adapter_state(self.adapter), self._worker.base_model, self.rank, self.target_modules

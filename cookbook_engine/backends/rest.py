@@ -61,10 +61,7 @@ def _checkpoint(model_id: str, folder: Path) -> types.Checkpoint:
 def _checkpoints(model_id: str) -> list[types.Checkpoint]:
     run = compat.checkpoint_root() / model_id
     folders = [
-        f
-        for kind in compat.KIND_FOLDERS.values()
-        for f in sorted((run / kind).glob("*"))
-        if (f / "adapter_model.safetensors").exists()
+        f for kind in compat.KIND_FOLDERS.values() for f in sorted((run / kind).glob("*")) if compat.holds_checkpoint(f)
     ]
     return sorted((_checkpoint(model_id, f) for f in folders), key=lambda c: c.time)
 
