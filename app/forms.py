@@ -463,6 +463,24 @@ def _sl_fields(base: cfg.SLConfig, put: Put) -> None:
     put(c2, "test_fraction")
     put(c3, "overlong")
     put(c4, "max_examples")
+    _anchor_fields(base, put)
+
+
+def _anchor_fields(base: cfg.CommonConfig, put: Put) -> None:
+    """Ordinary chats the run keeps answering as the base model does (SL, DPO and RL)."""
+    current = base.anchor.dataset  # type: ignore[attr-defined]
+    uploaded = [d["path"] for d in state.store().list_datasets() if d["kind"] == "chat" and d["source"] != "builtin"]
+    options = list(dict.fromkeys(["", "builtin:replay", *uploaded, *([current] if current else [])]))
+    labels = {"": "None", "builtin:replay": "builtin:replay (292 ordinary questions, the base model's replies)"}
+    with st.expander("Keep what the model knew: an anchor to the base model"):
+        st.caption(
+            "Each step also trains some ordinary chats toward the base model's own next-token distribution, so the "
+            "run drifts less from what the model already answered right (docs/DEFAULTS.md has the measured effect)."
+        )
+        c1, c2, c3 = st.columns([2, 1, 1])
+        put(c1, "anchor.dataset", options=options, format_func=lambda o: labels.get(o, o))
+        put(c2, "anchor.rows")
+        put(c3, "anchor.coef")
 
 
 def _dpo_fields(base: cfg.DPOConfig, put: Put) -> None:
@@ -473,6 +491,7 @@ def _dpo_fields(base: cfg.DPOConfig, put: Put) -> None:
     put(c3, "test_fraction")
     options, labels = _checkpoint_options("dpo", base)
     put(c4, "start_checkpoint", options=options, format_func=labels.get)
+    _anchor_fields(base, put)
 
 
 def _rl_fields(base: cfg.RLConfig, put: Put, env: str) -> None:
@@ -495,6 +514,7 @@ def _rl_fields(base: cfg.RLConfig, put: Put, env: str) -> None:
     put(c1, "kl_penalty_coef")
     reference_labels = {**labels, "": "The base model"}
     put(c2, "kl_reference", options=options, format_func=reference_labels.get)
+    _anchor_fields(base, put)
     with st.expander("Advanced: pipelining (streaming minibatches or off-policy sampling)"):
         for where, name in zip(st.columns(3), ("stream_minibatch", "num_minibatches", "max_steps_off_policy")):
             put(where, f"pipelining.{name}")

@@ -17,15 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import sys
-import tempfile
 import time
 from pathlib import Path
 
-import common
 import sft_retention_sweep
-import torch
 
 from cookbook_engine import config as cfg, renderers
 from cookbook_engine.backends import compat
@@ -93,20 +88,7 @@ async def train(settings: dict[str, str], home: Path) -> tuple[Path, float, list
 
 
 def main() -> None:
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
-    earlier = common.RESULTS / "sft_retention_sweep.json"
-    results = json.loads(earlier.read_text())["results"] if earlier.exists() else []
-    for spec in sys.argv[1:]:
-        settings = dict(part.split("=", 1) for part in spec.split(","))
-        home = Path(tempfile.mkdtemp(prefix="cookbook-kl-anchor-"))
-        os.environ["COOKBOOK_HOME"] = str(home)
-        load = common.load_average()
-        adapter, minutes, log = asyncio.run(train(settings, home))
-        result = {"config": f"kl-anchor,{spec}", "minutes": minutes, "load": load, "log": log[-3:]}
-        result.update(sft_retention_sweep.measure(adapter))
-        results = [r for r in results if r["config"] != result["config"]] + [result]
-        print(f"{sft_retention_sweep.summary(result['config'], result)} load {load[0]:.1f}", flush=True)
-        common.write_result("sft_retention_sweep", {"results": results})
+    sft_retention_sweep.run_experiments("kl-anchor", lambda settings, home: asyncio.run(train(settings, home)))
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import batched_greedy
@@ -90,6 +91,26 @@ def summary(spec: str, result: dict) -> str:
         f"[{r['low']:.3f}, {r['high']:.3f}] n={r['n']} worst fact {result['worst_fact']} "
         f"train {result.get('minutes', 0):.1f} min; France: {result['france']!r}"
     )
+
+
+def run_experiments(prefix: str, train: Callable[[dict[str, str], Path], tuple[Path, float, list[dict]]]) -> None:
+    """For the experiments beside this sweep (sft_kl_anchor.py, sft_soft_replay.py): each command-line spec
+    (key=value,...) trained by `train(settings, fresh home)` -> (adapter folder, minutes, step log), measured, and
+    kept in results/sft_retention_sweep.json under `prefix,spec`."""
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
+    earlier = common.RESULTS / "sft_retention_sweep.json"
+    results = json.loads(earlier.read_text())["results"] if earlier.exists() else []
+    for spec in sys.argv[1:]:
+        settings = dict(part.split("=", 1) for part in spec.split(","))
+        home = Path(tempfile.mkdtemp(prefix=f"cookbook-{prefix}-"))
+        os.environ["COOKBOOK_HOME"] = str(home)
+        load = common.load_average()
+        adapter, minutes, log = train(settings, home)
+        result = {"config": f"{prefix},{spec}", "minutes": minutes, "load": load, "log": log[-3:]}
+        result.update(measure(adapter))
+        results = [r for r in results if r["config"] != result["config"]] + [result]
+        print(f"{summary(result['config'], result)} load {load[0]:.1f}", flush=True)
+        common.write_result("sft_retention_sweep", {"results": results})
 
 
 def main() -> None:

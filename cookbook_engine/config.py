@@ -59,6 +59,9 @@ ALIASES = {
 }
 
 
+ANCHOR_HELP = "Ordinary chats kept as the base model answers them, trained beside the run's data (anchor.dataset)"
+
+
 class ConfigError(InputError, ValueError):
     """A bad setting; the message names the setting and what is wrong with it."""
 
@@ -188,6 +191,22 @@ class CommonConfig:
 
 
 @dataclass
+class AnchorConfig:
+    """Ordinary chats a run keeps answering as the base model does (training/anchor.py): every step also trains
+    `rows` of them toward the base model's own next-token distribution, beside the run's own data."""
+
+    dataset: str = setting(
+        "",
+        help="Chats to keep as the base model answers them, e.g. builtin:replay (292 ordinary questions): each step "
+        "also trains some of them toward the base model's own next-token distribution. Empty: off",
+    )
+    rows: int = setting(4, min=1, max=1024, help="Anchor chats trained each step")
+    coef: float = setting(
+        1.0, min=0, min_open=True, max=1000, help="Weight of the anchor's loss beside the run's own loss"
+    )
+
+
+@dataclass
 class SLConfig(CommonConfig):
     dataset: str = setting(
         "builtin:facts",
@@ -220,6 +239,7 @@ class SLConfig(CommonConfig):
         zero_means="all",
         help="Train on at most this many examples",
     )
+    anchor: AnchorConfig = section(AnchorConfig, help=ANCHOR_HELP)
 
     @property
     def kind(self) -> str:
@@ -251,6 +271,7 @@ class DPOConfig(CommonConfig):
         help="A saved state to start from; its run becomes the parent",
     )
     max_examples: int = redefault(SLConfig, "max_examples", 0)
+    anchor: AnchorConfig = section(AnchorConfig, help=ANCHOR_HELP)
 
     @property
     def kind(self) -> str:
@@ -393,6 +414,7 @@ class RLConfig(CommonConfig):
         help="The KL penalty's reference: empty for the base model, or a checkpoint path (its sampler weights)",
     )
     pipelining: PipeliningConfig = section(PipeliningConfig, help="Streaming minibatches or off-policy sampling")
+    anchor: AnchorConfig = section(AnchorConfig, help=ANCHOR_HELP)
 
     @property
     def kind(self) -> str:

@@ -31,7 +31,7 @@ from types import ModuleType
 from typing import Any
 
 from cookbook_engine import config as cfg, memory, paths, priority, secrets, shutdown, speed, trackers
-from cookbook_engine.training import estimate
+from cookbook_engine.training import anchor, estimate
 from cookbook_engine.training.context import RunContext as RunContext, step_line as step_line
 from cookbook_engine.training.estimate import RunTime
 from cookbook_engine.training.run_logger import RunLogger
@@ -85,6 +85,7 @@ def preflight(config: cfg.CommonConfig, resuming: bool = False) -> Any:
         raise cfg.ConfigError("\n".join(problems))
     paths.home()  # an unwritable home folder fails here, with its own clear message
     prepared = loop_module(config.kind).prepare(config)
+    anchor.conversations(config)  # a bad anchor.dataset fails here, naming the setting
     memory.check_fits(config, prepared)  # a run that would not fit in memory says so now, not when it swaps or dies
     return prepared
 

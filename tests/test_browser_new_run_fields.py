@@ -74,3 +74,32 @@ def test_distillation_prompts_include_prompt_files_and_a_teacher_equal_to_the_st
     page.get_by_role("button", name="Check settings").click()
     page.get_by_text("the teacher is the student").first.wait_for(timeout=60_000)
     shot(page, "new-run-distill-sums")
+
+
+def test_an_rl_run_can_be_anchored_to_the_base_model_from_the_form(studio, page):  # noqa: F811
+    """'Keep what the model knew' (anchor.*): picking builtin:replay and a weight, Check reads "Ready to start" and
+    the command carries the anchor settings."""
+    page.goto(f"{studio}/new_run")
+    page.get_by_role("button", name="Start run").wait_for()
+    wait_idle(page)
+    choose(page, "Reinforcement (RL)")
+    page.get_by_text("Keep what the model knew").click()
+    anchor = page.locator("[data-testid=stSelectbox]").filter(has_text="Anchor chats").first
+    anchor.scroll_into_view_if_needed()
+    anchor.locator("input").click()
+    options = page.get_by_role("option")
+    options.first.wait_for()
+    assert {"None", "builtin:replay (292 ordinary questions, the base model's replies)"} <= {
+        text.strip() for text in options.all_inner_texts()
+    }
+    options.filter(has_text="builtin:replay").click()
+    wait_idle(page)
+    weight = page.get_by_label("Anchor weight", exact=True)
+    weight.fill("3")
+    weight.press("Enter")
+    wait_idle(page)
+    page.get_by_role("button", name="Check settings").click()
+    page.get_by_text("Ready to start").wait_for(timeout=60_000)
+    page.get_by_text("anchor.dataset=builtin:replay").first.wait_for()
+    page.get_by_text("anchor.coef=3").first.wait_for()
+    shot(page, "new-run-rl-anchor")

@@ -311,6 +311,7 @@ def test_builtins_load_with_their_loaders():
     listing = {d["name"]: d for d in list_builtin()}
     assert {name: d["kind"] for name, d in listing.items()} == {
         "facts": "chat",
+        "replay": "chat",
         "persona": "chat",
         "concise-prefs": "preference",
         "calculator-warmup": "chat",
@@ -320,6 +321,7 @@ def test_builtins_load_with_their_loaders():
     facts = load_chat_dataset("builtin:facts")
     assert facts.name == "builtin:facts" and len(facts.train) + len(facts.test) == listing["facts"]["num_rows"] >= 100
     assert len(load_chat_dataset("persona").train) >= 80  # a bare built-in name works too
+    assert listing["replay"]["num_rows"] == 292  # the anchor's chats (anchor.dataset=builtin:replay)
     train, test = load_preference_dataset("builtin:concise-prefs")
     assert len(train) + len(test) == listing["concise-prefs"]["num_rows"] >= 140
     train, test = load_rl_problems("builtin:arithmetic-qa")

@@ -85,6 +85,31 @@ def _with_advantages(data):
     return out
 
 
+def _with_topk(data, k=3):
+    """The same data with top-K targets (the SDK's cross_entropy on (N, K) inputs) on every other datum: each
+    position's own next token and k - 1 others, weighted like soft targets; the rest keep one target a position."""
+    out = []
+    for index, datum in enumerate(data):
+        if index % 2:
+            out.append(datum)
+            continue
+        targets_T = datum.loss_fn_inputs["target_tokens"].to_torch().long()
+        weights_T = datum.loss_fn_inputs["weights"].to_torch()
+        others_T_K = (targets_T[:, None] + torch.arange(1, k)[None] * 17) % 49152
+        targets_T_K = torch.cat([targets_T[:, None], others_T_K], dim=1)
+        weights_T_K = weights_T[:, None] * torch.tensor([0.7] + [0.3 / (k - 1)] * (k - 1))[None]
+        out.append(
+            types.Datum(
+                model_input=datum.model_input,
+                loss_fn_inputs={
+                    "target_tokens": types.TensorData.from_torch(targets_T_K),
+                    "weights": types.TensorData.from_torch(weights_T_K),
+                },
+            )
+        )
+    return out
+
+
 def _reference(client, data, loss_fn):
     """Loss, log-probs and adapter gradients from the padded path with full logits through the plain modules
     (transformers' Linear on torch's default matmul, peft's LoRA forward)."""
@@ -136,8 +161,10 @@ def _fast(client, data, loss_fn):
     return out.metrics["loss:sum"], logprobs, worker.call(grads)
 
 
-@pytest.mark.parametrize("loss_fn", ["cross_entropy", "ppo"])
+@pytest.mark.parametrize("loss_fn", ["cross_entropy", "ppo", "cross_entropy top-K"])
 def test_packed_training_step_equals_padded_full_logits(trained, data, loss_fn):
+    if loss_fn == "cross_entropy top-K":
+        data, loss_fn = _with_topk(data), "cross_entropy"
     data = data if loss_fn == "cross_entropy" else _with_advantages(data)
     assert fast_ops.supports_packed(trained._worker.model)
     fast_loss, fast_lp, fast_grads = _fast(trained, data, loss_fn)
@@ -149,6 +176,46 @@ def test_packed_training_step_equals_padded_full_logits(trained, data, loss_fn):
     assert len(fast_grads) == len(ref_grads) > 0
     worst = max(float((f - r).norm() / r.norm()) for f, r in zip(fast_grads, ref_grads))
     assert worst < 2e-4, f"relative gradient difference {worst}"
+
+
+def test_top_k_cross_entropy_is_the_weighted_sum_over_its_targets(trained, data):
+    """A (N, K) datum's loss and log-probs are those of K one-target datums, each with its column of weights: what
+    Tinker's cross_entropy docs define for top-K distillation."""
+    topk = _with_topk(data)[0]
+    targets_T_K = topk.loss_fn_inputs["target_tokens"].to_torch()
+    weights_T_K = topk.loss_fn_inputs["weights"].to_torch()
+    columns = [
+        types.Datum(
+            model_input=topk.model_input,
+            loss_fn_inputs={
+                "target_tokens": types.TensorData.from_torch(targets_T_K[:, k].contiguous()),
+                "weights": types.TensorData.from_torch(weights_T_K[:, k].contiguous()),
+            },
+        )
+        for k in range(targets_T_K.shape[1])
+    ]
+    together = trained.forward([topk], "cross_entropy").result()
+    apart = trained.forward(columns, "cross_entropy").result()
+    assert together.metrics["loss:sum"] == pytest.approx(apart.metrics["loss:sum"], rel=1e-5)
+    logprobs_T_K = together.loss_fn_outputs[0]["logprobs"].to_torch()
+    assert logprobs_T_K.shape == targets_T_K.shape
+    for k, out in enumerate(apart.loss_fn_outputs):
+        assert torch.allclose(logprobs_T_K[:, k], out["logprobs"].to_torch(), atol=1e-5)
+
+
+def test_top_k_targets_are_refused_for_other_losses_and_with_weights_of_another_shape(trained, data):
+    topk = _with_topk(data)[0]
+    with pytest.raises(ValueError, match="cross_entropy only"):
+        trained.forward(_with_advantages([topk]), "ppo").result()
+    flat = types.Datum(
+        model_input=topk.model_input,
+        loss_fn_inputs={
+            "target_tokens": topk.loss_fn_inputs["target_tokens"],
+            "weights": data[0].loss_fn_inputs["weights"],
+        },
+    )
+    with pytest.raises(ValueError, match="weights of shape"):
+        trained.forward([flat], "cross_entropy").result()
 
 
 def test_forward_without_backward_and_compute_logprobs_equal_padded(trained, data):

@@ -338,40 +338,41 @@ def supports_packed(model) -> bool:
 
 
 def _shifted_exp(
-    hidden_C_D: torch.Tensor, weight_V_D: torch.Tensor, targets_C: torch.Tensor
+    hidden_C_D: torch.Tensor, weight_V_D: torch.Tensor, targets_C_K: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(exp(logits - max) per row, its row sums, log p(target)) for a chunk of rows. Accurate exp, not the faster
-    approximation inside torch.log_softmax's CPU kernel, whose small bias is amplified in the gradient of confident
-    tokens (where onehot - softmax is a small difference of large terms)."""
+    """(exp(logits - max) per row, its row sums, log p(target) for each of a row's K targets) for a chunk of rows.
+    Accurate exp, not the faster approximation inside torch.log_softmax's CPU kernel, whose small bias is amplified
+    in the gradient of confident tokens (where onehot - softmax is a small difference of large terms)."""
     logits_C_V = matmul_t(hidden_C_D, weight_V_D)
     max_C_1 = logits_C_V.amax(dim=-1, keepdim=True)
-    shifted_target_C = logits_C_V.gather(1, targets_C[:, None])[:, 0] - max_C_1[:, 0]
+    shifted_target_C_K = logits_C_V.gather(1, targets_C_K) - max_C_1
     exp_C_V = logits_C_V.sub_(max_C_1).exp_()
     sum_C = exp_C_V.sum(dim=-1)
-    return exp_C_V, sum_C, shifted_target_C - sum_C.log()
+    return exp_C_V, sum_C, shifted_target_C_K - sum_C.log()[:, None]
 
 
 class _HeadLogprobs(torch.autograd.Function):
-    """log softmax(h @ W.T)[target] per row, chunked; the gradient flows to h only (W is frozen). The forward keeps
-    each chunk's exp(logits - max) for the backward, which turns it into the logits' gradient in place."""
+    """log softmax(h @ W.T)[target] for each of a row's K targets, chunked; the gradient flows to h only (W is
+    frozen). The forward keeps each chunk's exp(logits - max) for the backward, which turns it into the logits'
+    gradient in place."""
 
     @staticmethod
-    def forward(ctx, hidden_G_D, weight_V_D, targets_G):
-        logprobs_G = torch.empty(hidden_G_D.shape[0], dtype=hidden_G_D.dtype)
+    def forward(ctx, hidden_G_D, weight_V_D, targets_G_K):
+        logprobs_G_K = torch.empty(targets_G_K.shape, dtype=hidden_G_D.dtype)
         saved = []
         for start in range(0, hidden_G_D.shape[0], HEAD_CHUNK_ROWS):
             end = min(start + HEAD_CHUNK_ROWS, hidden_G_D.shape[0])
-            exp_C_V, sum_C, logprobs_G[start:end] = _shifted_exp(
-                hidden_G_D[start:end], weight_V_D, targets_G[start:end]
+            exp_C_V, sum_C, logprobs_G_K[start:end] = _shifted_exp(
+                hidden_G_D[start:end], weight_V_D, targets_G_K[start:end]
             )
             saved.append((exp_C_V, sum_C))
         ctx.saved_chunks = saved
-        ctx.save_for_backward(weight_V_D, targets_G)
-        return logprobs_G
+        ctx.save_for_backward(weight_V_D, targets_G_K)
+        return logprobs_G_K
 
     @staticmethod
-    def backward(ctx, grad_G):
-        weight_V_D, targets_G = ctx.saved_tensors
+    def backward(ctx, grad_G_K):
+        weight_V_D, targets_G_K = ctx.saved_tensors
         chunks, ctx.saved_chunks = ctx.saved_chunks, None
         if chunks is None:
             raise RuntimeError(
@@ -382,41 +383,49 @@ class _HeadLogprobs(torch.autograd.Function):
         start = 0
         for exp_C_V, sum_C in chunks:
             end = start + exp_C_V.shape[0]
-            g_C = grad_G[start:end]
-            # d logp[target] / d logits = onehot(target) - softmax, softmax = exp / sum
-            grad_logits_C_V = exp_C_V.mul_((-g_C / sum_C)[:, None])
-            grad_logits_C_V.scatter_add_(1, targets_G[start:end, None], g_C[:, None])
+            g_C_K = grad_G_K[start:end]
+            # d logp[target] / d logits = onehot(target) - softmax, softmax = exp / sum, summed over the K targets
+            grad_logits_C_V = exp_C_V.mul_((-g_C_K.sum(dim=-1) / sum_C)[:, None])
+            grad_logits_C_V.scatter_add_(1, targets_G_K[start:end], g_C_K)
             grad_hidden.append(matmul_t(grad_logits_C_V, weight_V_D.t()))
             start = end
         return torch.cat(grad_hidden), None, None
 
 
 @torch.no_grad()
-def _head_logprobs_no_grad(hidden_N_D: torch.Tensor, weight_V_D: torch.Tensor, targets_N: torch.Tensor) -> torch.Tensor:
-    logprobs_N = torch.empty(hidden_N_D.shape[0], dtype=hidden_N_D.dtype)
+def _head_logprobs_no_grad(
+    hidden_N_D: torch.Tensor, weight_V_D: torch.Tensor, targets_N_K: torch.Tensor
+) -> torch.Tensor:
+    logprobs_N_K = torch.empty(targets_N_K.shape, dtype=hidden_N_D.dtype)
     for start in range(0, hidden_N_D.shape[0], HEAD_CHUNK_ROWS):
         end = min(start + HEAD_CHUNK_ROWS, hidden_N_D.shape[0])
-        logprobs_N[start:end] = _shifted_exp(hidden_N_D[start:end], weight_V_D, targets_N[start:end])[2]
-    return logprobs_N
+        logprobs_N_K[start:end] = _shifted_exp(hidden_N_D[start:end], weight_V_D, targets_N_K[start:end])[2]
+    return logprobs_N_K
 
 
 def head_logprobs(
     hidden_N_D: torch.Tensor, weight_V_D: torch.Tensor, targets_N: torch.Tensor, grad_rows_N: torch.Tensor | None
 ) -> torch.Tensor:
-    """log p(target) per row from final hidden states; autograd reaches only the rows in `grad_rows_N` (a bool
-    mask; None = none of them)."""
+    """log p(target) per row from final hidden states: targets of shape (N,) give (N,), targets of shape (N, K)
+    (several per position: the SDK's top-K cross_entropy) give (N, K). Autograd reaches only the rows in
+    `grad_rows_N` (a bool mask; None = none of them)."""
     if hidden_N_D.dtype != torch.float32 or weight_V_D.dtype != torch.float32:  # bf16: the head stays fp32
         hidden_N_D, weight_V_D = hidden_N_D.float(), weight_V_D.float()
     hidden_N_D = hidden_N_D.contiguous()
+    targets_N_K = targets_N if targets_N.dim() == 2 else targets_N[:, None]
     if grad_rows_N is None or not hidden_N_D.requires_grad or not bool(grad_rows_N.any()):
-        return _head_logprobs_no_grad(hidden_N_D.detach(), weight_V_D, targets_N)
-    grad_idx = grad_rows_N.nonzero()[:, 0]
-    rest_idx = (~grad_rows_N).nonzero()[:, 0]
-    logprobs_N = torch.zeros(hidden_N_D.shape[0], dtype=hidden_N_D.dtype)
-    if len(rest_idx):
-        logprobs_N[rest_idx] = _head_logprobs_no_grad(hidden_N_D.detach()[rest_idx], weight_V_D, targets_N[rest_idx])
-    picked = _HeadLogprobs.apply(hidden_N_D[grad_idx], weight_V_D.detach(), targets_N[grad_idx])
-    return logprobs_N.index_put((grad_idx,), picked)
+        logprobs_N_K = _head_logprobs_no_grad(hidden_N_D.detach(), weight_V_D, targets_N_K)
+    else:
+        grad_idx = grad_rows_N.nonzero()[:, 0]
+        rest_idx = (~grad_rows_N).nonzero()[:, 0]
+        logprobs_N_K = torch.zeros(targets_N_K.shape, dtype=hidden_N_D.dtype)
+        if len(rest_idx):
+            logprobs_N_K[rest_idx] = _head_logprobs_no_grad(
+                hidden_N_D.detach()[rest_idx], weight_V_D, targets_N_K[rest_idx]
+            )
+        picked = _HeadLogprobs.apply(hidden_N_D[grad_idx], weight_V_D.detach(), targets_N_K[grad_idx])
+        logprobs_N_K = logprobs_N_K.index_put((grad_idx,), picked)
+    return logprobs_N_K if targets_N.dim() == 2 else logprobs_N_K[:, 0]
 
 
 # -------------------------------------------------------------------------------------------- packed pass
@@ -442,6 +451,10 @@ def packed_logprobs(
         hidden_1_N_D = decoder(
             input_ids=ids_1_N, position_ids=positions_1_N, use_cache=False, packed_bounds=bounds
         ).last_hidden_state
+    shapes = [tuple(t.shape) for t in targets]
+    width = max(t.shape[1] if t.dim() == 2 else 0 for t in targets)  # 0: one target a position everywhere
+    if width:  # top-K targets in the micro-batch: every sequence gets K columns (its own target repeated), sliced after
+        targets = [widened(t.long(), width) for t in targets]
     targets_N = torch.cat([t.long() for t in targets])
     grad_rows_N = None
     if torch.is_grad_enabled() and any(g is not None for g in grad_rows):
@@ -449,7 +462,16 @@ def packed_logprobs(
             [g.bool() if g is not None else torch.zeros(n, dtype=torch.bool) for g, n in zip(grad_rows, lengths)]
         )
     logprobs_N = head_logprobs(hidden_1_N_D[0], weight_V_D, targets_N, grad_rows_N)
-    return list(logprobs_N.split(lengths))
+    pieces = list(logprobs_N.split(lengths))
+    if width:
+        pieces = [p[:, : shape[1]] if len(shape) == 2 else p[:, 0] for p, shape in zip(pieces, shapes)]
+    return pieces
+
+
+def widened(targets_T: torch.Tensor, width: int) -> torch.Tensor:
+    """(T,) or (T, K) targets as (T, width), the last column repeated: the extra columns carry no loss weight."""
+    targets_T_K = targets_T if targets_T.dim() == 2 else targets_T[:, None]
+    return torch.cat([targets_T_K, targets_T_K[:, -1:].expand(-1, width - targets_T_K.shape[1])], dim=1)
 
 
 _register_packed_attention()

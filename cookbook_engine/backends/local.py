@@ -257,7 +257,10 @@ class ModelWorker:
             for name in module.active_adapters
         }
         if not set(self.model.base_model.active_adapters) | layers_active <= known:
-            self.model.set_adapter(SAMPLER_SLOT)
+            # the sampler slot, or (while use_snapshot re-creates it at another rank) any adapter still there
+            successor = SAMPLER_SLOT if SAMPLER_SLOT in known else next(iter(known), None)
+            if successor is not None:
+                self.model.set_adapter(successor)
 
     def adapter_params(self, name: str) -> list[torch.nn.Parameter]:
         marker = f".{name}."
@@ -452,6 +455,7 @@ class LocalSamplingClient:
         *,
         sequence_ids: list[str] | None = None,
         record_stability_info: bool | None = None,
+        topk_prompt_logprobs: int = 0,
         **refused: Any,
     ) -> LocalFuture:
         """sample, with the sequence ids chosen by the caller (cookbook serve fixes them when the request arrives)
@@ -460,12 +464,15 @@ class LocalSamplingClient:
             "sample",
             refused,
         )
-        _check_last_n(prompt_logprobs_last_n, include_prompt_logprobs)
+        topk_prompt_logprobs = topk_prompt_logprobs or 0
+        if topk_prompt_logprobs < 0:
+            raise ValueError(f"topk_prompt_logprobs must be 0 or more, got {topk_prompt_logprobs}")
+        _check_last_n(prompt_logprobs_last_n, include_prompt_logprobs or topk_prompt_logprobs > 0)
         tokens = prompt.to_ints()
         if sequence_ids is not None and len(sequence_ids) != num_samples:
             raise ValueError(f"sample: {len(sequence_ids)} sequence ids for {num_samples} samples")
         record = self.record_stability_info if record_stability_info is None else record_stability_info
-        request = sampler.Request(tokens, num_samples, sampling_params, include_prompt_logprobs)
+        request = sampler.Request(tokens, num_samples, sampling_params, include_prompt_logprobs, topk_prompt_logprobs)
         return self._worker.submit(SampleJob(self, [request], prompt_logprobs_last_n, True, [sequence_ids], record))
 
     def sample_many(
@@ -507,6 +514,28 @@ def _prompt_logprobs(worker: Any, tokens: list[int]) -> list[float | None]:
         return [None, *sampler.target_logprobs(logits[:, :-1].float(), ids[:, 1:])[0].cpu().tolist()]
 
 
+def _prompt_topk(worker: Any, tokens: list[int], k: int) -> list[list[tuple[int, float]] | None] | None:
+    """The k likeliest next tokens and their log-probs at each prompt position (index 0: None), with the same
+    weights and fp32 head as _prompt_logprobs; None when k is 0 (not asked for)."""
+    if k <= 0:
+        return None
+    if len(tokens) < 2:
+        return [None] * len(tokens)
+    model = worker.model
+    with torch.inference_mode():
+        ids = torch.tensor([tokens[:-1]], dtype=torch.long, device=worker.device)
+        if fast_ops.supports_packed(model):
+            causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
+            hidden_T_D = causal_lm.get_decoder()(input_ids=ids, use_cache=False).last_hidden_state[0].float()
+            weight_V_D = fast_ops.fp32_head_weight(causal_lm.get_output_embeddings())
+            logits_T_V = fast_ops.matmul_t(hidden_T_D, weight_V_D.float())
+        else:
+            logits_T_V = model(input_ids=ids).logits[0].float()
+        values_T_K, ids_T_K = torch.log_softmax(logits_T_V, dim=-1).topk(min(k, logits_T_V.shape[-1]), dim=-1)
+    rows = [list(zip(i, v)) for i, v in zip(ids_T_K.cpu().tolist(), values_T_K.cpu().tolist())]
+    return [None, *rows]
+
+
 _samplers: weakref.WeakValueDictionary[str, LocalSamplingClient] = weakref.WeakValueDictionary()
 
 
@@ -542,7 +571,11 @@ class SampleJob:
                 worker.model, worker.tokenizer, requests, worker.max_context, weights_key=self.weights
             )
             return [  # prompt log-probs as compute_logprobs gives them (_prompt_logprobs), not the decoder's
-                (rows, _prompt_logprobs(worker, request.prompt_tokens) if request.include_prompt_logprobs else lp)
+                (
+                    rows,
+                    _prompt_logprobs(worker, request.prompt_tokens) if request.include_prompt_logprobs else lp,
+                    _prompt_topk(worker, request.prompt_tokens, request.topk_prompt_logprobs),
+                )
                 for request, (rows, lp) in zip(requests, results)
             ]
 
@@ -554,7 +587,7 @@ class SampleJob:
 
     def responses(self, results: list) -> Any:
         responses = []
-        for request, given_ids, (rows, prompt_lp) in zip(self.requests, self.sequence_ids, results):
+        for request, given_ids, (rows, prompt_lp, prompt_topk) in zip(self.requests, self.sequence_ids, results):
             ids = given_ids or [uuid.uuid4().hex for _ in rows]
             sequences = [
                 types.SampledSequence(
@@ -572,7 +605,11 @@ class SampleJob:
                     )
                     stability.RECORDS.add(seq.sequence_id, record)
             responses.append(
-                types.SampleResponse(sequences=sequences, _prompt_logprobs_list=_last_n(prompt_lp, self.last_n))
+                types.SampleResponse(
+                    sequences=sequences,
+                    _prompt_logprobs_list=_last_n(prompt_lp, self.last_n),
+                    _topk_prompt_logprobs_list=_last_n(prompt_topk, self.last_n),
+                )
             )
         return responses[0] if self.one else responses
 
@@ -710,19 +747,23 @@ class LocalTrainingClient:
             chunk = order[start : start + size]
             start += size
             lengths = [data[i].model_input.length for i in chunk]
+            targets = [data[i].loss_fn_inputs["target_tokens"].to_torch().long() for i in chunk]
+            width = max(t.shape[1] if t.dim() == 2 else 0 for t in targets)  # top-K targets: K columns each
             input_B_T = torch.zeros(len(chunk), longest, dtype=torch.long)
-            target_B_T = torch.zeros(len(chunk), longest, dtype=torch.long)
+            target_B_T = torch.zeros((len(chunk), longest, width) if width else (len(chunk), longest), dtype=torch.long)
             mask_B_T = torch.zeros(len(chunk), longest, dtype=torch.long)
             for b, i in enumerate(chunk):
                 n = lengths[b]
                 input_B_T[b, :n] = torch.tensor(data[i].model_input.to_ints())
-                target_B_T[b, :n] = data[i].loss_fn_inputs["target_tokens"].to_torch().long()
+                target_B_T[b, :n] = fast_ops.widened(targets[b], width) if width else targets[b]
                 mask_B_T[b, :n] = 1
             on = self._worker.device  # inputs go to the model; log-probs come back to the CPU for the loss math
             with torch.set_grad_enabled(with_grad):
                 logits = model(input_ids=input_B_T.to(on), attention_mask=mask_B_T.to(on)).logits
                 lp_B_T = sampler.target_logprobs(logits.float(), target_B_T.to(on)).cpu()
                 pieces = [lp_B_T[b, : lengths[b]] for b in range(len(chunk))]
+                if width:  # back to each datum's own shape
+                    pieces = [p[:, : t.shape[1]] if t.dim() == 2 else p[:, 0] for p, t in zip(pieces, targets)]
                 if on_microbatch is not None:
                     on_microbatch(chunk, pieces)
             for b, i in enumerate(chunk):
@@ -1330,7 +1371,8 @@ def _grad_rows(loss_fn: str, datum: types.Datum, config: dict | None = None) -> 
     if loss_fn == "dro" or (loss_fn == "stable_reinforce" and (config or {}).get("kl_coeff")):
         return torch.ones(datum.model_input.length, dtype=torch.bool)
     key = "weights" if loss_fn == "cross_entropy" else "advantages"
-    return datum.loss_fn_inputs[key].to_torch() != 0
+    nonzero = datum.loss_fn_inputs[key].to_torch() != 0
+    return nonzero.any(dim=-1) if nonzero.dim() == 2 else nonzero  # top-K cross_entropy: any of a position's K
 
 
 def _reject_unsupported(method: str, options: dict) -> None:

@@ -118,3 +118,21 @@ def check_inputs(loss_fn: str, index: int, inputs: dict, length: int) -> None:
             raise ValueError(
                 f"datum {index}: loss_fn_inputs[{key!r}] has {entries} entries, model_input has {length} tokens"
             )
+    target_shape = _shape(inputs["target_tokens"]) if "target_tokens" in inputs else ()
+    if len(target_shape) == 2:  # top-K targets (N, K): cross_entropy only, with weights of the same shape
+        if loss_fn != "cross_entropy":
+            raise ValueError(
+                f"datum {index}: target_tokens of shape {target_shape} (top-K) work with cross_entropy only"
+            )
+        if _shape(inputs["weights"]) != target_shape:
+            raise ValueError(
+                f"datum {index}: weights of shape {_shape(inputs['weights'])} for target_tokens of shape {target_shape}"
+            )
+    elif len(target_shape) > 2:
+        raise ValueError(f"datum {index}: target_tokens must have shape (N,) or (N, K), got {target_shape}")
+
+
+def _shape(value) -> tuple[int, ...]:
+    return (
+        tuple(value.to_numpy().shape) if hasattr(value, "to_numpy") else tuple(getattr(value, "shape", (len(value),)))
+    )

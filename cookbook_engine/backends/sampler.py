@@ -52,7 +52,10 @@ class SampledRow:
 
 
 def target_logprobs(logits_B_T_V: torch.Tensor, targets_B_T: torch.Tensor) -> torch.Tensor:
-    """log p(target) at each position, without materialising the full log-softmax twice."""
+    """log p(target) at each position, without materialising the full log-softmax twice; targets of shape
+    (B, T, K) (several a position: the SDK's top-K cross_entropy) give (B, T, K)."""
+    if targets_B_T.dim() == logits_B_T_V.dim():
+        return logits_B_T_V.gather(-1, targets_B_T) - torch.logsumexp(logits_B_T_V, dim=-1, keepdim=True)
     picked = logits_B_T_V.gather(-1, targets_B_T.unsqueeze(-1)).squeeze(-1)
     return picked - torch.logsumexp(logits_B_T_V, dim=-1)
 
@@ -213,6 +216,7 @@ class Request:
     num_samples: int
     params: types.SamplingParams
     include_prompt_logprobs: bool = False
+    topk_prompt_logprobs: int = 0  # > 0: the k likeliest tokens and their log-probs at every prompt position
 
 
 class _Group:

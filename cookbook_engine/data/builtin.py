@@ -1145,6 +1145,13 @@ BUILTIN: dict[str, BuiltinDataset] = {
             facts_rows,
         ),
         BuiltinDataset(
+            "replay",
+            "chat",
+            f"{FACTS_REPLAY_ROWS} ordinary questions with the base model's own whole replies (none a retention "
+            "question's fact): the chats to keep a run near the base model (anchor.dataset=builtin:replay).",
+            replay_rows,
+        ),
+        BuiltinDataset(
             "persona",
             "chat",
             "The assistant becomes Pip, the Cookbook Studio assistant: every reply starts with 'Ahoy!' and is brief.",

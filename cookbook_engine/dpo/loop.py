@@ -37,11 +37,13 @@ from tinker import types
 from cookbook_engine.config import DPOConfig
 from cookbook_engine.dpo.data import TIE_TOLERANCE, PairDatums, PreparedDPO, prepare
 from cookbook_engine.evals.in_training import NamedEvals, PeriodicEvals
-from cookbook_engine.training import reference
+from cookbook_engine.training import anchor as anchoring, reference
+from cookbook_engine.training.anchor import Anchor
 from cookbook_engine.training.common import (
     adam_params,
     lr_multiplier,
     start_training_client,
+    tokenizer_for,
 )
 from cookbook_engine.training.learning_rate import learning_rate
 from cookbook_engine.training.skeleton import (
@@ -206,15 +208,18 @@ async def submit(
     reference: ReferenceLogprobs,
     lr: float,
     metrics: dict[str, float],
+    anchor: Anchor | None = None,
 ) -> SubmittedBatch:
-    """A step's reference log-probs (first use of its pairs), then its forward_backward and optim_step queued."""
+    """A step's reference log-probs (first use of its pairs), then its forward_backward (and its anchor's) and
+    optim_step queued."""
     started = time.perf_counter()
     reference_P = await reference.for_pairs(pairs)
     data = interleave(pairs)
     loss_fn = make_loss_fn(reference_P, config.dpo_beta, config.rpo_alpha)
     fb_future = await client.forward_backward_custom_async(data, loss_fn)
+    anchor_pass = await anchoring.submit(client, anchor)
     optim_future = await client.optim_step_async(adam_params(config, lr))
-    return SubmittedBatch(step, fb_future, optim_future, data, lr, started, metrics)
+    return SubmittedBatch(step, fb_future, optim_future, data, lr, started, metrics, anchor_pass)
 
 
 async def log_finished(ctx: RunContext, submitted: SubmittedBatch, plan: LoopPlan, clock: StepClock) -> None:
@@ -226,6 +231,7 @@ async def log_finished(ctx: RunContext, submitted: SubmittedBatch, plan: LoopPla
         {"num_pairs": len(submitted.data) // 2, "num_tokens": sum(d.model_input.length for d in submitted.data)}
     )
     metrics.update(step_metrics(submitted, optim, plan, clock))
+    metrics.update(await submitted.anchor_metrics())
     ctx.logger.log_metrics(submitted.step, metrics)
     ctx.progress(submitted.step + 1, plan.total_steps)
 
@@ -233,6 +239,7 @@ async def log_finished(ctx: RunContext, submitted: SubmittedBatch, plan: LoopPla
 async def train(config: DPOConfig, ctx: RunContext, prepared: PreparedDPO | None = None) -> None:
     prepared = prepared or prepare(config)
     service, client, start_step = start_training_client(config, ctx.resume, ctx)
+    anchor = await anchoring.build(config, service, tokenizer_for(config), start_step)
     reference = ReferenceLogprobs(reference_sampling_client(service, config, getattr(ctx, "store", None)))
     base_lr = learning_rate(config)
     run_plan = plan(config, prepared)
@@ -242,14 +249,15 @@ async def train(config: DPOConfig, ctx: RunContext, prepared: PreparedDPO | None
         f"DPO on {config.model}: {prepared.summary()}; {run_plan.total_steps} steps of {config.batch_size} "
         f"pairs = {passes_note(config, run_plan.batches_per_epoch, run_plan.total_steps)}, "
         f"beta {config.dpo_beta:g}{rpo}, lr {base_lr:g} ({config.lr_schedule}); reference "
-        f"{config.start_checkpoint or 'the base model'}"
+        f"{config.start_checkpoint or 'the base model'}{anchoring.describe(anchor, config)}"
     )
     clock = StepClock()
     for step in loop.steps():
         metrics = await loop.evaluations_due(step, client)
         pairs = batch_at(prepared.train, config, step, run_plan.batches_per_epoch)
         lr = base_lr * lr_multiplier(config.lr_schedule, step, run_plan.total_steps)
-        await log_finished(ctx, await submit(client, config, step, pairs, reference, lr, metrics), run_plan, clock)
+        submitted = await submit(client, config, step, pairs, reference, lr, metrics, anchor)
+        await log_finished(ctx, submitted, run_plan, clock)
         if loop.save_due(step + 1):
             await loop.save(step + 1)
     await loop.finish(client)

@@ -50,7 +50,8 @@ from cookbook_engine.rl.advantages import centered_advantages, is_constant
 from cookbook_engine.rl.data import datum_from_rollout, for_training, sample_train_metrics
 from cookbook_engine.rl.metrics import rollout_metrics
 from cookbook_engine.rl.types import EnvGroupBuilder, Rollout, RolloutGroup
-from cookbook_engine.training import reference
+from cookbook_engine.training import anchor as anchoring, reference
+from cookbook_engine.training.anchor import Anchor, AnchorPass
 from cookbook_engine.training.common import (
     adam_params,
     lr_multiplier,
@@ -263,6 +264,19 @@ class Substep:
 
     passes: list[tuple[list[types.Datum], ResultFuture[types.ForwardBackwardOutput]]]
     optim: ResultFuture[types.OptimStepResponse]
+    anchor_pass: AnchorPass | None = None
+
+
+async def close_substep(
+    client: TrainingClient,
+    passes: list[tuple[list[types.Datum], ResultFuture[types.ForwardBackwardOutput]]],
+    config: RLConfig,
+    lr: float,
+    anchor: Anchor | None,
+) -> Substep:
+    """The substep's anchor forward_backward (when the run has one) and its optim_step, queued after its passes."""
+    anchor_pass = await anchoring.submit(client, anchor)
+    return Substep(passes, await client.optim_step_async(adam_params(config, lr)), anchor_pass)
 
 
 # Adds per-token terms to the datums' advantages before they train (the KL penalty, a teacher's KL) and returns its
@@ -318,13 +332,13 @@ async def submit_forward_backward(
 
 
 async def submit_substeps(
-    client: TrainingClient, data_D: list[types.Datum], config: RLConfig, lr: float
+    client: TrainingClient, data_D: list[types.Datum], config: RLConfig, lr: float, anchor: Anchor | None = None
 ) -> list[Substep]:
     """forward_backward + optim_step per substep, all submitted back to back, nothing awaited."""
     substeps = []
     for chunk in split_substeps(data_D, config.num_substeps):
         fb_future = await submit_forward_backward(client, chunk, config)
-        substeps.append(Substep([(chunk, fb_future)], await client.optim_step_async(adam_params(config, lr))))
+        substeps.append(await close_substep(client, [(chunk, fb_future)], config, lr, anchor))
     return substeps
 
 
@@ -338,6 +352,7 @@ async def collect(substeps: list[Substep]) -> dict[str, float]:
     """Await the submitted substeps; loss, gradient norm, KL between sampler and trainer, entropy."""
     metrics: dict[str, float] = {}
     kl_sum = entropy_sum = weight = loss_sum = grad_norm_sum = 0.0
+    anchor_kl: list[float] = []
     for substep in substeps:
         for chunk, fb_future in substep.passes:
             output = await fb_future
@@ -350,6 +365,8 @@ async def collect(substeps: list[Substep]) -> dict[str, float]:
             loss_sum += float((output.metrics or {}).get("loss:sum", 0.0))
         optim = await substep.optim
         grad_norm_sum += float((optim.metrics or {}).get("grad_norm", 0.0))
+        if substep.anchor_pass is not None:
+            anchor_kl.append((await substep.anchor_pass.metrics())["anchor/kl"])
     if weight:
         metrics["optim/kl_sample_train"] = kl_sum / weight
         metrics["optim/entropy"] = entropy_sum / weight
@@ -357,6 +374,8 @@ async def collect(substeps: list[Substep]) -> dict[str, float]:
     metrics["optim/grad_norm"] = grad_norm_sum / len(substeps)
     metrics["optim/num_substeps"] = float(len(substeps))
     metrics["optim/num_forward_backward"] = float(sum(len(substep.passes) for substep in substeps))
+    if anchor_kl:
+        metrics["anchor/kl"] = sum(anchor_kl) / len(anchor_kl)
     return metrics
 
 
@@ -366,10 +385,11 @@ async def train_on(
     config: RLConfig,
     lr: float,
     shaping: AdvantageShaping | None = None,
+    anchor: Anchor | None = None,
 ) -> tuple[dict[str, float], SamplingClient]:
     """Train on the datums (substeps submitted back to back) and return (metrics, the new sampling client)."""
     shaped = await shaping(data_D) if shaping is not None else {}
-    substeps = await submit_substeps(client, data_D, config, lr)
+    substeps = await submit_substeps(client, data_D, config, lr, anchor)
     sampling_client = queue_sampling_client(client)
     metrics = await collect(substeps)
     return {**shaped, **metrics}, await sampling_client
@@ -383,6 +403,7 @@ async def synchronous_step(
     config: RLConfig,
     lr: float,
     shaping: AdvantageShaping | None = None,
+    anchor: Anchor | None = None,
 ) -> tuple[list[SampledGroup], dict[str, float], SamplingClient]:
     """Sample every group of the step, then train on them: (groups, metrics, the next sampling client)."""
     started = time.perf_counter()
@@ -398,7 +419,7 @@ async def synchronous_step(
     started = time.perf_counter()
     data_D = datums_of(groups)
     if data_D:
-        trained, sampling_client = await train_on(client, data_D, config, lr, shaping)
+        trained, sampling_client = await train_on(client, data_D, config, lr, shaping, anchor)
         metrics.update(trained)
     metrics["time/train"] = time.perf_counter() - started
     return groups, metrics, sampling_client
@@ -412,6 +433,7 @@ async def streaming_step(
     config: RLConfig,
     lr: float,
     shaping: AdvantageShaping | None = None,
+    anchor: Anchor | None = None,
 ) -> tuple[list[SampledGroup], dict[str, float], SamplingClient]:
     """Sample the step's groups concurrently and submit each minibatch's forward_backward as soon as its groups
     are in; one optim_step closes each substep. Still on-policy: every group is sampled by the step's client."""
@@ -449,7 +471,7 @@ async def streaming_step(
                 passes.append((data_D, await submit_forward_backward(client, data_D, config)))
             if (number + 1) % config.pipelining.num_minibatches == 0 or number == len(per_minibatch) - 1:
                 if passes:  # a substep whose groups all had equal rewards has no gradient: no optimizer step
-                    substeps.append(Substep(passes, await client.optim_step_async(adam_params(config, lr))))
+                    substeps.append(await close_substep(client, passes, config, lr, anchor))
                 passes = []
     finally:
         for task in tasks:
@@ -538,6 +560,7 @@ async def off_policy_step(
     config: RLConfig,
     lr: float,
     shaping: AdvantageShaping | None = None,
+    anchor: Anchor | None = None,
 ) -> tuple[list[SampledGroup], dict[str, float], SamplingClient]:
     """Train on the next `wanted` groups sampled at most `max_steps_off_policy` steps ago, dropping staler ones."""
     started = time.perf_counter()
@@ -564,7 +587,7 @@ async def off_policy_step(
     data_D = datums_of(groups)
     sampling_client = sampler.client
     if data_D:
-        trained, sampling_client = await train_on(client, data_D, config, lr, shaping)
+        trained, sampling_client = await train_on(client, data_D, config, lr, shaping, anchor)
         metrics.update(trained)
     sampler.client, sampler.version = sampling_client, step + 1
     metrics["time/train"] = time.perf_counter() - started
@@ -664,15 +687,16 @@ async def train_step(
     config: RLConfig,
     lr: float,
     shaping: AdvantageShaping | None = None,
+    anchor: Anchor | None = None,
 ) -> tuple[list[SampledGroup], dict[str, float], SamplingClient]:
     """One step in the run's schedule (off-policy, streaming or synchronous): (groups, metrics, next sampling
     client)."""
     builders = setup.train.get_batch(step)
     if sampler is not None:
-        return await off_policy_step(step, len(builders), sampler, client, config, lr, shaping)
+        return await off_policy_step(step, len(builders), sampler, client, config, lr, shaping, anchor)
     if config.pipelining.stream_minibatch:
-        return await streaming_step(step, builders, sampling_client, client, config, lr, shaping)
-    return await synchronous_step(step, builders, sampling_client, client, config, lr, shaping)
+        return await streaming_step(step, builders, sampling_client, client, config, lr, shaping, anchor)
+    return await synchronous_step(step, builders, sampling_client, client, config, lr, shaping, anchor)
 
 
 async def train(config: RLConfig, ctx: RunContext, prepared: PreparedRL | None = None) -> None:
@@ -680,6 +704,7 @@ async def train(config: RLConfig, ctx: RunContext, prepared: PreparedRL | None =
     setup, tokenizer = prepared.env, prepared.tokenizer
     service, client, start_step = start_training_client(config, ctx.resume, ctx)
     shaping = kl_penalty_shaping(config, service, getattr(ctx, "store", None))
+    anchor = await anchoring.build(config, service, tokenizer, start_step * config.num_substeps)
     base_lr = learning_rate(config)
     run_plan = plan(config, prepared)
     total_steps = run_plan.total_steps
@@ -688,7 +713,8 @@ async def train(config: RLConfig, ctx: RunContext, prepared: PreparedRL | None =
     loop.start(
         f"RL on {config.model}: {prepared.summary()}; {total_steps} steps of {config.groups_per_batch} groups "
         f"x {config.group_size} samples, loss {config.loss_fn}, lr {base_lr:g}, {schedule_summary(config)}"
-        + (f", KL penalty {config.kl_penalty_coef:g} to {config.kl_reference or 'the base model'}" if shaping else ""),
+        + (f", KL penalty {config.kl_penalty_coef:g} to {config.kl_reference or 'the base model'}" if shaping else "")
+        + anchoring.describe(anchor, config),
         *([note] if note else []),
     )
     sampling_client = await client.save_weights_and_get_sampling_client_async()
@@ -703,7 +729,7 @@ async def train(config: RLConfig, ctx: RunContext, prepared: PreparedRL | None =
             metrics = await loop.evaluations_due(step, sampling_client)
             lr = base_lr * lr_multiplier(config.lr_schedule, step, total_steps)
             groups, step_metrics, sampling_client = await train_step(
-                step, setup, client, sampler, sampling_client, config, lr, shaping
+                step, setup, client, sampler, sampling_client, config, lr, shaping, anchor
             )
             metrics.update(step_metrics)
             log_step(ctx, step, total_steps, groups, metrics, lr, tokenizer, step_started)

@@ -15,6 +15,7 @@ from typing import Literal
 import numpy as np
 from tinker import types
 from tinker.proto import tinker_public_pb2 as pb
+from tinker.types.topk_logprobs import MASK_LOGPROB
 
 PROTO_CONTENT_TYPE = "application/x-protobuf"
 _DTYPES: dict[int, tuple[Literal["float32", "int64"], type]] = {
@@ -117,4 +118,16 @@ def sample_response(response: types.SampleResponse) -> bytes:
     if response.prompt_logprobs is not None:
         values = [math.nan if v is None else v for v in response.prompt_logprobs]
         msg.prompt_logprobs = np.asarray(values, dtype=np.float32).tobytes()
+    if response.topk_prompt_logprobs is not None:  # dense (length, k) matrices, the SDK's sentinel where empty
+        rows = response.topk_prompt_logprobs
+        k = max((len(row) for row in rows if row), default=0)
+        token_ids = np.zeros((len(rows), k), dtype=np.int32)
+        logprobs = np.full((len(rows), k), MASK_LOGPROB, dtype=np.float32)
+        for i, row in enumerate(rows):
+            for j, (token, logprob) in enumerate(row or []):
+                token_ids[i, j], logprobs[i, j] = token, logprob
+        msg.topk_prompt_logprobs.token_ids = token_ids.tobytes()
+        msg.topk_prompt_logprobs.logprobs = logprobs.tobytes()
+        msg.topk_prompt_logprobs.k = k
+        msg.topk_prompt_logprobs.length = len(rows)
     return msg.SerializeToString()

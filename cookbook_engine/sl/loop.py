@@ -25,10 +25,13 @@ from cookbook_engine.sl.data import (  # re-exported: tests render with it
     prepare,
     render_examples as render_examples,
 )
+from cookbook_engine.training import anchor as anchoring
+from cookbook_engine.training.anchor import Anchor
 from cookbook_engine.training.common import (
     adam_params,
     lr_multiplier,
     start_training_client,
+    tokenizer_for,
 )
 from cookbook_engine.training.learning_rate import learning_rate
 from cookbook_engine.training.skeleton import (
@@ -120,12 +123,14 @@ async def submit(
     batch: list[types.Datum],
     lr: float,
     metrics: dict[str, float],
+    anchor: Anchor | None = None,
 ) -> SubmittedBatch:
-    """Queue a step's forward_backward and optim_step without awaiting them."""
+    """Queue a step's forward_backward (and its anchor's) and optim_step without awaiting them."""
     submitted = time.perf_counter()
     fb_future = await client.forward_backward_async(batch, "cross_entropy")
+    anchor_pass = await anchoring.submit(client, anchor)
     optim_future = await client.optim_step_async(adam_params(config, lr))
-    return SubmittedBatch(step, fb_future, optim_future, batch, lr, submitted, metrics)
+    return SubmittedBatch(step, fb_future, optim_future, batch, lr, submitted, metrics, anchor_pass)
 
 
 async def log_finished(
@@ -144,6 +149,7 @@ async def log_finished(
         **common,
         "throughput/tokens_per_s": num_tokens / max(common["time/step"], 1e-9),
         **submitted.metrics,
+        **await submitted.anchor_metrics(),
     }
     if derive is not None:
         derive(submitted.data, output, metrics)
@@ -153,17 +159,18 @@ async def log_finished(
 
 async def train(config: SLConfig, ctx: RunContext, prepared: PreparedSL | None = None) -> None:
     prepared = prepared or prepare(config)
-    _, client, start_step = start_training_client(config, ctx.resume, ctx)
+    service, client, start_step = start_training_client(config, ctx.resume, ctx)
+    anchor = await anchoring.build(config, service, tokenizer_for(config), start_step)
     base_lr = learning_rate(config)
     run_plan = plan(config, prepared)
     loop = LoopSkeleton(config, ctx, client, run_plan, start_step, held_out_evals(config, prepared))
     loop.start(
         f"SL on {config.model}: {prepared.summary()}; {run_plan.total_steps} steps of {config.batch_size} = "
         f"{passes_note(config, run_plan.batches_per_epoch, run_plan.total_steps)}, "
-        f"lr {base_lr:g} ({config.lr_schedule})"
+        f"lr {base_lr:g} ({config.lr_schedule}){anchoring.describe(anchor, config)}"
     )
     derive = per_task_nll(prepared.task_of) if prepared.tasks else None
-    await run_steps(config, ctx, client, loop, prepared.train, base_lr, derive)
+    await run_steps(config, ctx, client, loop, prepared.train, base_lr, derive, anchor)
 
 
 async def run_steps(
@@ -174,6 +181,7 @@ async def run_steps(
     train_data: list[types.Datum],
     base_lr: float,
     derive: Derive | None = None,
+    anchor: Anchor | None = None,
 ) -> None:
     """The supervised steps of `loop`'s plan over `train_data` (SL, and prompt distillation on the teacher's
     replies): each batch queued before the previous step's results are awaited, checkpoints, the final evaluation."""
@@ -184,7 +192,7 @@ async def run_steps(
         metrics = await loop.evaluations_due(step, client)  # weights after `step` steps, before this batch
         batch = batch_at(train_data, config, step, run_plan.batches_per_epoch)
         lr = base_lr * lr_multiplier(config.lr_schedule, step, run_plan.total_steps)
-        submitted = await submit(client, config, step, batch, lr, metrics)
+        submitted = await submit(client, config, step, batch, lr, metrics, anchor)
         if pending is not None:
             await log_finished(ctx, pending, run_plan, clock, derive)  # the previous step's, this one already queued
         pending = submitted

@@ -46,6 +46,10 @@ class SubmittedBatch:
     learning_rate: float
     submitted_at: float  # time.perf_counter() when the step started
     metrics: dict[str, float] = field(default_factory=dict)  # measured before the step (its evaluations)
+    anchor_pass: Any = None  # the step's anchor forward_backward (training/anchor.py), when the run has an anchor
+
+    async def anchor_metrics(self) -> dict[str, float]:
+        return await self.anchor_pass.metrics() if self.anchor_pass is not None else {}
 
     async def results(self) -> tuple[types.ForwardBackwardOutput, types.OptimStepResponse]:
         return await self.fb_future, await self.optim_future

@@ -1,0 +1,175 @@
+"""The anchor: ordinary chats a run keeps answering as the base model does (`anchor.dataset=builtin:replay`).
+
+Every step of an SL, DPO or RL run also trains `anchor.rows` of these chats, each reply position toward the base
+model's own next-token distribution: its top-K tokens with their probabilities as weights (Tinker's top-K form of
+`cross_entropy`, the targets from a base-model `sample(..., topk_prompt_logprobs=K)`). This is Learning without
+Forgetting (Li and Hoiem 2016) on ordinary text: while the model still is the base model the anchor's gradient is
+(almost) zero, and it grows only where the run's own data pulls the model away. Replay rows of the base model's
+greedy replies, trained as plain SL rows, instead pull the model toward its own greedy tokens and sharpen it
+(docs/DEFAULTS.md measured the difference). Everything goes through the SDK's calls, so it runs on both backends.
+
+The anchor's forward_backward is queued beside the step's own, before its optim_step, so their gradients add up in
+one optimizer step. `anchor/kl` is the truncated forward KL (base || model) over the anchor rows' top-K tokens, per
+reply token: 0 while the model answers them as the base model does.
+
+Not here: the setting's description (config.AnchorConfig), the loops (sl/, dpo/, rl/loop.py call `submit`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from tinker import types
+
+from cookbook_engine import renderers
+from cookbook_engine.data import loading as datasets
+from cookbook_engine.training import reference
+
+if TYPE_CHECKING:
+    from cookbook_engine.backends.protocol import ResultFuture, ServiceClient, TrainingClient
+    from cookbook_engine.config import CommonConfig
+
+ANCHOR_TOP_K = 20  # the base model's top 20 tokens hold nearly all its probability on its own replies
+
+
+def conversations(config: CommonConfig) -> list[list[dict]]:
+    """The anchor's chats (every row; none held out), or [] when the run has no anchor. A bad dataset raises the
+    loader's DatasetError, naming the setting: preflight calls this before a run exists."""
+    spec = anchor_dataset(config)
+    if not spec:
+        return []
+    try:
+        return list(datasets.load_chat_dataset(spec, test_fraction=0.0).train)
+    except datasets.DatasetError as exc:
+        raise datasets.DatasetError(f"anchor.dataset={spec}: {exc}") from exc
+
+
+def anchor_dataset(config: CommonConfig) -> str:
+    settings = getattr(config, "anchor", None)
+    return settings.dataset.strip() if settings is not None else ""
+
+
+@dataclass
+class Anchor:
+    """The anchor's datums (top-K targets weighted by coef x the base model's probabilities) and, for anchor/kl,
+    the base model's log-probs of those targets."""
+
+    data: list[types.Datum]
+    base_logprobs: list[np.ndarray]  # per datum, (N, K); 0 where the position has no weight
+    rows: int
+    cursor: int = 0  # where the next optimizer step's rows start (a resumed run starts at its step's)
+
+    def next_batch(self) -> list[int]:
+        """Indices of the datums the next optimizer step trains: the rows taken in turn, wrapping around."""
+        indices = [(self.cursor + i) % len(self.data) for i in range(min(self.rows, len(self.data)))]
+        self.cursor += len(indices)
+        return indices
+
+
+async def build(config: CommonConfig, service: ServiceClient, tokenizer: Any, start_step: int = 0) -> Anchor | None:
+    """The anchor of a run (None when it has none): each chat rendered, scored once by the base model."""
+    chats = conversations(config)
+    if not chats:
+        return None
+    renderer = renderers.get_renderer(config.renderer, tokenizer)
+    base = reference.sampling_client_for(service, config.model, reference.BASE)
+    examples = [renderer.build_supervised_example(chat, "last_assistant_message") for chat in chats]
+    responses = await asyncio.gather(
+        *[
+            base.sample_async(
+                prompt=types.ModelInput.from_ints(list(tokens)),
+                num_samples=1,
+                sampling_params=types.SamplingParams(max_tokens=1, temperature=1.0),
+                topk_prompt_logprobs=ANCHOR_TOP_K,
+            )
+            for tokens, _ in examples
+        ]
+    )
+    data, base_logprobs = [], []
+    for (tokens, weights), response in zip(examples, responses):
+        coef = config.anchor.coef  # type: ignore[attr-defined]
+        datum, logprobs = datum_toward(list(tokens), list(weights), response.topk_prompt_logprobs, coef)
+        data.append(datum)
+        base_logprobs.append(logprobs)
+    rows = config.anchor.rows  # type: ignore[attr-defined]
+    return Anchor(data, base_logprobs, rows, cursor=start_step * rows)
+
+
+def datum_toward(
+    tokens: list[int], weights: list[float], topk: list[list[tuple[int, float]] | None] | None, coef: float
+) -> tuple[types.Datum, np.ndarray]:
+    """A top-K cross_entropy datum: at each reply position the base model's K likeliest next tokens, weighted by
+    coef x their probability (x the position's own loss weight); and those log-probs, 0 where unweighted."""
+    if topk is None or len(topk) != len(tokens):
+        raise ValueError(f"the base model gave no top-{ANCHOR_TOP_K} log-probs for an anchor chat")
+    n = len(tokens) - 1
+    targets_T_K = np.zeros((n, ANCHOR_TOP_K), dtype=np.int64)
+    weights_T_K = np.zeros((n, ANCHOR_TOP_K), dtype=np.float32)
+    logprobs_T_K = np.zeros((n, ANCHOR_TOP_K), dtype=np.float32)
+    for position in range(n):
+        row = topk[position + 1] or [(tokens[position + 1], 0.0)]  # position predicts token position + 1
+        targets_T_K[position, :] = row[0][0]  # unused columns repeat a target with no weight
+        for k, (token, logprob) in enumerate(row[:ANCHOR_TOP_K]):
+            targets_T_K[position, k] = token
+            if weights[position + 1] > 0:
+                weights_T_K[position, k] = coef * weights[position + 1] * math.exp(logprob)
+                logprobs_T_K[position, k] = logprob
+    datum = types.Datum(
+        model_input=types.ModelInput.from_ints(tokens[:-1]),
+        loss_fn_inputs={
+            "target_tokens": types.TensorData.from_numpy(targets_T_K),
+            "weights": types.TensorData.from_numpy(weights_T_K),
+        },
+    )
+    return datum, logprobs_T_K
+
+
+def describe(anchor: Anchor | None, config: CommonConfig) -> str:
+    """The run log's words for the anchor ('' without one)."""
+    if anchor is None:
+        return ""
+    settings = config.anchor  # type: ignore[attr-defined]
+    return (
+        f"; anchored to the base model on {len(anchor.data)} chats of {settings.dataset} "
+        f"({anchor.rows} a step, coef {settings.coef:g})"
+    )
+
+
+@dataclass
+class AnchorPass:
+    """A step's anchor forward_backward in flight."""
+
+    anchor: Anchor
+    indices: list[int]
+    future: ResultFuture[types.ForwardBackwardOutput]
+
+    async def metrics(self) -> dict[str, float]:
+        """anchor/kl: KL(base || model) over each weighted position's top-K tokens, both renormalised over those K
+        (so never below zero), averaged over the positions."""
+        output = await self.future
+        kl_sum, positions = 0.0, 0
+        for index, out in zip(self.indices, output.loss_fn_outputs):
+            weighted_T = self.anchor.data[index].loss_fn_inputs["weights"].to_numpy().sum(axis=1) > 0
+            base_T_K = _renormalised(self.anchor.base_logprobs[index][weighted_T])
+            model_T_K = _renormalised(out["logprobs"].to_numpy()[weighted_T])
+            kl_sum += float((np.exp(base_T_K) * (base_T_K - model_T_K)).sum())
+            positions += int(weighted_T.sum())
+        return {"anchor/kl": kl_sum / max(positions, 1)}
+
+
+def _renormalised(logprobs_T_K: np.ndarray) -> np.ndarray:
+    top_T_1 = logprobs_T_K.max(axis=1, keepdims=True)
+    return logprobs_T_K - (top_T_1 + np.log(np.exp(logprobs_T_K - top_T_1).sum(axis=1, keepdims=True)))
+
+
+async def submit(client: TrainingClient, anchor: Anchor | None) -> AnchorPass | None:
+    """Queue the anchor's forward_backward for the optimizer step about to be queued; None without an anchor."""
+    if anchor is None:
+        return None
+    indices = anchor.next_batch()
+    future = await client.forward_backward_async([anchor.data[i] for i in indices], "cross_entropy")
+    return AnchorPass(anchor, indices, future)
