@@ -212,4 +212,3 @@ def test_a_deleted_adapter_left_active_does_not_break_the_next_training_client(s
     assert worker.call(lambda: worker.model.active_adapters) == [SAMPLER_SLOT]
     second.close()
     assert worker.call(lambda: worker.model.active_adapters) == [SAMPLER_SLOT]
-
