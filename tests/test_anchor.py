@@ -114,7 +114,7 @@ def test_the_anchor_barely_pulls_while_the_model_is_the_base_and_pulls_back_once
     path.write_text("".join(json.dumps(row) + "\n" for row in chats))
     config = cfg.parse_overrides("sl", [f"anchor.dataset={path}", "anchor.rows=4"])
     tokenizer = models.load_tokenizer(models.DEFAULT_MODEL)
-    built = asyncio.run(anchor.build(config, service, tokenizer))
+    built = asyncio.run(anchor.build(config, service))
     assert built is not None and len(built.data) == 8
     renderer = renderers.get_renderer("auto", tokenizer)
     as_tokens = [

@@ -140,7 +140,14 @@ def fake_rl_steps(monkeypatch: pytest.MonkeyPatch) -> None:
     """RL steps that sample nothing: the loop's frame (step count, saves, the end) is what is measured."""
 
     async def step(
-        step: int, builders: list, sampling_client: Any, client: Any, config: RLConfig, lr: float, shaping: Any = None
+        step: int,
+        builders: list,
+        sampling_client: Any,
+        client: Any,
+        config: RLConfig,
+        lr: float,
+        shaping: Any = None,
+        anchor: Any = None,
     ) -> tuple[list, dict[str, float], Any]:
         return [], {}, sampling_client
 

@@ -43,7 +43,6 @@ from cookbook_engine.training.common import (
     adam_params,
     lr_multiplier,
     start_training_client,
-    tokenizer_for,
 )
 from cookbook_engine.training.learning_rate import learning_rate
 from cookbook_engine.training.skeleton import (
@@ -239,7 +238,7 @@ async def log_finished(ctx: RunContext, submitted: SubmittedBatch, plan: LoopPla
 async def train(config: DPOConfig, ctx: RunContext, prepared: PreparedDPO | None = None) -> None:
     prepared = prepared or prepare(config)
     service, client, start_step = start_training_client(config, ctx.resume, ctx)
-    anchor = await anchoring.build(config, service, tokenizer_for(config), start_step)
+    anchor = await anchoring.build(config, service, start_step)
     reference = ReferenceLogprobs(reference_sampling_client(service, config, getattr(ctx, "store", None)))
     base_lr = learning_rate(config)
     run_plan = plan(config, prepared)

@@ -31,7 +31,6 @@ from cookbook_engine.training.common import (
     adam_params,
     lr_multiplier,
     start_training_client,
-    tokenizer_for,
 )
 from cookbook_engine.training.learning_rate import learning_rate
 from cookbook_engine.training.skeleton import (
@@ -160,7 +159,7 @@ async def log_finished(
 async def train(config: SLConfig, ctx: RunContext, prepared: PreparedSL | None = None) -> None:
     prepared = prepared or prepare(config)
     service, client, start_step = start_training_client(config, ctx.resume, ctx)
-    anchor = await anchoring.build(config, service, tokenizer_for(config), start_step)
+    anchor = await anchoring.build(config, service, start_step)
     base_lr = learning_rate(config)
     run_plan = plan(config, prepared)
     loop = LoopSkeleton(config, ctx, client, run_plan, start_step, held_out_evals(config, prepared))

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from tinker import types
@@ -28,6 +28,7 @@ from tinker import types
 from cookbook_engine import renderers
 from cookbook_engine.data import loading as datasets
 from cookbook_engine.training import reference
+from cookbook_engine.training.common import tokenizer_for
 
 if TYPE_CHECKING:
     from cookbook_engine.backends.protocol import ResultFuture, ServiceClient, TrainingClient
@@ -70,12 +71,13 @@ class Anchor:
         return indices
 
 
-async def build(config: CommonConfig, service: ServiceClient, tokenizer: Any, start_step: int = 0) -> Anchor | None:
-    """The anchor of a run (None when it has none): each chat rendered, scored once by the base model."""
+async def build(config: CommonConfig, service: ServiceClient, start_step: int = 0) -> Anchor | None:
+    """The anchor of a run (None when it has none, asking nothing of the backend): each chat rendered, scored once by
+    the base model."""
     chats = conversations(config)
     if not chats:
         return None
-    renderer = renderers.get_renderer(config.renderer, tokenizer)
+    renderer = renderers.get_renderer(config.renderer, tokenizer_for(config))
     base = reference.sampling_client_for(service, config.model, reference.BASE)
     examples = [renderer.build_supervised_example(chat, "last_assistant_message") for chat in chats]
     responses = await asyncio.gather(
