@@ -4,9 +4,11 @@ Every step of an SL, DPO or RL run also trains `anchor.rows` of these chats, eac
 model's own next-token distribution: its top-K tokens with their probabilities as weights (Tinker's top-K form of
 `cross_entropy`, the targets from a base-model `sample(..., topk_prompt_logprobs=K)`). This is Learning without
 Forgetting (Li and Hoiem 2016) on ordinary text: while the model still is the base model the anchor's gradient is
-(almost) zero, and it grows only where the run's own data pulls the model away. Replay rows of the base model's
-greedy replies, trained as plain SL rows, instead pull the model toward its own greedy tokens and sharpen it
-(docs/DEFAULTS.md measured the difference). Everything goes through the SDK's calls, so it runs on both backends.
+small (only the base model's tail, the few percent of probability outside its top K, is drawn toward those K: about
+a fifth of the same chats' gradient as plain rows, tests/test_anchor.py), and it grows where the run's own data
+pulls the model away. Replay rows of the base model's greedy replies, trained as plain SL rows, instead pull the
+model toward its own greedy tokens and sharpen it (docs/DEFAULTS.md measured both). Everything goes through the
+SDK's calls, so it runs on both backends.
 
 The anchor's forward_backward is queued beside the step's own, before its optim_step, so their gradients add up in
 one optimizer step. `anchor/kl` is the truncated forward KL (base || model) over the anchor rows' top-K tokens, per
