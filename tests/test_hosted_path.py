@@ -22,6 +22,7 @@ the Tinker cookbook's formula, 1e-3 for the default model, where the measured SL
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import sys
 from pathlib import Path
@@ -30,6 +31,7 @@ import pytest
 
 from cookbook_engine import config as cfg
 from cookbook_engine.backends import tinker as hosted
+from cookbook_engine.data import builtin as builtin_data
 from cookbook_engine.runs import RunManager
 from cookbook_engine.training.metric_names import KEY_METRIC
 from storage import Store
@@ -91,7 +93,7 @@ def differences(local: dict, remote: dict) -> tuple[float, float, list[str]]:
     return largest_abs, largest_rel, outside
 
 
-def check(config) -> None:
+def check(config) -> list[str]:
     local, remote = run_both(config)
     largest_abs, largest_rel, outside = differences(local, remote)
     names = sorted({name for values in local.values() for name in values})
@@ -101,6 +103,7 @@ def check(config) -> None:
     )
     assert not outside, outside
     assert KEY_METRIC[config.kind] in names, names  # the run's key metric is among those compared
+    return names
 
 
 SHORT = {"lora_rank": 8, "save_every": 0, "eval_every": 0}  # short runs: a final evaluation and checkpoint only
@@ -165,3 +168,14 @@ def test_on_policy_distillation_through_the_hosted_backend_matches_the_local_bac
 def test_rl_with_a_kl_penalty_through_the_hosted_backend_matches_the_local_backend(served):
     rl = {"groups_per_batch": 2, "group_size": 4, "max_tokens": 16, "num_eval_problems": 4, "kl_penalty_coef": 0.1}
     check(cfg.RLConfig(max_steps=2, learning_rate=1e-3, **rl, **SHORT))
+
+
+@pytest.mark.slow
+def test_sl_with_an_anchor_through_the_hosted_backend_matches_the_local_backend(served, tmp_path):
+    """The anchor through the SDK over HTTP: the base model's top-K prompt log-probs (sample) and cross_entropy with
+    (N, K) targets, against cookbook serve: anchor/kl and the loss step for step as on the local backend."""
+    chats = tmp_path / "anchor.jsonl"
+    chats.write_text("".join(json.dumps(row) + "\n" for row in builtin_data.replay_rows()[:6]))
+    config = cfg.SLConfig(max_steps=3, batch_size=2, max_length=128, learning_rate=2e-3, **SHORT)
+    config.anchor = cfg.AnchorConfig(dataset=str(chats), rows=2, coef=1.0)
+    assert "anchor/kl" in check(config)
