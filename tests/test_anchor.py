@@ -8,13 +8,14 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import shlex
 
-import numpy as np
 import pytest
 from tinker import types
 from tinker.proto.response_conv import deserialize_sample_response
 
 from cookbook_engine import config as cfg, models, renderers
+from cookbook_engine.backends import local, sampler
 from cookbook_engine.backends.local import LocalServiceClient
 from cookbook_engine.data import builtin as builtin_data
 from cookbook_engine.data.loading import DatasetError
@@ -24,10 +25,15 @@ from cookbook_engine.training.common import datum_from_tokens
 
 
 def test_anchor_settings_parse_and_round_trip_as_a_command():
-    config = cfg.parse_overrides("rl", ["anchor.dataset=builtin:replay", "anchor.rows=6", "anchor.coef=2"])
+    config = cfg.parse_overrides("sl", ["anchor.dataset=builtin:replay", "anchor.rows=6", "anchor.coef=2"])
     assert (config.anchor.dataset, config.anchor.rows, config.anchor.coef) == ("builtin:replay", 6, 2.0)
     assert "anchor.dataset=builtin:replay" in cfg.to_command(config)
-    assert cfg.parse_overrides("sl", []).anchor.dataset == ""  # off unless asked for
+    assert cfg.parse_overrides("sl", []).anchor.dataset == cfg.parse_overrides("dpo", []).anchor.dataset == ""
+    rl = cfg.parse_overrides("rl", [])  # RL is anchored unless turned off (rl/suggested.py measured it)
+    assert (rl.anchor.dataset, rl.anchor.rows, rl.anchor.coef) == ("builtin:replay", 8, 3.0)
+    off = cfg.parse_overrides("rl", ["anchor.dataset="])
+    assert off.anchor.dataset == "" and "anchor.dataset=''" in cfg.to_command(off)
+    assert cfg.parse_overrides("rl", shlex.split(cfg.to_command(off))[2:]).anchor.dataset == ""
     with pytest.raises(cfg.ConfigError, match="anchor.rows"):
         cfg.check(cfg.parse_overrides("dpo", ["anchor.rows=0"]))
 
@@ -56,11 +62,37 @@ def test_a_datum_toward_the_base_weights_each_reply_position_by_the_base_probabi
 
 
 def test_the_rows_are_taken_in_turn_and_a_resumed_run_goes_on_where_it_was():
-    data = [types.Datum(model_input=types.ModelInput.from_ints([1]), loss_fn_inputs={}) for _ in range(5)]
-    fresh = anchor.Anchor(data, [np.zeros((1, 1))] * 5, rows=2)
+    examples = [([1, 2], [0.0, 1.0])] * 5
+    fresh = anchor.Anchor(examples, rows=2, coef=1.0, base=None)
     assert [fresh.next_batch() for _ in range(3)] == [[0, 1], [2, 3], [4, 0]]
-    resumed = anchor.Anchor(data, [np.zeros((1, 1))] * 5, rows=2, cursor=2 * 2)
+    resumed = anchor.Anchor(examples, rows=2, coef=1.0, base=None, cursor=2 * 2)
     assert resumed.next_batch() == [4, 0]
+
+
+class CountingSampler:
+    """The base sampler's stand-in: answers top-K requests with one made-up row a position, counting prompts."""
+
+    def __init__(self):
+        self.prompts: list[list[int]] = []
+
+    async def sample_async(self, prompt, num_samples, sampling_params, topk_prompt_logprobs=0):
+        self.prompts.append(prompt.to_ints())
+        rows = [None] + [[(7, math.log(0.5)), (8, math.log(0.25))] for _ in prompt.to_ints()[1:]]
+        return types.SampleResponse(sequences=[], _topk_prompt_logprobs_list=rows)
+
+
+def test_a_chat_is_scored_by_the_base_model_the_first_time_a_step_trains_it_and_only_then():
+    """A short run pays for the anchor chats it trains, not for the whole set before its first step."""
+    examples = [([i, i + 1, i + 2], [0.0, 0.0, 1.0]) for i in range(5)]
+    sampler = CountingSampler()
+    built = anchor.Anchor(examples, rows=2, coef=2.0, base=sampler)
+    first = asyncio.run(built.datums(built.next_batch()))
+    assert sampler.prompts == [[0, 1, 2], [1, 2, 3]] and len(first) == 2
+    assert first[0].loss_fn_inputs["weights"].to_numpy()[1, :2] == pytest.approx([1.0, 0.5])  # 2 x (0.5, 0.25)
+    asyncio.run(built.datums(built.next_batch()))
+    asyncio.run(built.datums(built.next_batch()))  # chats 4 and 0: only 4 is new
+    assert [p[0] for p in sampler.prompts] == [0, 1, 2, 3, 4]
+    assert sorted(built.data) == sorted(built.base_logprobs) == [0, 1, 2, 3, 4]
 
 
 def test_top_k_prompt_logprobs_cross_the_wire_as_the_sdk_reads_them():
@@ -115,7 +147,8 @@ def test_the_anchor_barely_pulls_while_the_model_is_the_base_and_pulls_back_once
     config = cfg.parse_overrides("sl", [f"anchor.dataset={path}", "anchor.rows=4"])
     tokenizer = models.load_tokenizer(models.DEFAULT_MODEL)
     built = asyncio.run(anchor.build(config, service))
-    assert built is not None and len(built.data) == 8
+    assert built is not None and len(built.examples) == 8
+    scored = asyncio.run(built.datums(list(range(8))))
     renderer = renderers.get_renderer("auto", tokenizer)
     as_tokens = [
         datum_from_tokens(*renderer.build_supervised_example(row["messages"], "last_assistant_message"))
@@ -127,7 +160,7 @@ def test_the_anchor_barely_pulls_while_the_model_is_the_base_and_pulls_back_once
         client.forward_backward(data, "cross_entropy").result()
         return client.optim_step(types.AdamParams(learning_rate=0.0)).result().metrics["grad_norm"]
 
-    anchored, plain = grad_norm(built.data[:4]), grad_norm(as_tokens)
+    anchored, plain = grad_norm(scored[:4]), grad_norm(as_tokens)
     assert anchored < 0.3 * plain, (anchored, plain)  # measured 0.18 of it
     kl_before = asyncio.run(_anchor_kl(client, built, [0, 1, 2, 3]))
     assert kl_before == pytest.approx(0.0, abs=1e-3)
@@ -135,10 +168,32 @@ def test_the_anchor_barely_pulls_while_the_model_is_the_base_and_pulls_back_once
     client.forward_backward(italy * 8, "cross_entropy").result()  # move the model elsewhere
     client.optim_step(types.AdamParams(learning_rate=1e-2)).result()
     assert asyncio.run(_anchor_kl(client, built, [0, 1, 2, 3])) > 10 * max(kl_before, 1e-4)
-    assert grad_norm(built.data[:4]) > 2 * anchored
+    assert grad_norm(scored[:4]) > 2 * anchored
     client.close()
 
 
 async def _anchor_kl(client, built: anchor.Anchor, indices: list[int]) -> float:
-    future = await client.forward_async([built.data[i] for i in indices], "cross_entropy")
+    future = await client.forward_async(await built.datums(indices), "cross_entropy")
     return (await anchor.AnchorPass(built, indices, future).metrics())["anchor/kl"]
+
+
+def test_prompts_scored_together_get_the_top_k_each_gets_alone(service):
+    """Several requests decoded as one batch have their top-K scored in shared packed passes: each prompt's rows
+    (its own k) equal those of the prompt sampled alone, so no prompt sees another's tokens across the packing."""
+    tokenizer = models.load_tokenizer(models.DEFAULT_MODEL)
+    renderer = renderers.get_renderer("auto", tokenizer)
+    chats = builtin_data.replay_rows()[:5]
+    prompts = [list(renderer.build_supervised_example(c["messages"], "last_assistant_message")[0]) for c in chats]
+    base = service.create_sampling_client(base_model=models.DEFAULT_MODEL).result()
+    params = types.SamplingParams(max_tokens=1, seed=3)
+    requests = [sampler.Request(p, 1, params, False, 3 + i % 2 * 2) for i, p in enumerate(prompts)]
+    job = local.SampleJob(base, requests, None, False, [None] * len(requests), False)
+    together = base._worker.submit(job).result()
+    for request, response in zip(requests, together):
+        prompt, k = types.ModelInput.from_ints(request.prompt_tokens), request.topk_prompt_logprobs
+        alone = base.sample(prompt, 1, params, topk_prompt_logprobs=k).result()
+        assert len(response.topk_prompt_logprobs) == len(request.prompt_tokens)
+        for row, alone_row in zip(response.topk_prompt_logprobs[1:], alone.topk_prompt_logprobs[1:]):
+            assert len(row) == k
+            assert [t for t, _ in row] == [t for t, _ in alone_row]
+            assert [lp for _, lp in row] == pytest.approx([lp for _, lp in alone_row], abs=1e-4)

@@ -76,9 +76,9 @@ def test_distillation_prompts_include_prompt_files_and_a_teacher_equal_to_the_st
     shot(page, "new-run-distill-sums")
 
 
-def test_an_rl_run_can_be_anchored_to_the_base_model_from_the_form(studio, page):  # noqa: F811
-    """'Keep what the model knew' (anchor.*): picking builtin:replay and a weight, Check reads "Ready to start" and
-    the command carries the anchor settings."""
+def test_an_rl_run_is_anchored_to_the_base_model_unless_turned_off_in_the_form(studio, page):  # noqa: F811
+    """'Keep what the model knew' (anchor.*): an RL run starts anchored to builtin:replay (RL's default, measured:
+    rl/suggested.py); picking None turns it off, Check reads "Ready to start" and the command says so."""
     page.goto(f"{studio}/new_run")
     page.get_by_role("button", name="Start run").wait_for()
     wait_idle(page)
@@ -86,20 +86,17 @@ def test_an_rl_run_can_be_anchored_to_the_base_model_from_the_form(studio, page)
     page.get_by_text("Keep what the model knew").click()
     anchor = page.locator("[data-testid=stSelectbox]").filter(has_text="Anchor chats").first
     anchor.scroll_into_view_if_needed()
+    assert "builtin:replay" in anchor.inner_text()  # on by default for RL
+    assert page.get_by_label("Anchor chats per step", exact=True).input_value() == "8"
+    shot(page, "new-run-rl-anchor")
     anchor.locator("input").click()
     options = page.get_by_role("option")
     options.first.wait_for()
     assert {"None", "builtin:replay (292 ordinary questions, the base model's replies)"} <= {
         text.strip() for text in options.all_inner_texts()
     }
-    options.filter(has_text="builtin:replay").click()
-    wait_idle(page)
-    weight = page.get_by_label("Anchor weight", exact=True)
-    weight.fill("3")
-    weight.press("Enter")
+    options.filter(has_text="None").click()
     wait_idle(page)
     page.get_by_role("button", name="Check settings").click()
     page.get_by_text("Ready to start").wait_for(timeout=60_000)
-    page.get_by_text("anchor.dataset=builtin:replay").first.wait_for()
-    page.get_by_text("anchor.coef=3").first.wait_for()
-    shot(page, "new-run-rl-anchor")
+    page.get_by_text("anchor.dataset=''").first.wait_for()

@@ -14,7 +14,7 @@ from tinker import types
 
 from cookbook_engine.backends import clocked, service_client
 from cookbook_engine.backends.clocked import ClockedServiceClient
-from cookbook_engine.config import ClockedConfig, PipeliningConfig, RLConfig, SLConfig
+from cookbook_engine.config import ClockedConfig, PipeliningConfig, RLAnchorConfig, RLConfig, SLConfig
 from cookbook_engine.rl import envs
 from cookbook_engine.runs import RunManager
 from cookbook_engine.sl.loop import batch_at, plan_steps, prepare
@@ -183,6 +183,7 @@ def rl_config(**overrides) -> RLConfig:
         lora_rank=4,
         learning_rate=1e-4,
         temperature=1.0,
+        anchor=RLAnchorConfig(dataset=""),  # the cycles of the run's own work (an anchor adds its chats' scoring)
     )
     return RLConfig(**{**settings, **overrides})
 

@@ -12,7 +12,7 @@ from tinker import types
 
 from cookbook_engine import speed
 from cookbook_engine.backends.protocol import LocalFuture
-from cookbook_engine.config import CommonConfig, DistillConfig, DPOConfig, RLConfig, SLConfig
+from cookbook_engine.config import CommonConfig, DistillConfig, DPOConfig, RLAnchorConfig, RLConfig, SLConfig
 from cookbook_engine.distill import loop as distill_loop
 from cookbook_engine.dpo import data as dpo_data, loop as preference
 from cookbook_engine.rl import envs, loop as rl_loop
@@ -111,6 +111,9 @@ def dpo_prepared(count: int) -> dpo_data.PreparedDPO:
     return dpo_data.PreparedDPO(pairs, held_out, 0, 0, "fake", 2 * sum(p.chosen.model_input.length for p in pairs))
 
 
+NO_ANCHOR = RLAnchorConfig(dataset="")  # the fake clients score no anchor (RL has one by default: test_anchor.py)
+
+
 def rl_prepared(config: RLConfig) -> rl_loop.PreparedRL:
     return rl_loop.PreparedRL(envs.build_env(config, renderer=None), "fake", None, 0)
 
@@ -165,8 +168,8 @@ CASES = [
     ("sl", SLConfig(batch_size=4, num_epochs=3, max_steps=4, eval_every=0, save_every=0), 10),
     ("dpo", DPOConfig(batch_size=2, num_epochs=2, max_steps=0, eval_every=0, save_every=3), 5),
     ("dpo", DPOConfig(batch_size=2, num_epochs=1, max_steps=6, eval_every=0, save_every=0), 5),
-    ("rl", RLConfig(max_steps=0, num_epochs=1, eval_every=0, save_every=0), 0),
-    ("rl", RLConfig(max_steps=3, eval_every=0, save_every=2), 0),
+    ("rl", RLConfig(max_steps=0, num_epochs=1, eval_every=0, save_every=0, anchor=NO_ANCHOR), 0),
+    ("rl", RLConfig(max_steps=3, eval_every=0, save_every=2, anchor=NO_ANCHOR), 0),
 ]
 
 
@@ -247,7 +250,7 @@ def test_a_stopped_run_of_any_loop_ends_with_a_checkpoint_of_the_steps_it_comple
     config = {
         "sl": SLConfig(batch_size=2, max_steps=6, eval_every=0, save_every=0),
         "dpo": DPOConfig(batch_size=2, max_steps=6, eval_every=0, save_every=0),
-        "rl": RLConfig(max_steps=6, eval_every=0, save_every=0),
+        "rl": RLConfig(max_steps=6, eval_every=0, save_every=0, anchor=NO_ANCHOR),
     }[kind]
     prepared = {"sl": lambda: sl_prepared(12), "dpo": lambda: dpo_prepared(12), "rl": lambda: rl_prepared(config)}[
         kind

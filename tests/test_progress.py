@@ -149,7 +149,9 @@ def test_the_estimate_counts_rl_evaluations_and_checkpoint_saves(monkeypatch):
     from cookbook_engine.training import estimate
 
     rate = speed.Speeds(100.0, 300.0, 100.0, measured_at=1.0, single_sample_tok_s=20.0)
-    config = cfg.parse_overrides("rl", ["env=arithmetic", "max_steps=12", "eval_every=10", "save_every=5"])
+    config = cfg.parse_overrides(
+        "rl", ["env=arithmetic", "max_steps=12", "eval_every=10", "save_every=5", "anchor.dataset="]
+    )
     prepared = loop.PreparedRL(envs.build_env(config, renderer=None), "auto", None, 46)
     plan = loop.plan(config, prepared)
     time = estimate.run_time(config, prepared, plan, rate)
@@ -161,6 +163,32 @@ def test_the_estimate_counts_rl_evaluations_and_checkpoint_saves(monkeypatch):
     assert "3 evaluations" in time.parts() and "3 checkpoint saves" in time.parts()
     sl = cfg.parse_overrides("sl", ["max_steps=25", "eval_every=10"])
     assert estimate.evaluation_points(sl, 25) == 4  # steps 0, 10, 20 and the end (the form counted 3)
+
+
+def test_the_estimate_counts_the_anchors_scoring_and_its_rows_every_step():
+    """An anchored run trains anchor.rows chats every step and scores each chat it uses once (issue 23: an RL run
+    anchored to builtin:replay took 3 minutes more than the same run without, which the estimate did not say)."""
+    from cookbook_engine import config as cfg
+    from cookbook_engine.rl import envs, loop
+    from cookbook_engine.training import estimate
+
+    rate = speed.Speeds(100.0, 300.0, 100.0, measured_at=1.0, single_sample_tok_s=20.0)
+    plain = cfg.parse_overrides("rl", ["env=arithmetic", "max_steps=12", "anchor.dataset="])
+    anchored = cfg.parse_overrides(
+        "rl", ["env=arithmetic", "max_steps=12", "anchor.dataset=builtin:replay", "anchor.rows=8"]
+    )
+    prepared = loop.PreparedRL(envs.build_env(plain, renderer=None), "auto", None, 46)
+    without = estimate.run_time(plain, prepared, loop.plan(plain, prepared), rate)
+    with_anchor = estimate.run_time(anchored, prepared, loop.plan(anchored, prepared), rate)
+    assert estimate.anchor_seconds(plain, rate, 12) == 0
+    added = estimate.anchor_seconds(anchored, rate, 12)
+    # 96 chats of ~80 tokens trained at 100 tok/s, and scored twice at 300 tok/s: about 77 + 51 s
+    assert 80 < added < 250
+    assert estimate.anchor_seconds(anchored, rate, 48) < 4 * added  # 384 rows of 292 chats: each scored once
+    assert with_anchor.steps == pytest.approx(without.steps + added)
+    assert with_anchor.total == pytest.approx(without.total + added)
+    missing = cfg.parse_overrides("rl", ["env=arithmetic", "anchor.dataset=/no/such/file.jsonl"])
+    assert estimate.anchor_seconds(missing, rate, 12) == 0.0  # the check names the missing file
 
 
 def small_rl_run(*settings: str):

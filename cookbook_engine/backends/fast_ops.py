@@ -437,6 +437,47 @@ def packed_logprobs(
     """Per-sequence log p(target) of a micro-batch run as one packed row. `model` is the causal LM (peft-wrapped or
     not; its adapter state applies as it is); `grad_rows[i]` marks the positions of sequence i that need a
     gradient (None: none). Gradients are recorded only when grad mode is on."""
+    lengths = [len(tokens) for tokens in inputs]
+    hidden_N_D, weight_V_D = _packed_hidden(model, inputs)
+    shapes = [tuple(t.shape) for t in targets]
+    width = max(t.shape[1] if t.dim() == 2 else 0 for t in targets)  # 0: one target a position everywhere
+    if width:  # top-K targets in the micro-batch: every sequence gets K columns (its own target repeated), sliced after
+        targets = [widened(t.long(), width) for t in targets]
+    targets_N = torch.cat([t.long() for t in targets])
+    grad_rows_N = None
+    if torch.is_grad_enabled() and any(g is not None for g in grad_rows):
+        grad_rows_N = torch.cat(
+            [g.bool() if g is not None else torch.zeros(n, dtype=torch.bool) for g, n in zip(grad_rows, lengths)]
+        )
+    logprobs_N = head_logprobs(hidden_N_D, weight_V_D, targets_N, grad_rows_N)
+    pieces = list(logprobs_N.split(lengths))
+    if width:
+        pieces = [p[:, : shape[1]] if len(shape) == 2 else p[:, 0] for p, shape in zip(pieces, shapes)]
+    return pieces
+
+
+def packed_topk(model, inputs: list[list[int]], k: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per sequence, the k likeliest next tokens at each position and their log-probs ((T, k) log-probs, (T, k) ids,
+    likeliest first), from one packed pass without gradients and the fp32 head, with the arithmetic of
+    packed_logprobs (a token's log-prob here equals the one packed_logprobs gives it)."""
+    with torch.no_grad():
+        hidden_N_D, weight_V_D = _packed_hidden(model, inputs)
+        hidden_N_D = hidden_N_D.float().contiguous()
+        values, ids = [], []
+        for start in range(0, hidden_N_D.shape[0], HEAD_CHUNK_ROWS):
+            logits_C_V = matmul_t(hidden_N_D[start : start + HEAD_CHUNK_ROWS], weight_V_D.float())
+            max_C_1 = logits_C_V.amax(dim=-1, keepdim=True)
+            top_C_K, ids_C_K = logits_C_V.topk(min(k, logits_C_V.shape[-1]), dim=-1)
+            log_sum_C_1 = logits_C_V.sub_(max_C_1).exp_().sum(dim=-1, keepdim=True).log()
+            values.append(top_C_K - max_C_1 - log_sum_C_1)
+            ids.append(ids_C_K)
+    lengths = [len(tokens) for tokens in inputs]
+    return list(zip(torch.cat(values).split(lengths), torch.cat(ids).split(lengths)))
+
+
+def _packed_hidden(model, inputs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The final hidden states of the sequences run as one packed row, (sum of lengths, D), and the LM head's fp32
+    weight. `model` is the causal LM, peft-wrapped or not; its adapter state applies as it is."""
     causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
     decoder = causal_lm.get_decoder()
     weight_V_D = fp32_head_weight(causal_lm.get_output_embeddings())  # bf16 models: the head's cached fp32 copy
@@ -451,21 +492,7 @@ def packed_logprobs(
         hidden_1_N_D = decoder(
             input_ids=ids_1_N, position_ids=positions_1_N, use_cache=False, packed_bounds=bounds
         ).last_hidden_state
-    shapes = [tuple(t.shape) for t in targets]
-    width = max(t.shape[1] if t.dim() == 2 else 0 for t in targets)  # 0: one target a position everywhere
-    if width:  # top-K targets in the micro-batch: every sequence gets K columns (its own target repeated), sliced after
-        targets = [widened(t.long(), width) for t in targets]
-    targets_N = torch.cat([t.long() for t in targets])
-    grad_rows_N = None
-    if torch.is_grad_enabled() and any(g is not None for g in grad_rows):
-        grad_rows_N = torch.cat(
-            [g.bool() if g is not None else torch.zeros(n, dtype=torch.bool) for g, n in zip(grad_rows, lengths)]
-        )
-    logprobs_N = head_logprobs(hidden_1_N_D[0], weight_V_D, targets_N, grad_rows_N)
-    pieces = list(logprobs_N.split(lengths))
-    if width:
-        pieces = [p[:, : shape[1]] if len(shape) == 2 else p[:, 0] for p, shape in zip(pieces, shapes)]
-    return pieces
+    return hidden_1_N_D[0], weight_V_D
 
 
 def widened(targets_T: torch.Tensor, width: int) -> torch.Tensor:

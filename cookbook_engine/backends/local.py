@@ -514,26 +514,56 @@ def _prompt_logprobs(worker: Any, tokens: list[int]) -> list[float | None]:
         return [None, *sampler.target_logprobs(logits[:, :-1].float(), ids[:, 1:])[0].cpu().tolist()]
 
 
-def _prompt_topk(worker: Any, tokens: list[int], k: int) -> list[list[tuple[int, float]] | None] | None:
-    """The k likeliest next tokens and their log-probs at each prompt position (index 0: None), with the same
-    weights and fp32 head as _prompt_logprobs; None when k is 0 (not asked for)."""
-    if k <= 0:
-        return None
-    if len(tokens) < 2:
-        return [None] * len(tokens)
+def _prompt_topk(worker: Any, requests: list[sampler.Request]) -> list[list[list[tuple[int, float]] | None] | None]:
+    """Per request, the k likeliest next tokens and their log-probs at each prompt position (index 0: None), with
+    the same weights and fp32 head as _prompt_logprobs; None for a request that did not ask (k = 0). On the packed
+    path the prompts that asked run as packed rows of up to PROMPT_PACK_TOKENS tokens (an anchor's few hundred chats
+    in a handful of passes, not one pass each)."""
+    results: list[list[list[tuple[int, float]] | None] | None] = [None] * len(requests)
+    asked = [i for i, request in enumerate(requests) if request.topk_prompt_logprobs > 0]
+    for i in asked:
+        if len(requests[i].prompt_tokens) < 2:
+            results[i] = [None] * len(requests[i].prompt_tokens)
+    scored = [i for i in asked if results[i] is None]
     model = worker.model
-    with torch.inference_mode():
-        ids = torch.tensor([tokens[:-1]], dtype=torch.long, device=worker.device)
-        if fast_ops.supports_packed(model):
-            causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
-            hidden_T_D = causal_lm.get_decoder()(input_ids=ids, use_cache=False).last_hidden_state[0].float()
-            weight_V_D = fast_ops.fp32_head_weight(causal_lm.get_output_embeddings())
-            logits_T_V = fast_ops.matmul_t(hidden_T_D, weight_V_D.float())
+    if not fast_ops.supports_packed(model):
+        for i in scored:
+            ids = torch.tensor([requests[i].prompt_tokens[:-1]], dtype=torch.long, device=worker.device)
+            with torch.inference_mode():
+                logits_T_V = model(input_ids=ids).logits[0].float()
+            k = min(requests[i].topk_prompt_logprobs, logits_T_V.shape[-1])
+            values_T_K, ids_T_K = torch.log_softmax(logits_T_V, dim=-1).topk(k, dim=-1)
+            results[i] = _topk_rows(values_T_K, ids_T_K)
+        return results
+    for pack in _packs(scored, [len(requests[i].prompt_tokens) for i in scored]):
+        k = max(requests[i].topk_prompt_logprobs for i in pack)
+        scores = fast_ops.packed_topk(model, [requests[i].prompt_tokens[:-1] for i in pack], k)
+        for i, (values_T_K, ids_T_K) in zip(pack, scores):
+            own_k = requests[i].topk_prompt_logprobs
+            results[i] = _topk_rows(values_T_K[:, :own_k], ids_T_K[:, :own_k])
+    return results
+
+
+PROMPT_PACK_TOKENS = 4096  # tokens per packed scoring pass: a few passes for an anchor, a bounded activation size
+
+
+def _packs(indices: list[int], lengths: list[int]) -> list[list[int]]:
+    """Consecutive indices grouped so that each group's lengths add up to at most PROMPT_PACK_TOKENS (a longer
+    prompt alone)."""
+    packs: list[list[int]] = []
+    total = 0
+    for index, length in zip(indices, lengths):
+        if packs and total + length <= PROMPT_PACK_TOKENS:
+            packs[-1].append(index)
+            total += length
         else:
-            logits_T_V = model(input_ids=ids).logits[0].float()
-        values_T_K, ids_T_K = torch.log_softmax(logits_T_V, dim=-1).topk(min(k, logits_T_V.shape[-1]), dim=-1)
-    rows = [list(zip(i, v)) for i, v in zip(ids_T_K.cpu().tolist(), values_T_K.cpu().tolist())]
-    return [None, *rows]
+            packs.append([index])
+            total = length
+    return packs
+
+
+def _topk_rows(values_T_K: torch.Tensor, ids_T_K: torch.Tensor) -> list[list[tuple[int, float]] | None]:
+    return [None, *[list(zip(i, v)) for i, v in zip(ids_T_K.cpu().tolist(), values_T_K.cpu().tolist())]]
 
 
 _samplers: weakref.WeakValueDictionary[str, LocalSamplingClient] = weakref.WeakValueDictionary()
@@ -570,13 +600,10 @@ class SampleJob:
             results = sampler.sample_many(
                 worker.model, worker.tokenizer, requests, worker.max_context, weights_key=self.weights
             )
+            topk = _prompt_topk(worker, requests)
             return [  # prompt log-probs as compute_logprobs gives them (_prompt_logprobs), not the decoder's
-                (
-                    rows,
-                    _prompt_logprobs(worker, request.prompt_tokens) if request.include_prompt_logprobs else lp,
-                    _prompt_topk(worker, request.prompt_tokens, request.topk_prompt_logprobs),
-                )
-                for request, (rows, lp) in zip(requests, results)
+                (rows, _prompt_logprobs(worker, request.prompt_tokens) if request.include_prompt_logprobs else lp, top)
+                for request, (rows, lp), top in zip(requests, results, topk)
             ]
 
         if snapshot is None:

@@ -274,8 +274,9 @@ def sample_many(
     if merged is None:
         for group in groups:
             _decode(_ModelDecoder(model), [group])
-    else:
-        for batch in _batches(groups):
+    else:  # shortest first, so that a batch's prompts are of like lengths (its prefill pads each to its longest)
+        by_length = sorted(groups, key=lambda group: len(group.request.prompt_tokens) + group.max_tokens)
+        for batch in _batches(by_length):
             _decode(_MergedDecoder(merged), batch)
     return [(group.rows, group.prompt_logprobs) for group in groups]
 

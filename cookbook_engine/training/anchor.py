@@ -2,7 +2,8 @@
 
 Every step of an SL, DPO or RL run also trains `anchor.rows` of these chats, each reply position toward the base
 model's own next-token distribution: its top-K tokens with their probabilities as weights (Tinker's top-K form of
-`cross_entropy`, the targets from a base-model `sample(..., topk_prompt_logprobs=K)`). This is Learning without
+`cross_entropy`, the targets from a base-model `sample(..., topk_prompt_logprobs=K)`, asked the first time a step
+trains the chat). This is Learning without
 Forgetting (Li and Hoiem 2016) on ordinary text: while the model still is the base model the anchor's gradient is
 small (only the base model's tail, the few percent of probability outside its top K, is drawn toward those K: about
 a fifth of the same chats' gradient as plain rows, tests/test_anchor.py), and it grows where the run's own data
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -33,7 +34,7 @@ from cookbook_engine.training import reference
 from cookbook_engine.training.common import tokenizer_for
 
 if TYPE_CHECKING:
-    from cookbook_engine.backends.protocol import ResultFuture, ServiceClient, TrainingClient
+    from cookbook_engine.backends.protocol import ResultFuture, SamplingClient, ServiceClient, TrainingClient
     from cookbook_engine.config import CommonConfig
 
 ANCHOR_TOP_K = 20  # the base model's top 20 tokens hold nearly all its probability on its own replies
@@ -58,49 +59,64 @@ def anchor_dataset(config: CommonConfig) -> str:
 
 @dataclass
 class Anchor:
-    """The anchor's datums (top-K targets weighted by coef x the base model's probabilities) and, for anchor/kl,
-    the base model's log-probs of those targets."""
+    """A run's anchor chats (rendered) and, for those scored so far, their datums (top-K targets weighted by coef x
+    the base model's probabilities) and the base model's log-probs of those targets (for anchor/kl). A chat is
+    scored by the base model the first time a step trains it, so a run pays for the chats it uses, spread over its
+    steps, not for the whole set before its first step (292 chats: about a minute on a 2-core CPU)."""
 
-    data: list[types.Datum]
-    base_logprobs: list[np.ndarray]  # per datum, (N, K); 0 where the position has no weight
+    examples: list[tuple[list[int], list[float]]]  # (tokens, loss weights) per chat
     rows: int
+    coef: float
+    base: SamplingClient | None  # the base model's sampler (None: every chat must be given scored)
     cursor: int = 0  # where the next optimizer step's rows start (a resumed run starts at its step's)
+    data: dict[int, types.Datum] = field(default_factory=dict)
+    base_logprobs: dict[int, np.ndarray] = field(default_factory=dict)  # per datum, (N, K); 0 where no weight
 
     def next_batch(self) -> list[int]:
-        """Indices of the datums the next optimizer step trains: the rows taken in turn, wrapping around."""
-        indices = [(self.cursor + i) % len(self.data) for i in range(min(self.rows, len(self.data)))]
+        """Indices of the chats the next optimizer step trains: the rows taken in turn, wrapping around."""
+        indices = [(self.cursor + i) % len(self.examples) for i in range(min(self.rows, len(self.examples)))]
         self.cursor += len(indices)
         return indices
 
+    async def datums(self, indices: list[int]) -> list[types.Datum]:
+        """The datums of these chats, scoring by the base model (one request each, sent together) those not yet
+        scored."""
+        missing = sorted({i for i in indices if i not in self.data})
+        if missing:
+            if self.base is None:
+                raise ValueError("the anchor has no base-model sampler to score its chats with")
+            responses = await asyncio.gather(*[self._score(self.examples[i][0]) for i in missing])
+            for i, response in zip(missing, responses):
+                tokens, weights = self.examples[i]
+                self.data[i], self.base_logprobs[i] = datum_toward(
+                    tokens, weights, response.topk_prompt_logprobs, self.coef
+                )
+        return [self.data[i] for i in indices]
+
+    async def _score(self, tokens: list[int]) -> types.SampleResponse:
+        assert self.base is not None
+        return await self.base.sample_async(
+            prompt=types.ModelInput.from_ints(tokens),
+            num_samples=1,
+            sampling_params=types.SamplingParams(max_tokens=1, temperature=1.0),
+            topk_prompt_logprobs=ANCHOR_TOP_K,
+        )
+
 
 async def build(config: CommonConfig, service: ServiceClient, start_step: int = 0) -> Anchor | None:
-    """The anchor of a run (None when it has none, asking nothing of the backend): each chat rendered, scored once by
-    the base model."""
+    """The anchor of a run (None when it has none, asking nothing of the backend): each chat rendered; the base
+    model scores them as steps use them (Anchor.datums)."""
     chats = conversations(config)
     if not chats:
         return None
     renderer = renderers.get_renderer(config.renderer, tokenizer_for(config))
     base = reference.sampling_client_for(service, config.model, reference.BASE)
-    examples = [renderer.build_supervised_example(chat, "last_assistant_message") for chat in chats]
-    responses = await asyncio.gather(
-        *[
-            base.sample_async(
-                prompt=types.ModelInput.from_ints(list(tokens)),
-                num_samples=1,
-                sampling_params=types.SamplingParams(max_tokens=1, temperature=1.0),
-                topk_prompt_logprobs=ANCHOR_TOP_K,
-            )
-            for tokens, _ in examples
-        ]
-    )
-    data, base_logprobs = [], []
-    for (tokens, weights), response in zip(examples, responses):
-        coef = config.anchor.coef  # type: ignore[attr-defined]
-        datum, logprobs = datum_toward(list(tokens), list(weights), response.topk_prompt_logprobs, coef)
-        data.append(datum)
-        base_logprobs.append(logprobs)
-    rows = config.anchor.rows  # type: ignore[attr-defined]
-    return Anchor(data, base_logprobs, rows, cursor=start_step * rows)
+    examples = []
+    for chat in chats:
+        tokens, weights = renderer.build_supervised_example(chat, "last_assistant_message")
+        examples.append((list(tokens), list(weights)))
+    settings = config.anchor  # type: ignore[attr-defined]
+    return Anchor(examples, settings.rows, settings.coef, base, cursor=start_step * settings.rows)
 
 
 def datum_toward(
@@ -138,7 +154,7 @@ def describe(anchor: Anchor | None, config: CommonConfig) -> str:
         return ""
     settings = config.anchor  # type: ignore[attr-defined]
     return (
-        f"; anchored to the base model on {len(anchor.data)} chats of {settings.dataset} "
+        f"; anchored to the base model on {len(anchor.examples)} chats of {settings.dataset} "
         f"({anchor.rows} a step, coef {settings.coef:g})"
     )
 
@@ -175,5 +191,5 @@ async def submit(client: TrainingClient, anchor: Anchor | None) -> AnchorPass | 
     if anchor is None:
         return None
     indices = anchor.next_batch()
-    future = await client.forward_backward_async([anchor.data[i] for i in indices], "cross_entropy")
+    future = await client.forward_backward_async(await anchor.datums(indices), "cross_entropy")
     return AnchorPass(anchor, indices, future)

@@ -13,7 +13,9 @@ the steps. `run_time` counts each:
   them under the teacher); prompt distillation samples the teacher's replies once, then trains on them as SL;
 - evaluations, at step 0, every eval_every steps and at the end: SL's and DPO's held-out split (scored), RL's
   held-out problems (one reply each), and the named eval sets (one reply per example, or scored for NLL sets);
-- checkpoint saves: every save_every steps and the final one (SAVE_S each).
+- checkpoint saves: every save_every steps and the final one (SAVE_S each);
+- an anchor (anchor.dataset=, training/anchor.py), in the steps: `anchor.rows` chats trained every step, each chat
+  scored by the base model the first time a step uses it (a sampling prefill and a top-K pass).
 
 The speeds come from a short synthetic calibration, which misjudged real runs by up to 2x either way (a busy
 machine, SL's steps taking 1.5x the calibrated per-token rate; benchmarks/README.md). So each run that completes on
@@ -95,11 +97,35 @@ def save_points(config: CommonConfig, total_steps: int) -> int:
 
 def run_time(config: CommonConfig, prepared: object, plan: LoopPlan, rate: speed.Speeds) -> RunTime:
     """The seconds a local run of `config` takes on this machine, by part (see the module docstring)."""
-    steps = step_seconds(config, prepared, plan, rate)
+    steps = step_seconds(config, prepared, plan, rate) + anchor_seconds(config, rate, plan.total_steps)
     per_evaluation = held_out_seconds(config, prepared, rate) + named_sets_seconds(config, rate)
     evaluations = evaluation_points(config, plan.total_steps) if per_evaluation else 0
     saves = save_points(config, plan.total_steps)
     return RunTime(STARTUP_S, steps, evaluations * per_evaluation, saves * SAVE_S, evaluations, saves)
+
+
+def anchor_seconds(config: CommonConfig, rate: speed.Speeds, total_steps: int) -> float:
+    """What an anchor adds to the steps: `anchor.rows` chats trained every step, and each chat the run uses scored
+    once by the base model the first time (a sampling prefill and a top-K pass: two forwards without gradients).
+    0 without an anchor, or with one the check refuses (the check names it; the estimate leaves it out)."""
+    from cookbook_engine import renderers
+    from cookbook_engine.data.loading import DatasetError
+    from cookbook_engine.training import anchor
+
+    try:
+        chats = anchor.conversations(config)
+    except DatasetError:
+        return 0.0
+    if not chats:
+        return 0.0
+    renderer = renderers.get_renderer(config.renderer, models.load_tokenizer(config.model))
+    tokens = [len(renderer.build_supervised_example(chat, "last_assistant_message")[0]) for chat in chats]
+    rows = min(config.anchor.rows, len(chats))  # type: ignore[attr-defined]
+    used = min(len(chats), rows * total_steps)
+    return (
+        2 * statistics.mean(tokens) * used / rate.eval_tok_s
+        + total_steps * rows * statistics.mean(tokens) / rate.train_tok_s
+    )
 
 
 def step_seconds(config: CommonConfig, prepared: object, plan: LoopPlan, rate: speed.Speeds) -> float:
