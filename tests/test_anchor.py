@@ -81,6 +81,36 @@ class CountingSampler:
         return types.SampleResponse(sequences=[], _topk_prompt_logprobs_list=rows)
 
 
+class RecordingClient:
+    def __init__(self):
+        self.batches: list[list[types.Datum]] = []
+
+    async def forward_backward_async(self, data, loss_fn):
+        self.batches.append(data)
+        return asyncio.get_running_loop().create_future()
+
+
+def test_each_step_asks_for_the_next_steps_scores_as_it_sends_its_own_training():
+    """The base model's scores of step n+1's chats are asked for when step n's anchor pass goes out (on a hosted
+    backend: in the same cycle, not a round trip before step n+1's training)."""
+    examples = [([i, i + 1, i + 2], [0.0, 0.0, 1.0]) for i in range(6)]
+    sampler, client = CountingSampler(), RecordingClient()
+
+    async def two_steps():
+        built = anchor.Anchor(examples, rows=2, coef=1.0, base=sampler)
+        built.prefetch()  # as build() does: the first step's chats
+        await anchor.submit(client, built)
+        await asyncio.sleep(0.01)
+        asked_during_step_1 = [p[0] for p in sampler.prompts]
+        await anchor.submit(client, built)
+        await asyncio.sleep(0.01)
+        return asked_during_step_1
+
+    assert asyncio.run(two_steps()) == [0, 1, 2, 3]
+    assert [p[0] for p in sampler.prompts] == [0, 1, 2, 3, 4, 5]  # each chat scored once
+    assert [[d.model_input.to_ints()[0] for d in batch] for batch in client.batches] == [[0, 1], [2, 3]]
+
+
 def test_a_chat_is_scored_by_the_base_model_the_first_time_a_step_trains_it_and_only_then():
     """A short run pays for the anchor chats it trains, not for the whole set before its first step."""
     examples = [([i, i + 1, i + 2], [0.0, 0.0, 1.0]) for i in range(5)]

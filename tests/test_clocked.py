@@ -259,3 +259,18 @@ def test_off_policy_sampling_drops_groups_older_than_max_steps_off_policy(home, 
     )
     # steps 2 and 3 trained the re-sampled problems of batches 2 and 3
     assert sorted({row.metrics["problem_batch"] for row in transcripts.itertuples() if row.step >= 2}) == [2, 3]
+
+
+def test_an_anchored_rl_step_still_sends_its_training_in_one_cycle(home, default_model_ready, mixed_rewards):
+    """RL's default anchor (training/anchor.py) adds a forward_backward on its chats to each step's training cycle,
+    and the base model's scoring of the next step's chats goes out in that same cycle (prefetched), so a hosted
+    run's step costs no extra round trip for it."""
+    stats, run_id = run_rl(rl_config(anchor=RLAnchorConfig(rows=2)))
+    per_step = rl_cycles_per_step(stats)
+    print(f"anchored synchronous RL: {per_step:.2f} cycles/step; cycles {stats.cycle_log}")
+    training_cycles = [sorted(methods) for _, methods in stats.cycle_log if "optim_step" in methods]
+    expected = ["forward_backward", "forward_backward", "optim_step", "save_weights_and_get_sampling_client"]
+    assert training_cycles == [sorted([*expected, "sample", "sample"])] * 3  # one request per anchor chat
+    assert per_step <= 4.34  # as without the anchor
+    kl = Store.default().get_metrics(run_id, ["anchor/kl"])
+    assert len(kl) == 3 and kl.value.iloc[0] == pytest.approx(0.0, abs=1e-3)

@@ -61,8 +61,9 @@ def anchor_dataset(config: CommonConfig) -> str:
 class Anchor:
     """A run's anchor chats (rendered) and, for those scored so far, their datums (top-K targets weighted by coef x
     the base model's probabilities) and the base model's log-probs of those targets (for anchor/kl). A chat is
-    scored by the base model the first time a step trains it, so a run pays for the chats it uses, spread over its
-    steps, not for the whole set before its first step (292 chats: about a minute on a 2-core CPU)."""
+    scored by the base model once, before the first step that trains it (asked for while the step before trains:
+    `prefetch`), so a run pays for the chats it uses, spread over its steps, not for the whole set before its first
+    step (292 chats: about a minute on a 2-core CPU)."""
 
     examples: list[tuple[list[int], list[float]]]  # (tokens, loss weights) per chat
     rows: int
@@ -72,15 +73,33 @@ class Anchor:
     data: dict[int, types.Datum] = field(default_factory=dict)
     base_logprobs: dict[int, np.ndarray] = field(default_factory=dict)  # per datum, (N, K); 0 where no weight
 
+    _prefetch: asyncio.Task | None = field(default=None, init=False, repr=False)  # the next step's chats, scoring
+
     def next_batch(self) -> list[int]:
         """Indices of the chats the next optimizer step trains: the rows taken in turn, wrapping around."""
-        indices = [(self.cursor + i) % len(self.examples) for i in range(min(self.rows, len(self.examples)))]
+        indices = self.upcoming()
         self.cursor += len(indices)
         return indices
+
+    def upcoming(self) -> list[int]:
+        """The indices next_batch will give, without taking them."""
+        return [(self.cursor + i) % len(self.examples) for i in range(min(self.rows, len(self.examples)))]
+
+    def prefetch(self) -> None:
+        """Start scoring the next step's chats now, so that the step finds them scored: on a hosted backend the
+        request goes out with this step's training requests instead of costing the next step a round trip."""
+        if self.base is not None and self._prefetch is None and any(i not in self.data for i in self.upcoming()):
+            self._prefetch = asyncio.ensure_future(self.datums(self.upcoming()))
 
     async def datums(self, indices: list[int]) -> list[types.Datum]:
         """The datums of these chats, scoring by the base model (one request each, sent together) those not yet
         scored."""
+        if self._prefetch is not None and not self._prefetch.done() and asyncio.current_task() is not self._prefetch:
+            await self._prefetch
+        if self._prefetch is not None and self._prefetch.done():
+            prefetched, self._prefetch = self._prefetch, None
+            if not prefetched.cancelled():  # cancelled: its event loop ended (the chats are scored again below)
+                prefetched.result()  # its failure (a backend error) is this step's
         missing = sorted({i for i in indices if i not in self.data})
         if missing:
             if self.base is None:
@@ -116,7 +135,9 @@ async def build(config: CommonConfig, service: ServiceClient, start_step: int = 
         tokens, weights = renderer.build_supervised_example(chat, "last_assistant_message")
         examples.append((list(tokens), list(weights)))
     settings = config.anchor  # type: ignore[attr-defined]
-    return Anchor(examples, settings.rows, settings.coef, base, cursor=start_step * settings.rows)
+    anchor = Anchor(examples, settings.rows, settings.coef, base, cursor=start_step * settings.rows)
+    anchor.prefetch()  # the first step's chats, scored while its rollouts or batch are on their way
+    return anchor
 
 
 def datum_toward(
@@ -192,4 +213,5 @@ async def submit(client: TrainingClient, anchor: Anchor | None) -> AnchorPass | 
         return None
     indices = anchor.next_batch()
     future = await client.forward_backward_async(await anchor.datums(indices), "cross_entropy")
+    anchor.prefetch()
     return AnchorPass(anchor, indices, future)
