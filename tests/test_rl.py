@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 from tinker import types
 
-from cookbook_engine import models, renderers
+from cookbook_engine import cli, models, renderers
 from cookbook_engine.config import ConfigError, RLConfig, parse_overrides, to_command, validate
 from cookbook_engine.data import loading as datasets
 from cookbook_engine.evals import sets, stats
+from cookbook_engine.evals.retention import retention_loss
 from cookbook_engine.rl import arithmetic, envs, loop, suggested
 from cookbook_engine.rl.advantages import centered_advantages, is_constant
 from cookbook_engine.rl.data import datum_from_rollout, for_training, sample_train_metrics
@@ -26,6 +27,7 @@ from cookbook_engine.rl.types import Rollout, RolloutGroup
 from cookbook_engine.runs import RunManager, preflight
 from cookbook_engine.training.learning_rate import learning_rate, learning_rate_with_reason
 from storage import Store
+from storage.evals import EvalStore
 
 
 @pytest.fixture(scope="module")
@@ -323,6 +325,8 @@ def test_prepare_summarises_the_env():
 
 
 SHORT_STEPS = 10
+RETENTION_FIRST = 100
+RL_SHORT_RETENTION = 0.9  # the short default run kept 0.96 of the first 100 (2026-11-27); a loss of 10 or more fails
 
 
 def held_out_correct(store: Store, run_id: str) -> list[tuple[int, float]]:
@@ -396,10 +400,15 @@ def test_every_rollout_is_stored_and_a_cancelled_run_resumes_where_it_stopped(ho
 
 
 @pytest.mark.slow
-def test_a_short_default_rl_run_raises_held_out_two_digit_accuracy_beyond_the_interval(home, default_model_ready):
+def test_a_short_default_rl_run_raises_held_out_two_digit_accuracy_beyond_the_interval(
+    home, default_model_ready, capsys
+):
     """The default settings (rl/suggested.py), cut to SHORT_STEPS steps with the curriculum compressed to match,
     on the first 50 held-out two-digit sums: the trained model's greedy accuracy is above the base model's 95%
-    interval. (The full default run and its 100-problem evaluation are in docs/DEFAULTS.md.)"""
+    interval; and, anchored to the base model as the default is, it keeps the ordinary answers it gave (the first
+    RETENTION_FIRST of builtin:retention). What the retention check guards is the measured state, not issue 23's
+    target (no loss at all): see RL_SHORT_RETENTION. (The full default run and its evaluations are in
+    docs/DEFAULTS.md.)"""
     manager = RunManager()
     steps, n = SHORT_STEPS, 50
     config = RLConfig(max_steps=steps, eval_every=steps, num_eval_problems=n, save_every=0, seed=0)
@@ -419,6 +428,18 @@ def test_a_short_default_rl_run_raises_held_out_two_digit_accuracy_beyond_the_in
     assert after > high, f"{after:.2f} is within the base model's interval [{low:.2f}, {high:.2f}]"
     kl = Store.default().get_metrics(run_id, ["optim/kl_sample_train"])["value"]
     assert len(kl) > 0 and kl.abs().max() < 0.01  # one substep, on-policy: the trainer sees what the sampler saw
+    anchor_kl = Store.default().get_metrics(run_id, ["anchor/kl"])["value"]
+    assert len(anchor_kl) == steps and anchor_kl.iloc[0] < 0.01  # anchored by default, from the base model
+
+    capsys.readouterr()
+    evals = ["eval", f"models=base,{run_id}", "evals=builtin:retention", f"max_examples={RETENTION_FIRST}", "--json"]
+    assert cli.main(evals) == 0
+    store = EvalStore()
+    examples = store.examples(store.list_jobs()[0]["eval_id"], "builtin:retention")
+    by_model = {m: g.sort_values("idx")["correct"].astype(bool).tolist() for m, g in examples.groupby("model")}
+    kept = retention_loss(by_model.pop("base"), next(iter(by_model.values())))
+    print(f"RL arithmetic, {steps} steps: retention (first {RETENTION_FIRST}) {kept}")
+    assert kept["trained"] >= RL_SHORT_RETENTION, kept
 
 
 @pytest.mark.slow
