@@ -1,8 +1,9 @@
 """DPO: pairs from every supported layout become datums scored on the reply only, bad input fails before a run
 exists, and (slow) on the real default model a short run on builtin:concise-prefs makes the model prefer correct
 answers on held-out pairs where style and length cannot tell (builtin:prefs-style-controlled) by more than the
-intervals, while a run started from an SL checkpoint records its parent and uses that checkpoint as its
-reference."""
+intervals, loses no more on kinds it never trained (builtin:prefs-unseen-kinds) and keeps most ordinary answers
+(builtin:retention) than measured, while a run started from an SL checkpoint records its parent and uses that
+checkpoint as its reference."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from cookbook_engine.cli import main
 from cookbook_engine.config import DPOConfig, SLConfig, parse_overrides
 from cookbook_engine.data import loading as datasets
 from cookbook_engine.dpo import data as dpo_data
+from cookbook_engine.evals.retention import retention_loss
 from cookbook_engine.runs import RunManager, preflight
 from cookbook_engine.training.learning_rate import learning_rate
 from storage import Store
@@ -123,12 +125,20 @@ def metric_by_step(store: Store, run_id: str, name: str) -> dict[int, float]:
 
 SHORT_STEPS = 14  # half the default run (one epoch of builtin:concise-prefs, suggested.MEASURED)
 STYLE_EXAMPLES = 100  # the first 100 of builtin:prefs-style-controlled: every kind of question (its order is mixed)
+# What the half-length default run keeps, as guards of the measured state, not issue 23's targets: on 2026-11-27
+# (22:28) it kept 0.88 of the first 100 retention questions and read 0.630 -> 0.610 on the first 100 pairs of kinds
+# it never trained (the full run: 0.642 -> 0.681 on 204; a run that learned a heuristic of its own kinds instead
+# went 0.642 -> 0.583, docs/DEFAULTS.md).
+DPO_SHORT_RETENTION = 0.8
+DPO_SHORT_UNSEEN_SLACK = 0.05
 
 
 @pytest.mark.slow
 def test_short_default_dpo_run_prefers_correct_answers_when_style_cannot_tell(home, default_model_ready, capsys):
     """Half the default run, then `cookbook eval models=base,RUN`: on held-out pairs whose answers are the same sentence
-    but for the answer, the trained model's strict accuracy is above the base model's by more than the intervals."""
+    but for the answer, the trained model's strict accuracy is above the base model's by more than the intervals; on
+    pairs of kinds it never trained it is no worse than the base model beyond a small slack, and it keeps at least
+    DPO_SHORT_RETENTION of the first retention questions."""
     manager = RunManager()
     config = DPOConfig(max_steps=SHORT_STEPS, eval_every=SHORT_STEPS, save_every=0)  # the measured rate (auto)
     started = time.perf_counter()
@@ -147,17 +157,27 @@ def test_short_default_dpo_run_prefers_correct_answers_when_style_cannot_tell(ho
     for name in ("dpo_loss", "accuracy", "margin", "chosen_reward", "rejected_reward"):
         assert frame.dropna(subset=[name])["step"].tolist() == list(range(SHORT_STEPS)), name
 
-    assert (
-        main(
-            ["eval", f"models=base,{run_id}", "evals=builtin:prefs-style-controlled", f"max_examples={STYLE_EXAMPLES}"]
-        )
-        == 0
-    )
+    evals = "builtin:prefs-style-controlled,builtin:prefs-unseen-kinds,builtin:retention"
+    assert main(["eval", f"models=base,{run_id}", f"evals={evals}", f"max_examples={STYLE_EXAMPLES}"]) == 0
     capsys.readouterr()
     [job] = EvalStore().list_jobs()
     metrics = EvalStore().metrics([job["eval_id"]])
-    metrics = metrics[metrics["metric"] == "accuracy"].set_index("model")
-    base, trained = metrics.loc["base"], metrics.loc[f"{run_id}@{SHORT_STEPS}"]
+    metrics = metrics[metrics["metric"] == "accuracy"]
+    by_set = {name: frame.set_index("model") for name, frame in metrics.groupby("eval_set")}
+    unseen = by_set["builtin:prefs-unseen-kinds"]["value"]
+    examples = EvalStore().examples(job["eval_id"], "builtin:retention")
+    by_model = {m: g.sort_values("idx")["correct"].astype(bool).tolist() for m, g in examples.groupby("model")}
+    kept = retention_loss(by_model.pop("base"), next(iter(by_model.values())))
+    trained_name = f"{run_id}@{SHORT_STEPS}"
+    print(
+        f"DPO {SHORT_STEPS} steps: prefs-unseen-kinds {unseen['base']:.3f} -> {unseen[trained_name]:.3f}; "
+        f"retention (first {STYLE_EXAMPLES}) {kept}"
+    )
+    # the measured state, not issue 23's targets (+10 points on unseen kinds, no retention loss): docs/DEFAULTS.md
+    assert unseen[trained_name] >= unseen["base"] - DPO_SHORT_UNSEEN_SLACK
+    assert kept["trained"] >= DPO_SHORT_RETENTION, kept
+    metrics = by_set["builtin:prefs-style-controlled"]
+    base, trained = metrics.loc["base"], metrics.loc[trained_name]
     print(
         f"DPO {SHORT_STEPS} steps in {minutes:.1f} min: prefs-style-controlled accuracy base {base['value']:.3f} "
         f"[{base['low']:.3f}, {base['high']:.3f}] -> {trained['value']:.3f} [{trained['low']:.3f}, "
