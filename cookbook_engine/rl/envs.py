@@ -16,7 +16,7 @@ sandbox's error).
   numeric grader's rule (rl/text_graders.py: "85", "47 + 38 = 85", "The answer is 85"; a hedge such as "84 or 85"
   scores 0 and is marked hedged). The problems
   are rl/arithmetic.py's: a fixed held-out set of two-digit problems (the built-in eval set `builtin:arithmetic`)
-  and a training curriculum whose operands grow from 1..20 to 1..99 over the first half of the run, never drawing a
+  and a training curriculum whose operands grow from 1..20 to 1..99 over the first quarter of the run, never drawing a
   held-out problem.
 - code: rl/code_problems.py's built-in problems and fixed train/test split; the reply's code runs in the sandbox.
 - calculator: multi-turn (rl/multi_turn.py): two-digit products the model may work out by calling the calculator
