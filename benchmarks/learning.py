@@ -29,7 +29,7 @@ from pathlib import Path
 
 import common
 
-from cookbook_engine.evals.retention import retention_loss
+from cookbook_engine.evals.retention import retention_of_job
 
 RETENTION = "builtin:retention"
 RL_TARGET_LOW = 0.6  # the RL target's interval: its low end on the fresh sums must reach this too
@@ -128,12 +128,7 @@ def evaluate(run_id: str, default: Default, home: Path) -> dict[str, dict]:
             "n": row["n"],
             "by_reference": mine.groupby("reference")["correct"].mean().to_dict(),
         }
-    kept = store.examples(eval_id, RETENTION)
-    by_model = {
-        model: group.sort_values("idx")["correct"].astype(bool).tolist() for model, group in kept.groupby("model")
-    }
-    base = by_model.pop("base")
-    found["retention"] = retention_loss(base, next(iter(by_model.values())))
+    found["retention"] = retention_of_job(store.examples(eval_id, RETENTION))
     return found
 
 

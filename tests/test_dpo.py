@@ -18,7 +18,7 @@ from cookbook_engine.cli import main
 from cookbook_engine.config import DPOConfig, SLConfig, parse_overrides
 from cookbook_engine.data import loading as datasets
 from cookbook_engine.dpo import data as dpo_data
-from cookbook_engine.evals.retention import retention_loss
+from cookbook_engine.evals.retention import retention_of_job
 from cookbook_engine.runs import RunManager, preflight
 from cookbook_engine.training.learning_rate import learning_rate
 from storage import Store
@@ -166,8 +166,7 @@ def test_short_default_dpo_run_prefers_correct_answers_when_style_cannot_tell(ho
     by_set = {name: frame.set_index("model") for name, frame in metrics.groupby("eval_set")}
     unseen = by_set["builtin:prefs-unseen-kinds"]["value"]
     examples = EvalStore().examples(job["eval_id"], "builtin:retention")
-    by_model = {m: g.sort_values("idx")["correct"].astype(bool).tolist() for m, g in examples.groupby("model")}
-    kept = retention_loss(by_model.pop("base"), next(iter(by_model.values())))
+    kept = retention_of_job(examples)
     trained_name = f"{run_id}@{SHORT_STEPS}"
     print(
         f"DPO {SHORT_STEPS} steps: prefs-unseen-kinds {unseen['base']:.3f} -> {unseen[trained_name]:.3f}; "

@@ -99,3 +99,19 @@ def test_replay_rows_keep_the_base_models_whole_replies_not_the_retention_budget
     lengths = [len(tokenizer.encode(r["reply"], add_special_tokens=False)) for r in replay]
     assert sum(n > retention.MAX_TOKENS for n in lengths) >= len(replay) // 3
     assert max(lengths) <= retention.REPLAY_MAX_TOKENS
+
+
+def test_a_jobs_retention_rows_pair_each_question_with_itself_whatever_their_order():
+    """retention_of_job pairs the base model's and the trained model's answers to one question (by idx), however
+    the store returns the rows: a model that answers exactly as the base did has a loss interval of [0, 0] (paired
+    the wrong way, the same answers would give a wide one), and losing both answers the base got right loses 1/2."""
+    import pandas as pd
+
+    answers = {0: True, 1: False, 2: True, 3: False}
+    rows = [("base", i, answers[i]) for i in (0, 1, 2, 3)] + [("run@3", i, answers[i]) for i in (1, 0, 3, 2)]
+    examples = pd.DataFrame(rows, columns=["model", "idx", "correct"])
+    same = retention.retention_of_job(examples)
+    assert (same["base"], same["trained"], same["n"], same["loss"]) == (0.5, 0.5, 4, 0)
+    assert (same["low"], same["high"], same["kept"]) == (0, 0, True)
+    lost = retention.retention_of_job(examples.assign(correct=[answers[i] for i in (0, 1, 2, 3)] + [False] * 4))
+    assert lost["loss"] == 0.5 and lost["high"] > 0

@@ -18,7 +18,7 @@ from cookbook_engine import cli, models, renderers
 from cookbook_engine.config import ConfigError, RLConfig, parse_overrides, to_command, validate
 from cookbook_engine.data import loading as datasets
 from cookbook_engine.evals import sets, stats
-from cookbook_engine.evals.retention import retention_loss
+from cookbook_engine.evals.retention import retention_of_job
 from cookbook_engine.rl import arithmetic, envs, loop, suggested
 from cookbook_engine.rl.advantages import centered_advantages, is_constant
 from cookbook_engine.rl.data import datum_from_rollout, for_training, sample_train_metrics
@@ -436,8 +436,7 @@ def test_a_short_default_rl_run_raises_held_out_two_digit_accuracy_beyond_the_in
     assert cli.main(evals) == 0
     store = EvalStore()
     examples = store.examples(store.list_jobs()[0]["eval_id"], "builtin:retention")
-    by_model = {m: g.sort_values("idx")["correct"].astype(bool).tolist() for m, g in examples.groupby("model")}
-    kept = retention_loss(by_model.pop("base"), next(iter(by_model.values())))
+    kept = retention_of_job(examples)
     print(f"RL arithmetic, {steps} steps: retention (first {RETENTION_FIRST}) {kept}")
     assert kept["trained"] >= RL_SHORT_RETENTION, kept
 

@@ -14,7 +14,7 @@ import json
 import pytest
 
 from cookbook_engine import cli
-from cookbook_engine.evals.retention import retention_loss
+from cookbook_engine.evals.retention import retention_of_job
 from storage import Store
 from storage.evals import EvalStore
 
@@ -34,9 +34,7 @@ def test_the_sft_demo_learns_its_facts_and_keeps_most_of_what_the_model_knew(hom
 
     store = EvalStore()
     examples = store.examples(store.list_jobs()[0]["eval_id"], "builtin:retention")
-    by_model = {m: g.sort_values("idx")["correct"].astype(bool).tolist() for m, g in examples.groupby("model")}
-    base = by_model.pop("base")
-    kept = retention_loss(base, next(iter(by_model.values())))
+    kept = retention_of_job(examples)
     print(f"SFT demo: facts-probes {probes['value']:.3f}; retention (first {RETENTION_FIRST}) {kept}")
     assert kept["base"] >= 0.95  # robust base answers: the evaluator's own path agrees with the set's builder
     assert kept["trained"] >= 0.80, kept

@@ -33,6 +33,7 @@ __all__ = [
     "replay_rows",
     "retention_items",
     "retention_loss",
+    "retention_of_job",
 ]
 
 MAX_TOKENS = 24  # the reply budget: the base model names the answer early or not at all
@@ -80,3 +81,14 @@ def retention_loss(base: list[bool], trained: list[bool]) -> dict:
         "high": high,
         "kept": low <= 0,
     }
+
+
+def retention_of_job(examples) -> dict:
+    """retention_loss of one evaluation job's builtin:retention rows (what `EvalStore.examples(eval_id,
+    "builtin:retention")` returns), which scored the base model (named "base") and one trained model."""
+    by_model = {
+        model: rows.sort_values("idx")["correct"].astype(bool).tolist() for model, rows in examples.groupby("model")
+    }
+    base = by_model.pop("base")
+    [trained] = by_model.values()
+    return retention_loss(base, trained)
