@@ -10,7 +10,8 @@ share of that fact's unseen wordings answered right), since its target is per fa
 depend on the machine and its load (recorded with the results).
 
 The table also replaces the one between the `learning-table` markers in benchmarks/README.md (with the date, the
-machine and the load), so the README shows the latest full run; `--only` runs leave the README alone.
+machine and the load), so the README shows the latest full run; `--only` runs leave the README and
+results/learning.json alone and write results/learning-<parts>.json (e.g. learning-rl.json).
 
 Run: .venv/bin/python benchmarks/learning.py [--only sft,dpo,rl]
 """
@@ -234,9 +235,11 @@ def main() -> None:
         "met",
     ]
     common.print_table("Built-in defaults: held-out accuracy before and after (95% intervals)", header, rows)
-    common.write_result("learning", payload)
     if {d.key for d in DEFAULTS} <= set(args.only.split(",")):
+        common.write_result("learning", payload)
         write_readme_table(markdown_table(header, rows, common.machine(), payload["load_average_start"]))
+    else:  # a part of the report: its own file, so the last full report's results stay whole
+        common.write_result("learning-" + "-".join(sorted(payload.keys() - {"load_average_start"})), payload)
 
 
 if __name__ == "__main__":

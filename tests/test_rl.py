@@ -173,6 +173,19 @@ def test_arithmetic_curriculum_grows_operands_to_cover_the_held_out_range():
     assert min(late_operands) <= low and max(late_operands) >= high  # the held-out range is covered
     assert sum(p.a >= 10 and p.b >= 10 for p in late) / len(late) > 0.7  # mostly two-digit once ramped up
     assert {p.op for p in late} == set(arithmetic.TRAIN_OPS) >= set(arithmetic.HELD_OUT_OPS)
+
+
+def test_arithmetic_curriculum_trains_mostly_on_sums_that_carry():
+    """The trained model's wrong answers were nearly all a missed carry, so each step's sums are CARRY_SHARE carrying
+    ones, where uniformly drawn two-digit sums carry under half the time (the fresh evaluation set's share)."""
+    assert arithmetic.ArithmeticProblem(38, "+", 24).carries and not arithmetic.ArithmeticProblem(31, "+", 24).carries
+    assert not arithmetic.ArithmeticProblem(38, "-", 24).carries
+    total, count = 36, 8
+    for step in (0, total // 2, total - 1):
+        sums = [p for p in arithmetic.training_problems(3, step, total, count) if p.op == "+"]
+        assert sum(p.carries for p in sums) == round(arithmetic.CARRY_SHARE * count)
+    fresh = arithmetic.fresh_problems("+", *arithmetic.TWO_DIGITS)
+    assert 0.35 < sum(p.carries for p in fresh) / len(fresh) < 0.55 < arithmetic.CARRY_SHARE
     setup = envs.build_env(RLConfig(max_steps=0, num_epochs=2), renderer=None)
     prepared = loop.PreparedRL(setup, "auto", None, 0)
     assert loop.plan(RLConfig(max_steps=0, num_epochs=2), prepared).total_steps == 2 * arithmetic.STEPS_PER_EPOCH

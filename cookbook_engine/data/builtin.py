@@ -1084,8 +1084,8 @@ SUMS_PER_STEP = 8
 
 
 def sums_rows() -> list[dict]:
-    """The RL default's training problems (seed 0), step by step: operands growing from 1..20 to 1..99, never a sum
-    of builtin:arithmetic or builtin:arithmetic-fresh. The prompt is the env's own question."""
+    """The RL default's training problems (seed 0), step by step: operands growing from 1..20 to 1..99, three in four
+    carrying, never a sum of builtin:arithmetic or builtin:arithmetic-fresh. The prompt is the env's own question."""
     from cookbook_engine.rl import arithmetic
 
     return [

@@ -16,8 +16,8 @@ sandbox's error).
   numeric grader's rule (rl/text_graders.py: "85", "47 + 38 = 85", "The answer is 85"; a hedge such as "84 or 85"
   scores 0 and is marked hedged). The problems
   are rl/arithmetic.py's: a fixed held-out set of two-digit problems (the built-in eval set `builtin:arithmetic`)
-  and a training curriculum whose operands grow from 1..20 to 1..99 over the first quarter of the run, never drawing a
-  held-out problem.
+  and a training curriculum whose operands grow from 1..20 to 1..99 over the first quarter of the run, three in four
+  of its sums carrying, never drawing a held-out problem.
 - code: rl/code_problems.py's built-in problems and fixed train/test split; the reply's code runs in the sandbox.
 - calculator: multi-turn (rl/multi_turn.py): two-digit products the model may work out by calling the calculator
   tool (`<calc>47 * 38</calc>`, its result fed back), the reward on the final answer; needs max_turns.
@@ -251,7 +251,8 @@ def arithmetic_setup(config: RLConfig, renderer) -> EnvSetup:
     start = arithmetic.operand_bound(0, total)
     description = (
         f"arithmetic: fresh problems each step, operands growing from 1..{start}"
-        f" to 1..99 over the first {arithmetic.CURRICULUM_RAMP:.0%} of {total} steps; {len(test)} "
+        f" to 1..99 over the first {arithmetic.CURRICULUM_RAMP:.0%} of {total} steps, {arithmetic.CARRY_SHARE:.0%} of"
+        f" each step's sums carrying; {len(test)} "
         "held-out two-digit problems never trained on"
     )
     largest = [ArithmeticProblem(99, op, 99) for op in arithmetic.TRAIN_OPS]  # for the prompt-length check
