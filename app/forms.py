@@ -39,7 +39,8 @@ TRAIN_ON_LABELS = {
     "all_messages": "All messages",
 }
 RL_ENV_HELP = {
-    "arithmetic": "Built-in additions, fresh each step, operands growing to two digits over the run; reward 1 when "
+    "arithmetic": "Built-in additions, fresh each step, operands growing to two digits over the run, three in four "
+    "carrying into the tens; reward 1 when "
     "the last number in the reply is right. 100 two-digit sums are held out (builtin:arithmetic).",
     "code": "Built-in Python function tasks; the reply's ```python block runs against unit tests in the sandbox.",
     "custom": "Your own prompt/answer file, scored by the grader you pick.",
