@@ -177,11 +177,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="sft,dpo,rl")
     args = parser.parse_args()
+    selected = [default.key for default in DEFAULTS if default.key in args.only.split(",")]
     os.environ.setdefault("COOKBOOK_MODEL_CACHE", str(common.REPO / ".test-cache" / "models"))  # shared with tests
     payload: dict = {"load_average_start": common.load_average()}
     rows = []
     for default in DEFAULTS:
-        if default.key not in args.only.split(","):
+        if default.key not in selected:
             continue
         home = Path(tempfile.mkdtemp(prefix=f"cookbook-learning-{default.key}-"))
         load = common.load_average()
@@ -235,11 +236,11 @@ def main() -> None:
         "met",
     ]
     common.print_table("Built-in defaults: held-out accuracy before and after (95% intervals)", header, rows)
-    if {d.key for d in DEFAULTS} <= set(args.only.split(",")):
+    if len(selected) == len(DEFAULTS):
         common.write_result("learning", payload)
         write_readme_table(markdown_table(header, rows, common.machine(), payload["load_average_start"]))
     else:  # a part of the report: its own file, so the last full report's results stay whole
-        common.write_result("learning-" + "-".join(sorted(payload.keys() - {"load_average_start"})), payload)
+        common.write_result("learning-" + "-".join(selected), payload)
 
 
 if __name__ == "__main__":

@@ -10,10 +10,9 @@ operand sizes grow over the run and that never draws a held-out problem.
   of the run and stays at 99 after: early steps are mostly one-digit problems the model gets right often enough to
   learn the answer format from, the rest cover the whole held-out range. CARRY_SHARE of each step's sums carry in
   the units (7 + 5, 38 + 24), the rest do not: drawn uniformly, under half of them would. A drawn problem that is
-  held out or in
-  builtin:arithmetic-fresh (or is one of those sums with its operands swapped) is drawn again, so no training problem
-  is ever one the evaluations ask. A batch is
-  a pure function of (seed, step, total steps): a resumed run gets the same problems.
+  held out or in builtin:arithmetic-fresh (or is one of those sums with its operands swapped) is drawn again, so no
+  training problem is ever one the evaluations ask. A batch is a pure function of (seed, step, total steps): a
+  resumed run gets the same problems.
 
 Why it looks like this: the first version trained on a <= 12, b <= 9 and was measured on small problems; on
 two-digit sums the model stayed mostly wrong, and late in a run most groups had equal rewards (all right on the
@@ -39,10 +38,11 @@ CURRICULUM_START_MAX = 20  # the operand bound at step 0
 # seeds 0, 1, 2: arithmetic-fresh 0.710, 0.755, 0.595 against 0.650, 0.620, 0.685; docs/DEFAULTS.md): more of the
 # run's steps train on the evaluated range.
 CURRICULUM_RAMP = 0.25
-# The share of each step's sums whose units digits carry (a % 10 + b % 10 >= 10); about 45% of uniformly drawn
-# two-digit sums do. Three quarters (2026-11-28, the anchored default on seeds 0, 1, 2: arithmetic-fresh 0.745,
-# 0.705, 0.675 against 0.710, 0.755, 0.595; docs/DEFAULTS.md): the trained model's wrong answers on fresh sums were
-# nearly all a missed carry ("57 + 49 = 96"), so more of the run's groups are ones it can still get wrong.
+# The share of each step's sums whose units digits carry (a % 10 + b % 10 >= 10); under half of uniformly drawn
+# two-digit sums do (0.475 of builtin:arithmetic-fresh). Three quarters (2026-11-28, the anchored default on seeds
+# 0, 1, 2: arithmetic-fresh 0.745, 0.705, 0.675 against 0.710, 0.755, 0.595; docs/DEFAULTS.md): the trained
+# model's wrong answers on fresh sums were nearly all a missed carry ("57 + 49 = 96"), so more of the run's groups
+# are ones it can still get wrong.
 CARRY_SHARE = 0.75
 STEPS_PER_EPOCH = 25  # with max_steps=0: the run's length is this many steps per epoch
 OPERATIONS = {"+": "add", "-": "subtract", "*": "multiply"}
