@@ -13,7 +13,7 @@ import torch
 from tinker import types
 
 from cookbook_engine import models
-from cookbook_engine.backends import compat, fast_ops, losses, sampler
+from cookbook_engine.backends import compat, fast_ops, losses, packing, sampler
 from cookbook_engine.backends.local import LocalServiceClient
 from cookbook_engine.renderers import get_renderer
 from cookbook_engine.training.common import datum_from_tokens
@@ -174,6 +174,56 @@ def test_packed_training_step_equals_padded_full_logits(trained, data, loss_fn):
         assert fast.shape == ref.shape
         assert torch.allclose(fast, ref, atol=2e-4)
     assert len(fast_grads) == len(ref_grads) > 0
+    worst = max(float((f - r).norm() / r.norm()) for f, r in zip(fast_grads, ref_grads))
+    assert worst < 2e-4, f"relative gradient difference {worst}"
+
+
+def _sharing_a_prompt(tokenizer, loss_fn):
+    """An RL group or DPO pairs as the loops build them: four replies to one question (the prompt unweighted), the
+    last with other targets on its prompt (so its prompt's log-probs are its own), and a chat asking something else."""
+    renderer = get_renderer("auto", tokenizer)
+    question = "Name three colours of the rainbow and say which one is between the other two."
+    replies = ["Red, orange and yellow.", "Blue.", "Orange lies between red and yellow.", "Green, I think."]
+    chats = [(question, reply) for reply in replies] + [("What is the capital of France?", "Paris.")]
+    data = []
+    for index, (q, a) in enumerate(chats):
+        tokens, weights = renderer.build_supervised_example(
+            [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
+        )
+        datum = datum_from_tokens(tokens, weights)
+        targets_T = datum.loss_fn_inputs["target_tokens"].to_torch().clone()
+        weights_T = datum.loss_fn_inputs["weights"].to_torch()
+        if index == 3:
+            targets_T[:5] = (targets_T[:5] + 1) % 49152  # unweighted positions, other targets
+        inputs = {"target_tokens": types.TensorData.from_torch(targets_T)}
+        if loss_fn == "ppo":
+            inputs["logprobs"] = types.TensorData.from_torch(-torch.ones_like(weights_T))
+            inputs["advantages"] = types.TensorData.from_torch(weights_T * (1.0 if index % 2 else -0.5))
+        else:
+            inputs["weights"] = types.TensorData.from_torch(weights_T)
+        data.append(types.Datum(model_input=datum.model_input, loss_fn_inputs=inputs))
+    return data
+
+
+@pytest.mark.parametrize("loss_fn", ["cross_entropy", "ppo"])
+def test_data_sharing_a_prompt_run_it_once_and_train_as_if_apart(trained, tokenizer, loss_fn, monkeypatch):
+    """The packed row holds the question once for its four replies (packing.py), and the losses, log-probs and
+    gradients are still those of every datum run alone through the plain modules."""
+    data = _sharing_a_prompt(tokenizer, loss_fn)
+    rows = []
+    pack = packing.pack
+    monkeypatch.setattr(packing, "pack", lambda *args: rows.append(pack(*args)) or rows[-1])
+    fast_loss, fast_lp, fast_grads = _fast(trained, data, loss_fn)
+    total = sum(d.model_input.length for d in data)
+    key = "weights" if loss_fn == "cross_entropy" else "advantages"
+    prompt = int(data[0].loss_fn_inputs[key].to_torch().nonzero()[0, 0])  # the positions the loss does not use
+    assert len(rows) == 1 and len(rows[0].ids) == total - 3 * prompt > 0
+    assert sum(1 for segment in rows[0].segments if segment.context_end > segment.context_start) == 4
+    ref_loss, ref_lp, ref_grads = _reference(trained, data, loss_fn)
+    assert fast_loss == pytest.approx(ref_loss, rel=1e-5, abs=1e-4)
+    for fast, ref in zip(fast_lp, ref_lp):
+        assert fast.shape == ref.shape
+        assert torch.allclose(fast, ref, atol=2e-4)
     worst = max(float((f - r).norm() / r.norm()) for f, r in zip(fast_grads, ref_grads))
     assert worst < 2e-4, f"relative gradient difference {worst}"
 

@@ -10,7 +10,8 @@ Four things, each computing the same numbers as the straightforward path (up to 
   x W^T + s (x A^T) B^T as one autograd op on oneDNN (gradients for x, A, B), instead of four modules and two adds.
 - **Packed sequences without padding.** `packed_logprobs` runs a micro-batch as one row of all its sequences'
   tokens: the matmuls see every token once and no padding, and attention runs per sequence (causal SDPA on each
-  sequence's slice, through transformers' attention-function registry), so a sequence never sees another.
+  sequence's slice, through transformers' attention-function registry), so a sequence never sees another. Sequences
+  that begin with the same unweighted prompt (an RL group, a DPO pair) hold it once in the row (packing.py).
 - **The LM head only where a gradient is needed.** Log-probabilities of the targets come from chunked
   logits and an accurate log-sum-exp; rows whose loss weight is zero are scored without autograd, and the rows that
   need a gradient go through `_HeadLogprobs`, whose backward reuses the saved exponentials in place.
@@ -25,6 +26,8 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+
+from cookbook_engine.backends import packing
 
 PACKED_ATTENTION = "cookbook_packed"
 HEAD_CHUNK_ROWS = 128  # logits chunk of 128 x 49k fp32 = 25 MB: below glibc's mmap threshold, so no page faults
@@ -287,22 +290,42 @@ def _fast_lora_class(lora_linear: Any) -> type:  # Any: peft's class, subclassed
 
 
 def _packed_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    """Causal attention per sequence of a packed row. query (1, H, N, hd), key/value (1, KVH, N, hd)."""
-    bounds = kwargs["packed_bounds"]
+    """Causal attention per segment of a packed row (packing.Segment), a segment after a shared prefix also
+    attending to all of that prefix. query (1, H, N, hd), key/value (1, KVH, N, hd)."""
+    segments = kwargs["packed_segments"]
     gqa = query.shape[1] != key.shape[1]
-    pieces = [
-        F.scaled_dot_product_attention(
-            query[:, :, start:end],
-            key[:, :, start:end],
-            value[:, :, start:end],
-            is_causal=True,
-            scale=scaling,
-            enable_gqa=gqa,
-        )
-        for start, end in bounds
-    ]
+    pieces = []
+    for segment in segments:
+        start, end, context_start, context_end = segment.start, segment.end, segment.context_start, segment.context_end
+        if context_end == context_start:
+            piece = F.scaled_dot_product_attention(
+                query[:, :, start:end],
+                key[:, :, start:end],
+                value[:, :, start:end],
+                is_causal=True,
+                scale=scaling,
+                enable_gqa=gqa,
+            )
+        else:
+            keys = torch.cat([key[:, :, context_start:context_end], key[:, :, start:end]], dim=2)
+            values = torch.cat([value[:, :, context_start:context_end], value[:, :, start:end]], dim=2)
+            piece = F.scaled_dot_product_attention(
+                query[:, :, start:end],
+                keys,
+                values,
+                attn_mask=_after_prefix_mask(end - start, context_end - context_start, query.device),
+                scale=scaling,
+                enable_gqa=gqa,
+            )
+        pieces.append(piece)
     out = pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=2)
     return out.transpose(1, 2).contiguous(), None
+
+
+def _after_prefix_mask(length: int, prefix: int, device) -> torch.Tensor:
+    """(length, prefix + length) bool: every query sees the whole prefix, then its own segment causally."""
+    own_T_T = torch.ones(length, length, dtype=torch.bool, device=device).tril()
+    return torch.cat([torch.ones(length, prefix, dtype=torch.bool, device=device), own_T_T], dim=1)
 
 
 def _register_packed_attention() -> None:
@@ -432,25 +455,59 @@ def head_logprobs(
 
 
 def packed_logprobs(
-    model, inputs: list[list[int]], targets: list[torch.Tensor], grad_rows: list[torch.Tensor | None]
+    model,
+    inputs: list[list[int]],
+    targets: list[torch.Tensor],
+    grad_rows: list[torch.Tensor | None],
+    shared_D: list[int] | None = None,
 ) -> list[torch.Tensor]:
     """Per-sequence log p(target) of a micro-batch run as one packed row. `model` is the causal LM (peft-wrapped or
     not; its adapter state applies as it is); `grad_rows[i]` marks the positions of sequence i that need a
-    gradient (None: none). Gradients are recorded only when grad mode is on."""
-    lengths = [len(tokens) for tokens in inputs]
-    hidden_N_D, weight_V_D = _packed_hidden(model, inputs)
+    gradient (None: none); sequences whose first `shared_D[i]` tokens are the same run them once (packing.py).
+    Gradients are recorded only when grad mode is on."""
+    layout = packing.pack(inputs, shared_D)
+    hidden_R_D, weight_V_D = _packed_hidden_of(model, layout)
     shapes = [tuple(t.shape) for t in targets]
     width = max(t.shape[1] if t.dim() == 2 else 0 for t in targets)  # 0: one target a position everywhere
     if width:  # top-K targets in the micro-batch: every sequence gets K columns (its own target repeated), sliced after
         targets = [widened(t.long(), width) for t in targets]
-    targets_N = torch.cat([t.long() for t in targets])
-    grad_rows_N = None
-    if torch.is_grad_enabled() and any(g is not None for g in grad_rows):
-        grad_rows_N = torch.cat(
-            [g.bool() if g is not None else torch.zeros(n, dtype=torch.bool) for g, n in zip(grad_rows, lengths)]
+    targets = [t.long() for t in targets]
+    with_grad = torch.is_grad_enabled() and any(g is not None for g in grad_rows)
+    grads = [g.bool() if g is not None else torch.zeros(len(x), dtype=torch.bool) for g, x in zip(grad_rows, inputs)]
+    # The LM head's rows: one per sequence position, except that a group's shared positions are scored once where
+    # every member asks the same targets there and none needs a gradient there.
+    entries_D: list[torch.Tensor] = []
+    rows: list[torch.Tensor] = []
+    head_targets: list[torch.Tensor] = []
+    head_grads: list[torch.Tensor] = []
+    prefix_entries: dict[int, torch.Tensor] = {}  # group leader -> the head rows of its shared positions
+    count = 0
+    for i, rows_T in enumerate(layout.rows_D):
+        shared, leader = layout.shared_D[i], layout.leader_D[i]
+        reuse = (
+            leader in prefix_entries
+            and torch.equal(targets[i][:shared], targets[leader][:shared])
+            and not bool(grads[i][:shared].any())
         )
-    logprobs_N = head_logprobs(hidden_N_D, weight_V_D, targets_N, grad_rows_N)
-    pieces = list(logprobs_N.split(lengths))
+        own_from = shared if reuse else 0
+        entries_T = torch.arange(count, count + len(rows_T) - own_from)
+        rows.append(rows_T[own_from:])
+        head_targets.append(targets[i][own_from:])
+        head_grads.append(grads[i][own_from:])
+        count += len(rows_T) - own_from
+        if reuse:
+            entries_T = torch.cat([prefix_entries[leader], entries_T])
+        elif shared and i == leader:
+            prefix_entries[i] = entries_T[:shared]
+        entries_D.append(entries_T)
+    rows_H = torch.cat(rows)
+    hidden_H_D = hidden_R_D if torch.equal(rows_H, torch.arange(hidden_R_D.shape[0])) else hidden_R_D[rows_H]
+    grad_rows_H = torch.cat(head_grads) if with_grad else None
+    logprobs_H = head_logprobs(hidden_H_D, weight_V_D, torch.cat(head_targets), grad_rows_H)
+    if any(layout.shared_D):
+        pieces = [logprobs_H[entries_T] for entries_T in entries_D]
+    else:  # nothing shared: the head's rows are the sequences' positions in order
+        pieces = list(logprobs_H.split([len(tokens) for tokens in inputs]))
     if width:
         pieces = [p[:, : shape[1]] if len(shape) == 2 else p[:, 0] for p, shape in zip(pieces, shapes)]
     return pieces
@@ -476,23 +533,23 @@ def packed_topk(model, inputs: list[list[int]], k: int) -> list[tuple[torch.Tens
 
 
 def _packed_hidden(model, inputs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """The final hidden states of the sequences run as one packed row, (sum of lengths, D), and the LM head's fp32
-    weight. `model` is the causal LM, peft-wrapped or not; its adapter state applies as it is."""
+    """The final hidden states of the sequences run one after another as one packed row, (sum of lengths, D), and
+    the LM head's fp32 weight. `model` is the causal LM, peft-wrapped or not; its adapter state applies as it is."""
+    return _packed_hidden_of(model, packing.pack(inputs))
+
+
+def _packed_hidden_of(model, layout: packing.Packing) -> tuple[torch.Tensor, torch.Tensor]:
+    """The final hidden states of a packed row's tokens, (row length, D), and the LM head's fp32 weight."""
     causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
     decoder = causal_lm.get_decoder()
     weight_V_D = fp32_head_weight(causal_lm.get_output_embeddings())  # bf16 models: the head's cached fp32 copy
-    lengths = [len(tokens) for tokens in inputs]
-    ids_1_N = torch.tensor([[t for tokens in inputs for t in tokens]], dtype=torch.long)
-    positions_1_N = torch.cat([torch.arange(n) for n in lengths])[None]
-    bounds, start = [], 0
-    for n in lengths:
-        bounds.append((start, start + n))
-        start += n
+    ids_1_R = torch.tensor([layout.ids], dtype=torch.long)
+    positions_1_R = torch.tensor([layout.positions], dtype=torch.long)
     with _attention(causal_lm.config, PACKED_ATTENTION):
-        hidden_1_N_D = decoder(
-            input_ids=ids_1_N, position_ids=positions_1_N, use_cache=False, packed_bounds=bounds
+        hidden_1_R_D = decoder(
+            input_ids=ids_1_R, position_ids=positions_1_R, use_cache=False, packed_segments=layout.segments
         ).last_hidden_state
-    return hidden_1_N_D[0], weight_V_D
+    return hidden_1_R_D[0], weight_V_D
 
 
 def widened(targets_T: torch.Tensor, width: int) -> torch.Tensor:

@@ -36,7 +36,7 @@ from tinker import types
 from tinker.lib.public_interfaces.custom_loss import LossHandle
 
 from cookbook_engine import compute_lease, device, models, priority, shutdown
-from cookbook_engine.backends import compat, fast_ops, losses, protocol, sampler, stability
+from cookbook_engine.backends import compat, fast_ops, losses, packing, protocol, sampler, stability
 from cookbook_engine.backends.protocol import ClientFuture, LocalFuture, async_awaiting, async_returning
 from storage.statuses import SessionEnd
 
@@ -723,28 +723,38 @@ class LocalTrainingClient:
         with_grad: bool,
         on_microbatch: Callable[[list[int], list[torch.Tensor]], None] | None = None,
         grad_rows_D: list[torch.Tensor] | None = None,
+        shared_D: list[int] | None = None,
     ) -> list[torch.Tensor]:
         """Per-datum log p(target_tokens) under the current adapter, cut into micro-batches of at most
         MAX_TOKENS_PER_MICROBATCH tokens; `on_microbatch` (indices, logprobs) lets the caller run backward per
         micro-batch so activations of only one micro-batch are alive at a time. `grad_rows_D[i]` (bool per position)
         says where datum i's log-probs need a gradient (None: everywhere); the others come out without one, which
-        the packed path uses to skip their LM-head backward."""
+        the packed path uses to skip their LM-head backward. `shared_D[i]`: how many leading positions of datum i
+        the loss does not use, which the packed path runs once for data that begin with the same tokens there."""
         if fast_ops.supports_packed(self._worker.model):
-            return self._logprobs_packed(data, with_grad, on_microbatch, grad_rows_D)
+            return self._logprobs_packed(data, with_grad, on_microbatch, grad_rows_D, shared_D)
         return self._logprobs_padded(data, with_grad, on_microbatch)
 
-    def _logprobs_packed(self, data, with_grad, on_microbatch, grad_rows_D) -> list[torch.Tensor]:
-        """No padding: each micro-batch is one row of its data's tokens, attention runs per datum (fast_ops)."""
+    def _logprobs_packed(self, data, with_grad, on_microbatch, grad_rows_D, shared_D=None) -> list[torch.Tensor]:
+        """No padding: each micro-batch is one row of its data's tokens (a prompt that several data begin with held
+        once: packing.py), attention runs per datum (fast_ops)."""
+        all_inputs = [datum.model_input.to_ints() for datum in data]
         logprobs_D: list[torch.Tensor | None] = [None] * len(data)
         start = 0
         while start < len(data):
-            end, total = start + 1, data[start].model_input.length
-            while end < len(data) and total + data[end].model_input.length <= MAX_TOKENS_PER_MICROBATCH:
-                total += data[end].model_input.length
-                end += 1
+            end, total, prefixes = start, 0, set()
+            while end < len(data):
+                tokens, shared = all_inputs[end], min(shared_D[end] if shared_D else 0, len(all_inputs[end]) - 1)
+                key = tuple(tokens[:shared]) if shared >= packing.MIN_SHARED else None
+                cost = len(tokens) - shared if key in prefixes else len(tokens)
+                if end > start and total + cost > MAX_TOKENS_PER_MICROBATCH:
+                    break
+                total, end = total + cost, end + 1
+                if key is not None:
+                    prefixes.add(key)
             chunk = list(range(start, end))
             start = end
-            inputs = [data[i].model_input.to_ints() for i in chunk]
+            inputs = [all_inputs[i] for i in chunk]
             targets = [data[i].loss_fn_inputs["target_tokens"].to_torch() for i in chunk]
             grad_rows: list[torch.Tensor | None]
             if not with_grad:
@@ -754,7 +764,8 @@ class LocalTrainingClient:
             else:
                 grad_rows = [grad_rows_D[i] for i in chunk]
             with torch.set_grad_enabled(with_grad):
-                pieces = fast_ops.packed_logprobs(self._worker.model, inputs, targets, grad_rows)
+                shared = [shared_D[i] for i in chunk] if shared_D else None
+                pieces = fast_ops.packed_logprobs(self._worker.model, inputs, targets, grad_rows, shared)
                 if on_microbatch is not None:
                     on_microbatch(chunk, pieces)
             for i, piece in zip(chunk, pieces):
@@ -830,12 +841,17 @@ class LocalTrainingClient:
                 loss.backward()
             total["loss"] += float(loss.detach())
 
-        grad_rows_D = [_grad_rows(loss_fn, datum, loss_fn_config) for datum in data] if backward else None
+        used_rows_D = [_grad_rows(loss_fn, datum, loss_fn_config) for datum in data]
+        shared_D = [_unused_prefix(rows_T) for rows_T in used_rows_D]  # a prompt that data share runs once
         if backward:
             self._worker.model.train()
         try:
             logprobs_D = self._logprobs_D(
-                data, with_grad=backward, on_microbatch=on_microbatch, grad_rows_D=grad_rows_D
+                data,
+                with_grad=backward,
+                on_microbatch=on_microbatch,
+                grad_rows_D=used_rows_D if backward else None,
+                shared_D=shared_D,
             )
         finally:
             self._worker.model.eval()
@@ -1400,6 +1416,12 @@ def _grad_rows(loss_fn: str, datum: types.Datum, config: dict | None = None) -> 
     key = "weights" if loss_fn == "cross_entropy" else "advantages"
     nonzero = datum.loss_fn_inputs[key].to_torch() != 0
     return nonzero.any(dim=-1) if nonzero.dim() == 2 else nonzero  # top-K cross_entropy: any of a position's K
+
+
+def _unused_prefix(used_rows_T: torch.Tensor) -> int:
+    """How many leading positions the loss does not use (all of them when it uses none)."""
+    used = used_rows_T.nonzero()
+    return int(used[0, 0]) if len(used) else len(used_rows_T)
 
 
 def _reject_unsupported(method: str, options: dict) -> None:
