@@ -744,9 +744,9 @@ class LocalTrainingClient:
         while start < len(data):
             end, total, prefixes = start, 0, set()
             while end < len(data):
-                tokens, shared = all_inputs[end], min(shared_D[end] if shared_D else 0, len(all_inputs[end]) - 1)
-                key = tuple(tokens[:shared]) if shared >= packing.MIN_SHARED else None
-                cost = len(tokens) - shared if key in prefixes else len(tokens)
+                tokens = all_inputs[end]
+                key = packing.shared_key(tokens, shared_D[end] if shared_D else 0)
+                cost = len(tokens) - len(key) if key is not None and key in prefixes else len(tokens)  # prompt in row
                 if end > start and total + cost > MAX_TOKENS_PER_MICROBATCH:
                     break
                 total, end = total + cost, end + 1

@@ -50,8 +50,7 @@ def pack(inputs: list[list[int]], shared_D: list[int] | None = None) -> Packing:
     all but the last token) are the same tokens share them."""
     groups: dict[tuple[int, ...], list[int]] = {}  # shared tokens -> the sequences that begin with them
     for i, tokens in enumerate(inputs):
-        shared = min(shared_D[i] if shared_D else 0, len(tokens) - 1)
-        key = tuple(tokens[:shared]) if shared >= MIN_SHARED else (i,)  # (i,): alone, whatever it begins with
+        key = shared_key(tokens, shared_D[i] if shared_D else 0) or (i,)  # (i,): alone, whatever it begins with
         groups.setdefault(key, []).append(i)
 
     layout = Packing([], [], [], [torch.empty(0)] * len(inputs), [0] * len(inputs), list(range(len(inputs))))
@@ -73,6 +72,12 @@ def pack(inputs: list[list[int]], shared_D: list[int] | None = None) -> Packing:
             layout.rows_D[i] = torch.cat([torch.arange(prefix_start, prefix_end), own_T])
             layout.shared_D[i], layout.leader_D[i] = shared, members[0]
     return layout
+
+
+def shared_key(tokens: list[int], shared: int) -> tuple[int, ...] | None:
+    """The leading tokens a sequence may share (at least MIN_SHARED of them, at most all but its last), or None."""
+    shared = min(shared, len(tokens) - 1)
+    return tuple(tokens[:shared]) if shared >= MIN_SHARED else None
 
 
 def _append(layout: Packing, tokens: list[int], first_position: int) -> int:
