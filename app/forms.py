@@ -501,7 +501,8 @@ def _rl_fields(base: cfg.RLConfig, put: Put, env: str) -> None:
     multi_turn = any(name in cfg.MULTI_TURN_ENVS for name in envs.env_names(env))
     rows = [
         ("max_tokens", "temperature", "top_p", "loss_fn"),
-        ("num_substeps", "num_eval_problems", *(("max_turns", "tools") if multi_turn else ())),
+        ("scale_rewards", "num_substeps", "num_eval_problems"),
+        *([("max_turns", "tools")] if multi_turn else []),
     ]
     for row in rows:
         for where, name in zip(st.columns(4), row):

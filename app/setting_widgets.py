@@ -49,6 +49,7 @@ WIDGETS: dict[str, Widget | None] = {
     "temperature": Widget("number", "Temperature"),
     "top_p": Widget("number", "Top-p"),
     "loss_fn": Widget("select", "Loss"),
+    "scale_rewards": Widget("select", "Scale advantages by"),
     "clip_low_threshold": Widget("number", "PPO clip low", key="clip_low"),
     "clip_high_threshold": Widget("number", "PPO clip high", key="clip_high"),
     "num_substeps": Widget("number", "Optimizer substeps", key="substeps"),

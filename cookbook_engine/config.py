@@ -23,6 +23,7 @@ from cookbook_engine.data import mix
 from cookbook_engine.data.loading import DEFAULT_SEED, DEFAULT_TEST_FRACTION, DatasetError
 from cookbook_engine.device import DTYPES
 from cookbook_engine.models import DEFAULT_MODEL
+from cookbook_engine.rl.advantages import SCALE_REWARDS
 from cookbook_engine.rl.multi_turn import MULTI_TURN_ENVS  # episodes of several turns: they need max_turns
 from cookbook_engine.rl.suggested import ARITHMETIC as RL_MEASURED
 from cookbook_engine.rl.tools import TOOLS
@@ -375,6 +376,13 @@ class RLConfig(CommonConfig):
         "importance_sampling",
         choices=RL_LOSSES,
         help="importance_sampling (REINFORCE with importance weights) or ppo (clipped ratios, thresholds below).",
+    )
+    scale_rewards: str = setting(
+        RL_MEASURED.scale_rewards,
+        choices=SCALE_REWARDS,
+        help="none: a sample's advantage is its reward minus its group's mean (tinker-cookbook); group: that divided "
+        "by the group's standard deviation too (GRPO's paper, TRL's default), so a group with one right reply of "
+        "eight weighs more",
     )
     clip_low_threshold: float = setting(
         0.8,

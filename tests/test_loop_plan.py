@@ -159,7 +159,7 @@ def fake_rl_steps(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(rl_loop, "synchronous_step", step)
     monkeypatch.setattr(rl_loop, "evaluate", no_eval)
-    monkeypatch.setattr(rl_loop, "log_step", lambda ctx, step, total, *rest: ctx.progress(step + 1, total))
+    monkeypatch.setattr(rl_loop, "log_step", lambda ctx, config, step, total, *rest: ctx.progress(step + 1, total))
 
 
 CASES = [

@@ -20,7 +20,7 @@ from cookbook_engine.data import loading as datasets
 from cookbook_engine.evals import sets, stats
 from cookbook_engine.evals.retention import retention_of_job
 from cookbook_engine.rl import arithmetic, envs, loop, suggested
-from cookbook_engine.rl.advantages import centered_advantages, is_constant
+from cookbook_engine.rl.advantages import centered_advantages, group_advantages, is_constant
 from cookbook_engine.rl.data import datum_from_rollout, for_training, sample_train_metrics
 from cookbook_engine.rl.metrics import rollout_metrics
 from cookbook_engine.rl.types import Rollout, RolloutGroup
@@ -52,6 +52,28 @@ def test_advantages_are_reward_minus_group_mean_and_constant_groups_are_detected
     assert centered_advantages([1.0, -0.1, 0.0]) == pytest.approx([0.7, -0.4, -0.3])
     assert is_constant([1.0, 1.0, 1.0]) and is_constant([-0.1, -0.1])
     assert not is_constant([1.0, 0.9])
+
+
+def test_scale_rewards_group_divides_by_the_group_std_and_the_loop_trains_with_it():
+    one_right_of_8 = [1.0] + [0.0] * 7
+    assert group_advantages(one_right_of_8, "none") == centered_advantages(one_right_of_8)
+    scaled = group_advantages(one_right_of_8, "group")
+    assert scaled[0] == pytest.approx(0.875 / (7**0.5 / 8), rel=1e-5)  # 2.65: the rare right reply weighs more
+    assert scaled[1:] == pytest.approx([-0.125 / (7**0.5 / 8)] * 7, rel=1e-5) and sum(scaled) == pytest.approx(0)
+    assert group_advantages([1.0, 0.0, 1.0, 0.0], "group") == pytest.approx([1.0, -1.0, 1.0, -1.0], rel=1e-5)
+    groups = [
+        loop.SampledGroup(RolloutGroup([rollout(r) for r in one_right_of_8], []), 0, 0, 0, None),
+        loop.SampledGroup(RolloutGroup([rollout(1.0), rollout(1.0)], []), 0, 0, 1, None),  # all equal: dropped
+    ]
+
+    def trained_advantages(scale: str) -> list[float]:
+        data_D = loop.datums_of(groups, RLConfig(scale_rewards=scale))
+        return [datum.loss_fn_inputs["advantages"].to_numpy()[-1] for datum in data_D]
+
+    assert trained_advantages("none") == pytest.approx(centered_advantages(one_right_of_8))
+    assert trained_advantages("group") == pytest.approx(scaled, rel=1e-5)
+    with pytest.raises(ConfigError, match="scale_rewards"):
+        preflight(parse_overrides("rl", ["scale_rewards=batch"]))
 
 
 def test_a_rollout_becomes_a_shifted_datum_with_sampler_logprobs_advantages_and_mask_on_the_completion():
@@ -307,12 +329,20 @@ def test_a_code_run_says_in_its_log_when_the_sandbox_cannot_isolate_the_network(
 def test_the_default_rl_settings_are_the_measured_ones_and_far_settings_are_named():
     config = RLConfig()
     measured = suggested.ARITHMETIC
-    assert (config.group_size, config.groups_per_batch, config.temperature, config.max_steps, config.max_tokens) == (
+    assert (
+        config.group_size,
+        config.groups_per_batch,
+        config.temperature,
+        config.max_steps,
+        config.max_tokens,
+        config.scale_rewards,
+    ) == (
         measured.group_size,
         measured.groups_per_batch,
         measured.temperature,
         measured.max_steps,
         measured.max_tokens,
+        measured.scale_rewards,
     )
     assert learning_rate(config) == measured.learning_rate  # learning_rate=auto: the measured rate
     assert learning_rate(RLConfig(learning_rate=1e-4)) == 1e-4

@@ -46,7 +46,7 @@ from cookbook_engine.config import MULTI_TURN_ENVS, RLConfig
 from cookbook_engine.data import loading as datasets
 from cookbook_engine.evals.in_training import NamedEvals, PeriodicEvals
 from cookbook_engine.rl import envs, kl, multi_turn
-from cookbook_engine.rl.advantages import centered_advantages, is_constant
+from cookbook_engine.rl.advantages import group_advantages, is_constant
 from cookbook_engine.rl.data import datum_from_rollout, for_training, sample_train_metrics
 from cookbook_engine.rl.metrics import rollout_metrics
 from cookbook_engine.rl.types import EnvGroupBuilder, Rollout, RolloutGroup
@@ -313,13 +313,15 @@ async def sample_group(
     return SampledGroup(group, version, batch, index, builder, attempt)
 
 
-def datums_of(groups: list[SampledGroup]) -> list[types.Datum]:
+def datums_of(groups: list[SampledGroup], config: RLConfig) -> list[types.Datum]:
     """The training datums of the groups whose rewards are not all equal."""
     return [
         datum_from_rollout(rollout, advantage)
         for sampled in groups
         if not is_constant(sampled.group.rewards_G)
-        for rollout, advantage in zip(sampled.group.rollouts_G, centered_advantages(sampled.group.rewards_G))
+        for rollout, advantage in zip(
+            sampled.group.rollouts_G, group_advantages(sampled.group.rewards_G, config.scale_rewards)
+        )
     ]
 
 
@@ -417,7 +419,7 @@ async def synchronous_step(
     )
     metrics = {"time/sample": time.perf_counter() - started}
     started = time.perf_counter()
-    data_D = datums_of(groups)
+    data_D = datums_of(groups, config)
     if data_D:
         trained, sampling_client = await train_on(client, data_D, config, lr, shaping, anchor)
         metrics.update(trained)
@@ -464,7 +466,7 @@ async def streaming_step(
                     raise item
                 minibatch.append(item)
             groups += minibatch
-            data_D = datums_of(minibatch)
+            data_D = datums_of(minibatch, config)
             if data_D and shaping is not None:
                 shaped.append((len(data_D), await shaping(data_D)))
             if data_D:
@@ -584,7 +586,7 @@ async def off_policy_step(
         "async/queued_groups": float(sampler.finished.qsize()),
     }
     started = time.perf_counter()
-    data_D = datums_of(groups)
+    data_D = datums_of(groups, config)
     sampling_client = sampler.client
     if data_D:
         trained, sampling_client = await train_on(client, data_D, config, lr, shaping, anchor)
@@ -621,6 +623,7 @@ def sandbox_note(config: RLConfig) -> str | None:
 
 def log_step(
     ctx: RunContext,
+    config: RLConfig,
     step: int,
     total_steps: int,
     groups: list[SampledGroup],
@@ -630,7 +633,7 @@ def log_step(
     started: float,
 ) -> None:
     groups_P = [sampled.group for sampled in groups]
-    advantages_P = [centered_advantages(group.rewards_G) for group in groups_P]
+    advantages_P = [group_advantages(group.rewards_G, config.scale_rewards) for group in groups_P]
     dropped_P = [is_constant(group.rewards_G) for group in groups_P]
     extra_P = [
         {
@@ -642,7 +645,7 @@ def log_step(
         for sampled in groups
     ]
     ctx.logger.log_transcripts(transcript_rows(step, groups_P, advantages_P, dropped_P, tokenizer, extra_P))
-    data_D = datums_of(groups)
+    data_D = datums_of(groups, config)
     metrics.update(rollout_metrics(groups_P))
     metrics.update(
         {
@@ -732,7 +735,7 @@ async def train(config: RLConfig, ctx: RunContext, prepared: PreparedRL | None =
                 step, setup, client, sampler, sampling_client, config, lr, shaping, anchor
             )
             metrics.update(step_metrics)
-            log_step(ctx, step, total_steps, groups, metrics, lr, tokenizer, step_started)
+            log_step(ctx, config, step, total_steps, groups, metrics, lr, tokenizer, step_started)
             if loop.save_due(step + 1):
                 await loop.save(step + 1)
     finally:
