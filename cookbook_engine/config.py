@@ -566,6 +566,8 @@ def from_dict(kind: str, data: dict) -> CommonConfig:
     values = {k: v for k, v in flat.items() if k in known}
     if values.get("learning_rate") == 0:  # runs saved before learning_rate=auto wrote 0 for "suggested"
         values["learning_rate"] = None
+    if kind == "rl" and "scale_rewards" not in flat:  # RL runs saved before the setting trained without scaling
+        values["scale_rewards"] = "none"
     return build(cls, values)
 
 

@@ -15,7 +15,7 @@ import pytest
 from tinker import types
 
 from cookbook_engine import cli, models, renderers
-from cookbook_engine.config import ConfigError, RLConfig, parse_overrides, to_command, validate
+from cookbook_engine.config import ConfigError, RLConfig, from_dict, parse_overrides, to_command, to_dict, validate
 from cookbook_engine.data import loading as datasets
 from cookbook_engine.evals import sets, stats
 from cookbook_engine.evals.retention import retention_of_job
@@ -74,6 +74,9 @@ def test_scale_rewards_group_divides_by_the_group_std_and_the_loop_trains_with_i
     assert trained_advantages("group") == pytest.approx(scaled, rel=1e-5)
     with pytest.raises(ConfigError, match="scale_rewards"):
         preflight(parse_overrides("rl", ["scale_rewards=batch"]))
+    # a run stored before the setting existed trained without scaling, and resumes so; a stored choice is kept
+    assert from_dict("rl", {"env": "arithmetic", "max_steps": 36}).scale_rewards == "none"
+    assert from_dict("rl", to_dict(RLConfig())).scale_rewards == "group" == RLConfig().scale_rewards
 
 
 def test_a_rollout_becomes_a_shifted_datum_with_sampler_logprobs_advantages_and_mask_on_the_completion():
