@@ -568,6 +568,8 @@ def from_dict(kind: str, data: dict) -> CommonConfig:
         values["learning_rate"] = None
     if kind == "rl" and "scale_rewards" not in flat:  # RL runs saved before the setting trained without scaling
         values["scale_rewards"] = "none"
+    if kind == "rl" and "anchor.dataset" not in flat:  # RL runs saved before the anchor (2026-11-27) had none
+        values["anchor.dataset"] = ""
     return build(cls, values)
 
 

@@ -75,8 +75,9 @@ def test_scale_rewards_group_divides_by_the_group_std_and_the_loop_trains_with_i
     with pytest.raises(ConfigError, match="scale_rewards"):
         preflight(parse_overrides("rl", ["scale_rewards=batch"]))
     # a run stored before the setting existed trained without scaling, and resumes so; a stored choice is kept
-    assert from_dict("rl", {"env": "arithmetic", "max_steps": 36}).scale_rewards == "none"
-    assert from_dict("rl", to_dict(RLConfig())).scale_rewards == "group" == RLConfig().scale_rewards
+    stored_before = from_dict("rl", {"env": "arithmetic", "max_steps": 36})
+    assert stored_before.scale_rewards == "none" and stored_before.anchor.dataset == ""  # nor was it anchored
+    assert from_dict("rl", to_dict(RLConfig())) == RLConfig()
 
 
 def test_a_rollout_becomes_a_shifted_datum_with_sampler_logprobs_advantages_and_mask_on_the_completion():
