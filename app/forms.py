@@ -430,8 +430,12 @@ def settings_form(
             _rl_fields(base, put, values.get("env", base.env))
         elif isinstance(base, cfg.DistillConfig):
             _distill_fields(base, put, values.get("mode", base.mode))
-        with st.expander("Advanced: seed and optimizer"):
-            for row in (("seed", "weight_decay", "grad_clip_norm"), ("beta1", "beta2", "eps")):
+        with st.expander("Advanced: seed, optimizer and LoRA layers"):
+            for row in (
+                ("seed", "weight_decay", "grad_clip_norm"),
+                ("beta1", "beta2", "eps"),
+                ("train_attn", "train_mlp"),
+            ):
                 for where, name in zip(st.columns(3), row):
                     put(where, name)
         with st.expander("Experiment trackers: W&B, MLflow, TensorBoard"):

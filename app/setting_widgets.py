@@ -22,6 +22,8 @@ WIDGETS: dict[str, Widget | None] = {
     "renderer": Widget("select", "Renderer"),
     "name": Widget("text", "Run name (optional)"),
     "lora_rank": Widget("select", "LoRA rank", key="rank"),
+    "train_attn": Widget("checkbox", "LoRA on attention"),
+    "train_mlp": Widget("checkbox", "LoRA on MLP"),
     "learning_rate": Widget("number", "Learning rate"),
     "lr_schedule": Widget("select", "Schedule", key="schedule"),
     "batch_size": Widget("number", "Batch size", key="batch"),

@@ -101,6 +101,12 @@ class CommonConfig:
         options=LORA_RANKS,
         help="Rank of the LoRA adapter",
     )
+    train_attn: bool = setting(
+        True, help="LoRA on the attention projections (q, k, v, o); a run from a checkpoint keeps the checkpoint's"
+    )
+    train_mlp: bool = setting(
+        True, help="LoRA on the MLP projections (gate, up, down); a run from a checkpoint keeps the checkpoint's"
+    )
     learning_rate: float | None = setting(
         None,
         min=0,
@@ -558,6 +564,15 @@ def parse_overrides(kind: str, args: list[str]) -> CommonConfig:
     return build(cls, values)
 
 
+# What a run stored before a setting existed trained with, where today's default differs: (kind, setting) -> value.
+# from_dict fills it in, so such a run resumes and reads as it ran. Add a line whenever a new setting's default
+# changes what a run does.
+BEFORE_IT_EXISTED: dict[tuple[str, str], Any] = {
+    ("rl", "anchor.dataset"): "",  # RL runs stored before the anchor (2026-11-27) had none
+    ("rl", "scale_rewards"): "none",  # RL runs stored before the setting (2026-11-28) did not divide advantages
+}
+
+
 def from_dict(kind: str, data: dict) -> CommonConfig:
     """A stored config (nested sections, or the flat names of runs stored before them); unknown keys are ignored."""
     cls = CONFIG_TYPES[kind]
@@ -566,10 +581,9 @@ def from_dict(kind: str, data: dict) -> CommonConfig:
     values = {k: v for k, v in flat.items() if k in known}
     if values.get("learning_rate") == 0:  # runs saved before learning_rate=auto wrote 0 for "suggested"
         values["learning_rate"] = None
-    if kind == "rl" and "scale_rewards" not in flat:  # RL runs saved before the setting trained without scaling
-        values["scale_rewards"] = "none"
-    if kind == "rl" and "anchor.dataset" not in flat:  # RL runs saved before the anchor (2026-11-27) had none
-        values["anchor.dataset"] = ""
+    for (setting_kind, name), value in BEFORE_IT_EXISTED.items():
+        if setting_kind == kind and name not in flat:
+            values[name] = value
     return build(cls, values)
 
 
@@ -621,6 +635,8 @@ def validate(config: CommonConfig) -> list[str]:
     together."""
     problems = bound_problems(config)
     problems.extend(trackers.problems(config.log_to, config.wandb_project))
+    if not (config.train_attn or config.train_mlp):
+        problems.append("train_attn, train_mlp: both false leaves LoRA nothing to train; set one of them true")
     if config.backend == "local":
         try:
             device.choose(config.device, dtype=config.dtype if config.dtype in DTYPES else "auto")

@@ -1,10 +1,11 @@
-"""Retake the README's screenshots of chat, home, runs and a training run from the real studio, in headless Debian
-chromium via Playwright.
+"""Retake the README's screenshots of the New run form, chat, home, runs and a training run from the real studio,
+in headless Debian chromium via Playwright.
 
-It starts `cookbook studio` on a free localhost port with a fresh studio home, starts an SL run on builtin:facts from
-the New run form (it trains in a child process of the studio), and once the run has trained a while asks the base
-model and the run's latest (live) weights the same question side by side; then it shoots the home page, the runs
-table and the run's page (live header with time left and CPU/RAM) with that run active.
+It starts `cookbook studio` on a free localhost port with a fresh studio home, shoots the New run form as a newcomer
+finds it (its defaults, checked with "Check settings"), starts an SL run on builtin:facts from that form (it trains
+in a child process of the studio), and once the run has trained a while asks the base model and the run's latest
+(live) weights the same question side by side; then it shoots the home page, the runs table and the run's page (live
+header with time left and CPU/RAM) with that run active.
 Screenshots go to docs/screenshots/ (or the folder given with --out). Needs chromium (scripts/browser-deps.sh) and
 about five minutes on a 2-core CPU.
 
@@ -81,6 +82,10 @@ def main() -> int:
         page.goto(f"{url}/new_run")
         page.get_by_role("button", name="Start run").wait_for()
         wait_idle(page)
+        page.get_by_role("button", name="Check settings").click()  # the form as a newcomer finds it, checked
+        page.get_by_text("Ready to start").wait_for(timeout=120_000)
+        wait_idle(page)
+        page.screenshot(path=str(options.out / "new-run.png"), full_page=True)
         page.get_by_label("Run name (optional)", exact=True).fill(run_name)
         set_number(page, "Max steps", 400)
         set_number(page, "Batch size", 8)

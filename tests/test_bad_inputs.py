@@ -80,6 +80,7 @@ def test_cli_refuses_every_corpus_file_in_one_line_and_writes_nothing(home, defa
         (["sl", "model=no-such-org/NoSuchModel-7B"], "NoSuchModel-7B"),
         (["sl", "renderer=klingon"], "renderer 'klingon' is unknown"),
         (["sl", "max_length=16", "overlong=drop"], "no example fits max_length=16"),
+        (["rl", "train_attn=false", "train_mlp=false"], "both false leaves LoRA nothing to train"),
     ],
 )
 def test_cli_refuses_bad_settings_in_one_line_and_writes_nothing(home, default_model_ready, capsys, args, message):

@@ -131,6 +131,19 @@ def test_a_config_stored_with_flat_pipelining_and_clock_names_still_loads():
     assert cfg.parse_overrides("rl", ["clock_period_s=0.2", "stream_minibatch=true"]).clocked.period_s == 0.2
 
 
+def test_a_stored_run_without_a_newer_setting_loads_with_what_it_trained_with_not_todays_default():
+    for (kind, name), before in cfg.BEFORE_IT_EXISTED.items():
+        default = cfg.flat_dict(cfg.CONFIG_TYPES[kind]())[name]
+        assert before != default, f"{kind} {name}: the entry is the default already; remove it"
+        stored = cfg.to_dict(cfg.CONFIG_TYPES[kind]())
+        section, _, leaf = name.rpartition(".")
+        del (stored[section] if section else stored)[leaf]
+        loaded = cfg.from_dict(kind, stored)
+        assert cfg.flat_dict(loaded)[name] == before and cfg.validate(loaded) == []
+        stored_now = cfg.to_dict(cfg.CONFIG_TYPES[kind]())
+        assert cfg.flat_dict(cfg.from_dict(kind, stored_now))[name] == default  # a run stored with it keeps its value
+
+
 def test_the_command_line_of_a_config_starts_the_same_config():
     config = cfg.with_values(
         cfg.RLConfig(),

@@ -403,6 +403,14 @@ def test_sl_runs_end_to_end_through_the_sdk_and_stores_tinker_paths(home, defaul
     assert GOOD_KEY not in cfg.to_command(config) and GOOD_KEY not in cfg.dumps(config)
 
 
+def test_train_attn_and_train_mlp_reach_the_sdks_create_lora_training_client(recorder):
+    secrets.set_session_key(GOOD_KEY)
+    start_training_client(cfg.SLConfig(backend="tinker", lora_rank=8, train_mlp=False), None)
+    start_training_client(cfg.SLConfig(backend="tinker", lora_rank=8), None)
+    created = recorder.kwargs_of("create_lora_training_client")
+    assert [(kw["train_attn"], kw["train_mlp"]) for kw in created] == [(True, False), (True, True)]
+
+
 def test_resume_goes_through_create_training_client_from_state_with_optimizer(recorder):
     secrets.set_session_key(GOOD_KEY)
     config = cfg.SLConfig(backend="tinker")

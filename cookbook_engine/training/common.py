@@ -95,7 +95,13 @@ def start_training_client(
         client, first_step = service.create_training_client_from_state(start).result(), 0
     else:
         client, first_step = (
-            service.create_lora_training_client(config.model, rank=config.lora_rank, seed=config.seed).result(),
+            service.create_lora_training_client(
+                config.model,
+                rank=config.lora_rank,
+                seed=config.seed,
+                train_mlp=config.train_mlp,
+                train_attn=config.train_attn,
+            ).result(),
             0,
         )
     if ctx is not None:
