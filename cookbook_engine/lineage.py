@@ -72,18 +72,25 @@ def describe(stages: list[Stage], base_model: str) -> str:
 
 
 def next_stage(kind: str, run: dict, state_path: str) -> dict:
-    """Settings for a `kind` run (dpo or rl) that starts from `state_path`, a saved state of `run`; for distill, a
-    fresh student on the base model that learns from that checkpoint as its teacher."""
+    """The whole stored config (today's defaults for `kind`, as `config.to_dict` writes it) of a `kind` run (dpo or
+    rl) that starts from `state_path`, a saved state of `run`; for distill, a fresh student on the base model that
+    learns from that checkpoint as its teacher. Whole, so that `config.from_dict` reads today's defaults for what it
+    does not carry, not what runs stored before a setting existed trained with."""
+    from cookbook_engine import config as cfg
+
     if kind not in NEXT_KINDS:
         raise ValueError(f"next stage {kind!r}: choose one of {', '.join(NEXT_KINDS)}")
     if not state_path:
         raise ValueError(f"run {run['run_id']}: this checkpoint has no saved state to start from")
     config = run.get("config") or {}
-    return {
+    carried = {
         "model": run["base_model"],
         "backend": run["backend"],
         "renderer": config.get("renderer", "auto"),
         "lora_rank": config.get("lora_rank", 32),
+        "train_attn": config.get("train_attn", True),  # the checkpoint's LoRA layers (runs before the setting: all)
+        "train_mlp": config.get("train_mlp", True),
         **({"teacher": state_path} if kind == "distill" else {"start_checkpoint": state_path}),
         "name": "",
     }
+    return cfg.to_dict(cfg.with_values(cfg.CONFIG_TYPES[kind](), carried))

@@ -52,6 +52,14 @@ def test_the_next_stage_starts_from_the_checkpoint_with_the_runs_model(home):
     settings = lineage.next_stage("dpo", store.get_run("sft"), "/ckpt/sft/state")
     config = cfg.from_dict("dpo", settings)
     assert config.start_checkpoint == "/ckpt/sft/state" and config.model == "org/Model-1" and config.name == ""
+    assert (config.lora_rank, config.train_attn, config.train_mlp) == (8, True, True)  # the checkpoint's LoRA
+    # an RL run from it starts from today's RL defaults, not from what RL runs stored before a setting had
+    rl = cfg.from_dict("rl", lineage.next_stage("rl", store.get_run("sft"), "/ckpt/sft/state"))
+    assert rl == cfg.with_values(
+        cfg.RLConfig(),
+        {"model": "org/Model-1", "lora_rank": 8, "train_mlp": True, "start_checkpoint": "/ckpt/sft/state"},
+    )
+    assert rl.scale_rewards == cfg.RLConfig().scale_rewards and rl.anchor == cfg.RLConfig().anchor
     with pytest.raises(ValueError, match="choose one of dpo, rl"):
         lineage.next_stage("sl", store.get_run("sft"), "/ckpt/sft/state")
     with pytest.raises(ValueError, match="no saved state"):

@@ -1259,7 +1259,7 @@ class LocalServiceClient:
                 "train_unembed",
                 "train_unembed=True: the local backend does not put LoRA on the "
                 "unembedding (tied to the embeddings in the default model); only the "
-                "attention and MLP projections are trained.",
+                "attention and MLP projections are trained (as train_attn and train_mlp say).",
             )
         return _client_future(
             lambda: self._new_training_client(base_model, rank, seed, train_mlp, train_attn, user_metadata)
