@@ -410,6 +410,7 @@ class RLConfig(CommonConfig):
         help="Optimizer steps per batch (its groups split evenly)",
     )
     max_steps: int = redefault(CommonConfig, "max_steps", RL_MEASURED.max_steps)
+    train_mlp: bool = redefault(CommonConfig, "train_mlp", RL_MEASURED.train_mlp)
     num_eval_problems: int = setting(
         32,
         min=0,
@@ -570,6 +571,7 @@ def parse_overrides(kind: str, args: list[str]) -> CommonConfig:
 BEFORE_IT_EXISTED: dict[tuple[str, str], Any] = {
     ("rl", "anchor.dataset"): "",  # RL runs stored before the anchor (2026-11-27) had none
     ("rl", "scale_rewards"): "none",  # RL runs stored before the setting (2026-11-28) did not divide advantages
+    ("rl", "train_mlp"): True,  # RL runs stored before the setting (2026-11-28) had LoRA on the MLP too
 }
 
 

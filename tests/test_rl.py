@@ -340,6 +340,7 @@ def test_the_default_rl_settings_are_the_measured_ones_and_far_settings_are_name
         config.max_steps,
         config.max_tokens,
         config.scale_rewards,
+        config.train_mlp,
     ) == (
         measured.group_size,
         measured.groups_per_batch,
@@ -347,6 +348,7 @@ def test_the_default_rl_settings_are_the_measured_ones_and_far_settings_are_name
         measured.max_steps,
         measured.max_tokens,
         measured.scale_rewards,
+        measured.train_mlp,
     )
     assert learning_rate(config) == measured.learning_rate  # learning_rate=auto: the measured rate
     assert learning_rate(RLConfig(learning_rate=1e-4)) == 1e-4
