@@ -34,6 +34,13 @@ def open_list(box, options) -> None:
     options.first.wait_for()
 
 
+def tick(tab, label: str) -> None:
+    """Click a checkbox as a person does: on its label (the input itself sits hidden under Streamlit's drawing)."""
+    tab.locator("[data-testid=stCheckbox]").filter(has_text=re.compile(f"^{re.escape(label)}$")).locator(
+        "label"
+    ).click()
+
+
 def choose(tab, label: str) -> None:
     """Click the option of a segmented control (Algorithm, Environment) whose text is `label`."""
     tab.locator("[data-testid=stButtonGroup] button").filter(has_text=re.compile(f"^{re.escape(label)}$")).click()
@@ -134,12 +141,14 @@ def test_lora_layers_start_at_each_kinds_default_and_unticking_both_is_refused_b
     mlp = page.get_by_label("LoRA on MLP", exact=True)
     mlp.wait_for()
     assert not mlp.is_checked() and page.get_by_label("LoRA on attention", exact=True).is_checked()
-    page.get_by_label("LoRA on attention", exact=True).uncheck(force=True)
+    tick(page, "LoRA on attention")
+    assert not page.get_by_label("LoRA on attention", exact=True).is_checked()
     page.get_by_role("button", name="Check settings").click()
     page.get_by_text("both false leaves LoRA nothing to train").first.wait_for(timeout=60_000)
     mlp.scroll_into_view_if_needed()
     shot(page, "new-run-lora-layers-refused")
-    mlp.check(force=True)
+    tick(page, "LoRA on MLP")
+    assert mlp.is_checked()
     page.get_by_role("button", name="Check settings").click()
     page.get_by_text("Ready to start").wait_for(timeout=60_000)
     page.get_by_text("train_mlp=true").first.wait_for()
