@@ -79,13 +79,15 @@ def main() -> int:
         page.goto(url)
         page.get_by_text("is ready (local, CPU)").wait_for(timeout=120_000)
 
+        page.set_viewport_size({"width": 1400, "height": 1900})  # the whole form and its check in one picture
         page.goto(f"{url}/new_run")
         page.get_by_role("button", name="Start run").wait_for()
         wait_idle(page)
         page.get_by_role("button", name="Check settings").click()  # the form as a newcomer finds it, checked
         page.get_by_text("Ready to start").wait_for(timeout=120_000)
         wait_idle(page)
-        page.screenshot(path=str(options.out / "new-run.png"), full_page=True)
+        page.screenshot(path=str(options.out / "new-run.png"))
+        page.set_viewport_size({"width": 1440, "height": 1000})
         page.get_by_label("Run name (optional)", exact=True).fill(run_name)
         set_number(page, "Max steps", 400)
         set_number(page, "Batch size", 8)
