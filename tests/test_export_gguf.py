@@ -12,15 +12,19 @@ import pytest
 import torch
 
 from cookbook_engine import export, export_gguf, models
+from cookbook_engine.backends.local import ATTN_MODULES, MLP_MODULES  # the layers train_attn and train_mlp adapt
 
 pytestmark = pytest.mark.slow
 PROMPT = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
 Q8_TOLERANCE_NATS = 0.25
 
 
-@pytest.fixture(scope="module")
-def adapter(tmp_path_factory, default_model_ready):
-    """A LoRA adapter on the default model with non-zero weights (so merging changes the model)."""
+@pytest.fixture(
+    scope="module", params=[ATTN_MODULES + MLP_MODULES, ATTN_MODULES], ids=["attention-and-mlp", "attention-only"]
+)
+def adapter(request, tmp_path_factory, default_model_ready):
+    """A LoRA adapter on the default model with non-zero weights (so merging changes the model): on every projection
+    (SL's and DPO's default) and on attention only (RL's default, train_mlp=false)."""
     from peft import LoraConfig, get_peft_model
 
     folder = tmp_path_factory.mktemp("adapter")
@@ -30,7 +34,7 @@ def adapter(tmp_path_factory, default_model_ready):
         LoraConfig(
             r=4,
             lora_alpha=8,
-            target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+            target_modules=request.param,
         ),
     )
     torch.manual_seed(0)
