@@ -212,3 +212,29 @@ def test_a_deleted_adapter_left_active_does_not_break_the_next_training_client(s
     assert worker.call(lambda: worker.model.active_adapters) == [SAMPLER_SLOT]
     second.close()
     assert worker.call(lambda: worker.model.active_adapters) == [SAMPLER_SLOT]
+
+
+def test_a_model_that_failed_to_load_is_loaded_again_by_the_next_client(default_model_ready, monkeypatch):
+    """A load that failed (a package installed only afterwards, a passing error) does not poison the process: the
+    request that met it fails with its reason, and the next client gets a fresh worker that loads the model."""
+    from cookbook_engine.backends import local
+
+    monkeypatch.setattr(local, "_workers", {})
+    real_load = models.load_model
+    calls = []
+
+    def load_once_failing(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == 1:
+            raise models.ModelError("default model: a passing failure")
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(models, "load_model", load_once_failing)
+    service = LocalServiceClient()
+    with pytest.raises(models.ModelError, match="a passing failure"):
+        service.create_sampling_client(base_model=models.DEFAULT_MODEL).result().sample(
+            types.ModelInput.from_ints([1, 2]), 1, types.SamplingParams(max_tokens=1)
+        ).result()
+    client = LocalServiceClient().create_sampling_client(base_model=models.DEFAULT_MODEL).result()
+    reply = client.sample(types.ModelInput.from_ints([1, 2]), 1, types.SamplingParams(max_tokens=1)).result()
+    assert len(reply.sequences[0].tokens) == 1 and len(calls) == 2

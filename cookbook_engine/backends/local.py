@@ -71,11 +71,16 @@ def get_worker(base_model: str, device_name: str = "auto", dtype: str = "auto") 
     means here)."""
     name = models.canonical_name(base_model)
     choice = device.choose(device_name, dtype=dtype)  # a clear DeviceError now rather than on the worker thread
+    key = (name, choice.device, choice.dtype)
     with _workers_lock:
-        if (name, choice.device, choice.dtype) not in _workers:
+        worker = _workers.get(key)
+        if worker is not None and worker.load_error is not None:  # tried again: its cause may be gone (fixed setup)
+            worker.stop(timeout_s=0)
+            worker = None
+        if worker is None:
             models.resolve(name)  # a clear error now rather than on the worker thread
-            _workers[(name, choice.device, choice.dtype)] = ModelWorker(name, choice)
-        return _workers[(name, choice.device, choice.dtype)]
+            worker = _workers[key] = ModelWorker(name, choice)
+        return worker
 
 
 def worker_exists(base_model: str, device_name: str = "auto", dtype: str = "auto") -> bool:
@@ -104,6 +109,11 @@ class ModelWorker:
         self._stopping = False
         self._thread = threading.Thread(target=self._loop, name=f"model-worker:{base_model}", daemon=True)
         priority.start(self._thread)  # a worker made for a page's chat still computes a run's steps
+
+    @property
+    def load_error(self) -> BaseException | None:
+        """Why the model failed to load (every request then fails with it), or None."""
+        return self._load_error
 
     def stop(self, timeout_s: float) -> None:
         """End the worker thread: the request in flight finishes, requests still queued are cancelled."""
