@@ -445,7 +445,11 @@ def test_every_rollout_is_stored_and_a_cancelled_run_resumes_where_it_stopped(ho
     assert {"correct", "format", "answer", "group_dropped"} <= set(row.metrics)
     for (_, _), group in transcripts.groupby(["step", "group_idx"]):
         assert group.advantage.sum() == pytest.approx(0.0, abs=1e-6)
-        assert np.allclose(group.reward - group.reward.mean(), group.advantage, atol=1e-6)
+        # the advantages trained with: the config's scaling (the default divides by the group's spread)
+        expected = group_advantages(group.reward.tolist(), config.scale_rewards)
+        assert np.allclose(expected, group.advantage, atol=1e-5)
+        if not is_constant(group.reward.tolist()) and config.scale_rewards == "group":
+            assert np.std(group.advantage) == pytest.approx(1.0, abs=1e-3)  # divided by the group's spread
 
 
 @pytest.mark.slow
