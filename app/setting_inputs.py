@@ -2,10 +2,10 @@
 choices) and their presentation (app/setting_widgets.py: widget, label, key).
 
 `setting_input(where, config, name, key_of)` draws one setting: a number input with the setting's bounds, step and
-help, a selectbox of its choices, a multiselect of its options (kept comma-separated), a checkbox, a text input or a
-text area, labelled and keyed as setting_widgets.py says, and returns the value entered. `form_settings(cls, mode)`
-names the settings a kind's form should offer, so a test can hold the form to it. Where the form lays the widgets out
-is app/forms.py's business, not this module's.
+help, a selectbox of its choices, a multiselect of its options (kept comma-separated), a checkbox, an auto/on/off
+selectbox (a bool that may be auto), a text input or a text area, labelled and keyed as setting_widgets.py says, and
+returns the value entered. `form_settings(cls, mode)` names the settings a kind's form should offer, so a test can
+hold the form to it. Where the form lays the widgets out is app/forms.py's business, not this module's.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from app.setting_widgets import Widget, widget_for
+from app.setting_widgets import TRISTATE_LABELS, Widget, widget_for
 from cookbook_engine import config as cfg
 from cookbook_engine.settings import help_text, leaves, value_at
 
@@ -51,6 +51,9 @@ def setting_input(where: Any, config: Any, name: str, key_of: Callable[[str], st
         return where.text_area(label, value=value, **kwargs)
     if widget.kind == "checkbox":
         return where.checkbox(label, value=bool(value), **kwargs)
+    if widget.kind == "tristate":  # a bool that may be auto (None)
+        states = list(TRISTATE_LABELS)
+        return where.selectbox(label, states, index=states.index(value), format_func=TRISTATE_LABELS.get, **kwargs)
     if widget.kind == "multiselect":  # the setting holds the chosen options comma-separated
         chosen = [item.strip() for item in str(value).split(",") if item.strip()]
         options = list(kwargs.pop("options", None) or spec.choices or spec.options)

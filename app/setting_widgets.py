@@ -11,19 +11,20 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Widget:
-    kind: str  # one of KINDS; "multiselect" holds a comma-separated list of its options
+    kind: str  # one of KINDS; "multiselect" holds a comma-separated list of its options, "tristate" auto/on/off
     label: str
     key: str = ""  # the widget's key suffix (default: the setting's last name)
 
 
-KINDS = ("number", "select", "checkbox", "text", "textarea", "multiselect")
+KINDS = ("number", "select", "checkbox", "tristate", "text", "textarea", "multiselect")
+TRISTATE_LABELS = {None: "auto", True: "on", False: "off"}  # a "tristate" widget's choices for a bool that may be auto
 
 WIDGETS: dict[str, Widget | None] = {
     "renderer": Widget("select", "Renderer"),
     "name": Widget("text", "Run name (optional)"),
     "lora_rank": Widget("select", "LoRA rank", key="rank"),
     "train_attn": Widget("checkbox", "LoRA on attention"),
-    "train_mlp": Widget("checkbox", "LoRA on MLP"),
+    "train_mlp": Widget("tristate", "LoRA on MLP"),
     "learning_rate": Widget("number", "Learning rate"),
     "lr_schedule": Widget("select", "Schedule", key="schedule"),
     "batch_size": Widget("number", "Batch size", key="batch"),

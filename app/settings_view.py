@@ -1,4 +1,4 @@
-"""How a run's settings are shown: the learning rate it actually uses (not "None" for learning_rate=auto), only the
+"""How a run's settings are shown: the learning rate and LoRA layers it actually uses (not "None" for auto), only the
 settings that matter for its kind and backend, and a command line that works from this checkout.
 
 Nothing here draws widgets; the Run, Compare and New run pages show what these return.
@@ -12,7 +12,8 @@ from pathlib import Path
 from app.setting_widgets import MODE_ONLY
 from cookbook_engine import config as cfg
 from cookbook_engine.models import ModelError
-from cookbook_engine.training.learning_rate import learning_rate
+from cookbook_engine.rl.suggested import train_mlp_used
+from cookbook_engine.training.learning_rate import learning_rate, measured_rate
 
 REPO = Path(__file__).resolve().parent.parent
 # Settings a kind or backend ignores, left out of what a person reads.
@@ -43,10 +44,12 @@ def shown_settings(kind: str, settings: dict) -> dict:
         shown["dtype"] = compute_text(config)
     if config.learning_rate is None:
         used = learning_rate_used(config)
-        from cookbook_engine.sl import suggested
-
-        whose = "measured for this dataset" if suggested.measured_for(config) else "the model's suggested rate"
+        measured_for = "this env" if config.kind == "rl" else "this dataset"
+        whose = f"measured for {measured_for}" if measured_rate(config) else "the model's suggested rate"
         shown["learning_rate"] = f"auto ({used:.3g}, {whose})" if used else "auto"
+    if config.train_mlp is None:
+        attention_only = "off: attention only, measured for this model and env"
+        shown["train_mlp"] = "auto (on)" if train_mlp_used(config) else f"auto ({attention_only})"
     return shown
 
 

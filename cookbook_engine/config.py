@@ -25,7 +25,7 @@ from cookbook_engine.device import DTYPES
 from cookbook_engine.models import DEFAULT_MODEL
 from cookbook_engine.rl.advantages import SCALE_REWARDS
 from cookbook_engine.rl.multi_turn import MULTI_TURN_ENVS  # episodes of several turns: they need max_turns
-from cookbook_engine.rl.suggested import ARITHMETIC as RL_MEASURED
+from cookbook_engine.rl.suggested import ARITHMETIC as RL_MEASURED, train_mlp_used
 from cookbook_engine.rl.tools import TOOLS
 from cookbook_engine.settings import (
     Leaf,
@@ -104,8 +104,11 @@ class CommonConfig:
     train_attn: bool = setting(
         True, help="LoRA on the attention projections (q, k, v, o); a run from a checkpoint keeps the checkpoint's"
     )
-    train_mlp: bool = setting(
-        True, help="LoRA on the MLP projections (gate, up, down); a run from a checkpoint keeps the checkpoint's"
+    train_mlp: bool | None = setting(
+        True,
+        help="LoRA on the MLP projections (gate, up, down); auto (RL's default) = attention only where that was "
+        "measured better (the default model on the arithmetic env), the MLP too elsewhere; a run from a checkpoint "
+        "keeps the checkpoint's",
     )
     learning_rate: float | None = setting(
         None,
@@ -410,7 +413,7 @@ class RLConfig(CommonConfig):
         help="Optimizer steps per batch (its groups split evenly)",
     )
     max_steps: int = redefault(CommonConfig, "max_steps", RL_MEASURED.max_steps)
-    train_mlp: bool = redefault(CommonConfig, "train_mlp", RL_MEASURED.train_mlp)
+    train_mlp: bool | None = redefault(CommonConfig, "train_mlp", None)  # auto: rl/suggested.train_mlp_used
     num_eval_problems: int = setting(
         32,
         min=0,
@@ -637,7 +640,7 @@ def validate(config: CommonConfig) -> list[str]:
     together."""
     problems = bound_problems(config)
     problems.extend(trackers.problems(config.log_to, config.wandb_project))
-    if not (config.train_attn or config.train_mlp):
+    if not (config.train_attn or train_mlp_used(config)):
         problems.append("train_attn, train_mlp: both false leaves LoRA nothing to train; set one of them true")
     if config.backend == "local":
         try:

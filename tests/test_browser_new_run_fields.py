@@ -123,15 +123,15 @@ def test_an_rl_run_is_anchored_to_the_base_model_unless_turned_off_in_the_form(s
 
 
 def test_lora_layers_start_at_each_kinds_default_and_unticking_both_is_refused_by_name(studio, page):  # noqa: F811
-    """'LoRA on attention' / 'LoRA on MLP' (train_attn, train_mlp) in the Advanced expander: SL starts with both,
-    RL with attention only (its measured default, rl/suggested.py); unticking attention too, Check names both
-    settings and starts nothing; ticking MLP again, the command says train_mlp=true."""
+    """'LoRA on attention' (a checkbox) / 'LoRA on MLP' (auto, on, off) in the Advanced expander: SL starts with both
+    on, RL with MLP on auto (attention only where measured: rl/suggested.train_mlp_used); MLP off and attention
+    unticked, Check names both settings and starts nothing; MLP on, the command says train_mlp=true."""
     page.goto(f"{studio}/new_run")
     page.get_by_role("button", name="Start run").wait_for()
     wait_idle(page)
     page.get_by_text("Advanced: seed, optimizer and LoRA layers").click()
     assert page.get_by_label("LoRA on attention", exact=True).is_checked()
-    assert page.get_by_label("LoRA on MLP", exact=True).is_checked()
+    assert page.get_by_label("LoRA on MLP", exact=True).input_value() == "on"
 
     choose(page, "Reinforcement (RL)")
     page.get_by_text("Sampling and loss").wait_for()
@@ -140,15 +140,23 @@ def test_lora_layers_start_at_each_kinds_default_and_unticking_both_is_refused_b
         expander.click()
     mlp = page.get_by_label("LoRA on MLP", exact=True)
     mlp.wait_for()
-    assert not mlp.is_checked() and page.get_by_label("LoRA on attention", exact=True).is_checked()
+    assert mlp.input_value() == "auto" and page.get_by_label("LoRA on attention", exact=True).is_checked()
+    mlp_box = page.locator("[data-testid=stSelectbox]").filter(has_text="LoRA on MLP").first
+
+    def pick(option: str) -> None:
+        open_list(mlp_box.locator("input"), page.get_by_role("option"))
+        page.get_by_role("option", name=option, exact=True).click()
+        wait_idle(page)
+
+    pick("off")
     tick(page, "LoRA on attention")
     assert not page.get_by_label("LoRA on attention", exact=True).is_checked()
     page.get_by_role("button", name="Check settings").click()
     page.get_by_text("both false leaves LoRA nothing to train").first.wait_for(timeout=60_000)
     mlp.scroll_into_view_if_needed()
     shot(page, "new-run-lora-layers-refused")
-    tick(page, "LoRA on MLP")
-    assert mlp.is_checked()
+    pick("on")
+    assert mlp.input_value() == "on"
     page.get_by_role("button", name="Check settings").click()
     page.get_by_text("Ready to start").wait_for(timeout=60_000)
     page.get_by_text("train_mlp=true").first.wait_for()

@@ -60,6 +60,19 @@ def test_the_next_stage_starts_from_the_checkpoint_with_the_runs_model(home):
         {"model": "org/Model-1", "lora_rank": 8, "train_mlp": True, "start_checkpoint": "/ckpt/sft/state"},
     )
     assert rl.scale_rewards == cfg.RLConfig().scale_rewards and rl.anchor == cfg.RLConfig().anchor
+    # an RL run with train_mlp=auto on the default model and env trained attention only: DPO from it keeps that
+    rl_config = cfg.to_dict(cfg.RLConfig(lora_rank=8))
+    store.create_run(
+        "rl0",
+        name="rl0",
+        kind="rl",
+        backend="local",
+        base_model=cfg.RLConfig().model,
+        config=rl_config,
+        log_dir="/tmp/x",
+    )
+    dpo = cfg.from_dict("dpo", lineage.next_stage("dpo", store.get_run("rl0"), "/ckpt/rl0/state"))
+    assert (dpo.train_attn, dpo.train_mlp) == (True, False)
     with pytest.raises(ValueError, match="choose one of dpo, rl"):
         lineage.next_stage("sl", store.get_run("sft"), "/ckpt/sft/state")
     with pytest.raises(ValueError, match="no saved state"):

@@ -14,8 +14,17 @@ import numpy as np
 import pytest
 from tinker import types
 
-from cookbook_engine import cli, models, renderers
-from cookbook_engine.config import ConfigError, RLConfig, from_dict, parse_overrides, to_command, to_dict, validate
+from cookbook_engine import cli, config as cfg, models, renderers
+from cookbook_engine.config import (
+    ConfigError,
+    RLConfig,
+    SLConfig,
+    from_dict,
+    parse_overrides,
+    to_command,
+    to_dict,
+    validate,
+)
 from cookbook_engine.data import loading as datasets
 from cookbook_engine.evals import sets, stats
 from cookbook_engine.evals.retention import retention_of_job
@@ -330,6 +339,21 @@ def test_a_code_run_says_in_its_log_when_the_sandbox_cannot_isolate_the_network(
     assert "network isolated" in loop.sandbox_note(RLConfig(env="code"))
 
 
+def test_train_mlp_auto_is_attention_only_only_where_that_was_measured():
+    """RL's default train_mlp=auto: attention only for the default model on the arithmetic env (measured), the MLP
+    too on other envs, hosted models and SL (never measured there); a set value wins; auto never leaves LoRA
+    nothing to train."""
+    assert RLConfig().train_mlp is None and not suggested.train_mlp_used(RLConfig())
+    assert suggested.train_mlp_used(RLConfig(env="code"))
+    assert suggested.train_mlp_used(RLConfig(backend="tinker", model="meta-llama/Llama-3.2-1B"))
+    assert suggested.train_mlp_used(SLConfig()) and suggested.train_mlp_used(SLConfig(train_mlp=None))
+    assert suggested.train_mlp_used(RLConfig(train_mlp=True))
+    assert not suggested.train_mlp_used(RLConfig(env="code", train_mlp=False))
+    assert suggested.train_mlp_used(RLConfig(train_attn=False))
+    assert cfg.validate(RLConfig(train_attn=False)) == []
+    assert cfg.parse_overrides("rl", ["train_mlp=auto"]).train_mlp is None
+
+
 def test_the_default_rl_settings_are_the_measured_ones_and_far_settings_are_named():
     config = RLConfig()
     measured = suggested.ARITHMETIC
@@ -340,7 +364,7 @@ def test_the_default_rl_settings_are_the_measured_ones_and_far_settings_are_name
         config.max_steps,
         config.max_tokens,
         config.scale_rewards,
-        config.train_mlp,
+        suggested.train_mlp_used(config),
     ) == (
         measured.group_size,
         measured.groups_per_batch,

@@ -182,6 +182,7 @@ def test_the_new_run_form_offers_a_widget_for_every_form_setting_with_its_bounds
     widgets = {
         "number": at.number_input,
         "select": at.selectbox,
+        "tristate": at.selectbox,
         "checkbox": at.checkbox,
         "text": at.text_input,
         "textarea": at.text_area,

@@ -370,7 +370,9 @@ def test_dpo_and_rl_runs_start_from_their_forms_and_complete(studio_home):
         assert metric in manager.store.metric_names(run_id)
     rl_settings = json.loads(open_page("run", run=rl_id).json[0].value)
     assert "batch_size" not in rl_settings and "groups_per_batch" in rl_settings  # RL batches are groups
-    assert rl_settings["learning_rate"].startswith("auto (0.0005,")  # half the suggested SL rate, as RL uses
+    # the arithmetic env's measured rate and LoRA layers (rl/suggested.py), each shown as what it resolved to
+    assert rl_settings["learning_rate"] == "auto (0.0005, measured for this env)"
+    assert rl_settings["train_mlp"] == "auto (off: attention only, measured for this model and env)"
     at = open_page("transcripts", run=rl_id)
     assert "Group 0" in shown_text(at) and len(at.get("plotly_chart")) >= 1
     assert any(badge.value.startswith(":blue-badge[reward") for badge in at.markdown)

@@ -407,8 +407,10 @@ def test_train_attn_and_train_mlp_reach_the_sdks_create_lora_training_client(rec
     secrets.set_session_key(GOOD_KEY)
     start_training_client(cfg.SLConfig(backend="tinker", lora_rank=8, train_mlp=False), None)
     start_training_client(cfg.SLConfig(backend="tinker", lora_rank=8), None)
+    # RL's train_mlp=auto is attention only for the local default model alone: a hosted model keeps the MLP
+    start_training_client(cfg.RLConfig(backend="tinker", model="Qwen/Qwen3-8B", lora_rank=8), None)
     created = recorder.kwargs_of("create_lora_training_client")
-    assert [(kw["train_attn"], kw["train_mlp"]) for kw in created] == [(True, False), (True, True)]
+    assert [(kw["train_attn"], kw["train_mlp"]) for kw in created] == [(True, False), (True, True), (True, True)]
 
 
 def test_resume_goes_through_create_training_client_from_state_with_optimizer(recorder):

@@ -66,6 +66,19 @@ def measured_for(config) -> Measured | None:
     return ARITHMETIC if config.env == "arithmetic" else None
 
 
+def train_mlp_used(config) -> bool:
+    """Whether a run puts LoRA on the MLP projections: a set train_mlp wins; train_mlp=auto (None, RL's default) is
+    the measured choice where one was measured (attention only for the default model on the arithmetic env) and the
+    MLP too elsewhere, as the SDK and the field do for models this project never measured ("LoRA Without Regret":
+    attention-only LoRA trails MLP LoRA on larger models)."""
+    if config.train_mlp is not None:
+        return config.train_mlp
+    if not config.train_attn:  # auto never leaves LoRA nothing to train
+        return True
+    measured = measured_for(config) if config.kind == "rl" else None
+    return measured.train_mlp if measured else True
+
+
 def measured_reason(measured: Measured) -> str:
     """What the measurement behind the suggested rate showed, for the form."""
     return (

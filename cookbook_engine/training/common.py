@@ -13,6 +13,7 @@ from tinker import types
 from cookbook_engine import models
 from cookbook_engine.backends import compat, service_client
 from cookbook_engine.config import CommonConfig
+from cookbook_engine.rl.suggested import train_mlp_used
 
 if TYPE_CHECKING:
     from cookbook_engine.backends.protocol import ServiceClient, TrainingClient
@@ -99,7 +100,7 @@ def start_training_client(
                 config.model,
                 rank=config.lora_rank,
                 seed=config.seed,
-                train_mlp=config.train_mlp,
+                train_mlp=train_mlp_used(config),
                 train_attn=config.train_attn,
             ).result(),
             0,
