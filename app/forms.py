@@ -40,8 +40,9 @@ TRAIN_ON_LABELS = {
 }
 RL_ENV_HELP = {
     "arithmetic": "Built-in additions, fresh each step, operands growing to two digits over the run, three in four "
-    "carrying into the tens; reward 1 when "
-    "the last number in the reply is right. 100 two-digit sums are held out (builtin:arithmetic).",
+    "carrying into the tens; reward 1 when the reply commits to the right number (a hedge over several scores 0), "
+    "a wrong one a share of its digits in place (Partial credit, below). 100 two-digit sums are held out "
+    "(builtin:arithmetic).",
     "code": "Built-in Python function tasks; the reply's ```python block runs against unit tests in the sandbox.",
     "custom": "Your own prompt/answer file, scored by the grader you pick.",
     "calculator": "Multi-turn: two-digit products; the model may call a calculator (<calc>47 * 38</calc>), gets the "
@@ -49,7 +50,7 @@ RL_ENV_HELP = {
 }
 GRADER_HELP = {
     "exact": "reply equals the answer (case and spacing ignored)",
-    "numeric": "last number in the reply equals the answer",
+    "numeric": "the reply's one committed number equals the answer (a hedge over several numbers scores 0)",
     "contains": "the answer appears in the reply",
     "regex": "the answer is a regex that must match",
     "python_tests": "the answer is Python asserts, run against the reply's code in the sandbox",
@@ -505,7 +506,7 @@ def _rl_fields(base: cfg.RLConfig, put: Put, env: str) -> None:
     multi_turn = any(name in cfg.MULTI_TURN_ENVS for name in envs.env_names(env))
     rows = [
         ("max_tokens", "temperature", "top_p", "loss_fn"),
-        ("scale_rewards", "num_substeps", "num_eval_problems"),
+        ("scale_rewards", "partial_credit", "num_substeps", "num_eval_problems"),
         *([("max_turns", "tools")] if multi_turn else []),
     ]
     for row in rows:

@@ -53,6 +53,7 @@ WIDGETS: dict[str, Widget | None] = {
     "top_p": Widget("number", "Top-p"),
     "loss_fn": Widget("select", "Loss"),
     "scale_rewards": Widget("select", "Scale advantages by"),
+    "partial_credit": Widget("number", "Partial credit (arithmetic)"),
     "clip_low_threshold": Widget("number", "PPO clip low", key="clip_low"),
     "clip_high_threshold": Widget("number", "PPO clip high", key="clip_high"),
     "num_substeps": Widget("number", "Optimizer substeps", key="substeps"),

@@ -393,6 +393,15 @@ class RLConfig(CommonConfig):
         "by the group's standard deviation too (GRPO's paper, TRL's default), so a group with one right reply of "
         "eight weighs more",
     )
+    partial_credit: float = setting(
+        RL_MEASURED.partial_credit,
+        min=0,
+        max=0.9,
+        step=0.1,
+        help="arithmetic: a wrong answer written with as many digits as the right one scores this × the share of "
+        "its digits in place (for 57 + 49 = 106: 96 scores 0, 116 two thirds of it); 0 = right or wrong only. Never a "
+        "hedge, never as much as a right answer",
+    )
     clip_low_threshold: float = setting(
         0.8,
         min=0,
@@ -575,6 +584,7 @@ BEFORE_IT_EXISTED: dict[tuple[str, str], Any] = {
     ("rl", "anchor.dataset"): "",  # RL runs stored before the anchor (2026-11-27) had none
     ("rl", "scale_rewards"): "none",  # RL runs stored before the setting (2026-11-28) did not divide advantages
     ("rl", "train_mlp"): True,  # RL runs stored before the setting (2026-11-28) had LoRA on the MLP too
+    ("rl", "partial_credit"): 0.0,  # RL runs stored before the setting (2026-11-28) scored wrong answers 0
 }
 
 

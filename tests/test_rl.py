@@ -168,6 +168,21 @@ def test_arithmetic_env_rewards_the_committed_number_with_a_small_format_term(re
     assert cut.metrics == {"correct": 1.0, "format": 0.0, "hedged": 0.0} and cut.reward == pytest.approx(0.9)
 
 
+def test_the_arithmetic_envs_partial_credit_setting_reaches_its_grading(renderer):
+    """partial_credit (RL's default, rl/suggested.py) scores a wrong answer's digits in place in training and in the
+    run's held-out check alike; the `correct` metric stays right or wrong; partial_credit=0 scores it 0."""
+    for partial in (RLConfig().partial_credit, 0.0):
+        setup = envs.build_env(RLConfig(partial_credit=partial, groups_per_batch=1, num_eval_problems=1), renderer)
+        for builder in (setup.train.get_batch(0)[0], setup.test[0]):
+            env = asyncio.run(builder.make_envs())[0]
+            answer = str(env.problem.answer)
+            wrong = answer[:-1] + str((int(answer[-1]) + 1) % 10)  # the last digit off by one
+            result = step(env, wrong)
+            share = (len(answer) - 1) / len(answer)
+            assert result.reward == pytest.approx(partial * share) and result.metrics["correct"] == 0.0
+    assert RLConfig().partial_credit > 0
+
+
 def problems_of(builders) -> list:
     return [asyncio.run(b.make_envs())[0].problem for b in builders]
 

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from app import transcripts_view
+from cookbook_engine.config import RLConfig
 from cookbook_engine.data import loading as datasets
 from cookbook_engine.rl import envs, metrics
 from cookbook_engine.rl.arithmetic import ArithmeticProblem
@@ -158,6 +159,40 @@ def test_the_arithmetic_env_grades_the_committed_number_and_flags_hedges():
     assert hedge.score == 0.0 and hedge.metrics[metrics.HEDGED_METRIC] == 1.0
     assert honest.score == 1.0 and honest.metrics[metrics.HEDGED_METRIC] == 0.0 and honest.format_ok
     assert not env.grade("I do not know").format_ok
+
+
+def test_partial_credit_pays_digits_in_place_never_a_hedge_and_never_reaches_a_right_answer():
+    """RL's default partial credit (a wrong answer's digits in place, rl/arithmetic.digit_credit) as attack surface:
+    every wrong number scores below the right one, a hedge or a list of numbers scores 0 as before, writing more or
+    fewer digits earns nothing, and what the studio reports as accuracy (`correct`, every eval set) stays right or
+    wrong only."""
+    partial = RLConfig().partial_credit
+    assert 0 < partial < 1
+    env = envs.ArithmeticEnv(_Renderer(), ArithmeticProblem(57, "+", 49), partial_credit=partial)
+    right = env.grade("106")
+    assert right.score == 1.0 and right.correct
+    wrong = {reply: env.grade(reply) for reply in map(str, range(1000)) if reply != "106"}
+    assert max(graded.score for graded in wrong.values()) == pytest.approx(partial * 2 / 3)  # two digits of three
+    assert not any(graded.correct for graded in wrong.values())
+    assert wrong["107"].score == pytest.approx(partial * 2 / 3) and wrong["96"].score == 0.0  # the missed carry: 0
+    for attack in (
+        "96 or 106",
+        "106 or 107",
+        "100 101 102 103 104 105 106 107 108 109",
+        "1066",
+        "10606",
+        "0096",
+        "-106",
+        "106.5",
+        "1 0 6",
+        "106106",
+        "The answer is 10 or 6.",
+    ):
+        graded = env.grade(attack)
+        assert graded.score == 0.0 and not graded.correct, attack
+    assert envs.ArithmeticEnv(_Renderer(), ArithmeticProblem(57, "+", 49)).grade("107").score == 0.0  # off: 0
+    # what is reported stays exact: the eval sets grade right or wrong, whatever the env's partial credit
+    assert grade("numeric", "107", "106").reward == 0.0
 
 
 def _rollout(flag: float) -> Rollout:

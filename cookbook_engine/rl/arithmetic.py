@@ -48,6 +48,18 @@ STEPS_PER_EPOCH = 25  # with max_steps=0: the run's length is this many steps pe
 OPERATIONS = {"+": "add", "-": "subtract", "*": "multiply"}
 
 
+def digit_credit(found: float, answer: int) -> float:
+    """The share of `answer`'s digits a wrong reply's number has in place (0..1), for partial credit: only a whole,
+    non-negative number written with as many digits as the answer counts ("96" for 106 has none: a digit short), so
+    no reply scores more by writing more digits, and a right answer is the only way to full credit."""
+    if found != int(found) or found < 0 or answer < 0:
+        return 0.0
+    written, wanted = str(int(found)), str(answer)
+    if len(written) != len(wanted):
+        return 0.0
+    return sum(mine == right for mine, right in zip(written, wanted)) / len(wanted)
+
+
 @dataclass(frozen=True)
 class ArithmeticProblem:
     a: int

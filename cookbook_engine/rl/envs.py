@@ -6,11 +6,12 @@ a user message, the completion is parsed with the renderer, and the reward is
 
     reward = score + format_coef * (format_ok - 1)
 
-where `score` is 1 for a correct answer (the fraction of unit tests passed for code) and `format_ok` says the reply
+where `score` is 1 for a correct answer (the fraction of unit tests passed for code; for a wrong arithmetic answer
+`partial_credit` × the share of its digits in place, rl/arithmetic.digit_credit) and `format_ok` says the reply
 ended with the stop sequence and has the expected shape (a number; a ```python block). So a well-formed wrong
-answer earns 0, a rambling one cut off at max_tokens earns -0.1. Per-sample metrics: correct, format (and
-tests_passed / tests_total for code); logs carry what a person reading a transcript wants (the expected answer, the
-sandbox's error).
+answer earns 0 (or its partial credit, under the right answer's 1), a rambling one cut off at max_tokens earns
+-0.1. Per-sample metrics: correct, format (and tests_passed / tests_total for code); logs carry what a person
+reading a transcript wants (the expected answer, the sandbox's error).
 
 - arithmetic: "What is 47 + 38? Answer with just the number."; the reply's one committed number is graded by the
   numeric grader's rule (rl/text_graders.py: "85", "47 + 38 = 85", "The answer is 85"; a hedge such as "84 or 85"
@@ -93,14 +94,19 @@ class ProblemEnv(Env):
 
 
 class ArithmeticEnv(ProblemEnv):
-    def __init__(self, renderer, problem: ArithmeticProblem, format_coef: float = FORMAT_COEF):
+    def __init__(
+        self, renderer, problem: ArithmeticProblem, format_coef: float = FORMAT_COEF, partial_credit: float = 0.0
+    ):
         super().__init__(renderer, problem.question, format_coef)
-        self.problem = problem
+        self.problem, self.partial_credit = problem, partial_credit
 
     def grade(self, response: str) -> Graded:
         graded = _from_grade(graders.grade("numeric", response, str(self.problem.answer)))
-        graded.format_ok = graded.logs.get("found") is not None
+        found = graded.logs.get("found")
+        graded.format_ok = found is not None
         graded.logs["answer"] = self.problem.answer
+        if found is not None and not graded.correct and self.partial_credit:
+            graded.score = self.partial_credit * arithmetic.digit_credit(found, self.problem.answer)
         return graded
 
 
@@ -240,7 +246,9 @@ def arithmetic_setup(config: RLConfig, renderer) -> EnvSetup:
     test = held_out[: config.num_eval_problems]
 
     def make(problem: ArithmeticProblem, size: int) -> ProblemGroupBuilder:
-        return ProblemGroupBuilder(lambda: ArithmeticEnv(renderer, problem), size, (problem.tag,))
+        return ProblemGroupBuilder(
+            lambda: ArithmeticEnv(renderer, problem, partial_credit=config.partial_credit), size, (problem.tag,)
+        )
 
     total = arithmetic.curriculum_length(config.max_steps, config.num_epochs)
     dataset = CurriculumDataset(
