@@ -30,6 +30,7 @@ SANDBOX_KEYS = (
     "network_isolated",
     "suspicious",
 )
+RAN_CODE_KEYS = ("tests_total", "solution_error", "sandbox_error", "network_isolated", "suspicious", "printed")
 SANDBOX_TEXT_KEYS = ("printed", "stderr", "solution_error", "sandbox_error", "error")
 TABLE_COLUMNS = ["group_idx", "sample_idx", "reward", "advantage", "stop_reason", "prompt", "completion"]
 GROUPS_PER_PAGE = 5
@@ -148,8 +149,10 @@ def sample_facts(row: pd.Series) -> str:
     """'sample 2 · stopped: stop · expected 42 · found 41': the caption under a sample's badges."""
     details = row["metrics"] or {}
     facts = [f"sample {row['sample_idx']}"]
-    if hack_flags(details):
-        facts.append("code touches: " + ", ".join(hack_flags(details)))
+    if details.get("suspicious"):
+        facts.append("code touches: " + ", ".join(details["suspicious"]))
+    if details.get("hedged"):
+        facts.append(f"{HEDGED_FLAG}: the right one among several candidates")
     if row["stop_reason"]:
         facts.append(f"stopped: {row['stop_reason']}")
     if "answer" in details:
@@ -170,9 +173,11 @@ def turn_lines(details: dict[str, Any] | None) -> list[tuple[str, str]]:
 
 
 def split_details(details: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A sample's details as (sandbox output, other per-sample metrics)."""
+    """A sample's details as (sandbox output, other per-sample metrics); a sample whose reply ran no code (a text
+    grader's: arithmetic, custom numeric) has no sandbox output, its grader's note ("error") is among the rest."""
     details = details or {}
-    sandbox = {key: details[key] for key in SANDBOX_KEYS if key in details}
+    ran_code = any(key in details for key in RAN_CODE_KEYS)
+    sandbox = {key: details[key] for key in SANDBOX_KEYS if key in details and ran_code}
     return sandbox, {key: value for key, value in details.items() if key not in sandbox and key != "turns"}
 
 

@@ -9,7 +9,8 @@ from app import charts, state, transcripts_view as view, widgets
 st.title("Transcripts")
 st.caption(
     "What the model wrote during RL: every sampled completion, its reward, and its advantage (reward minus "
-    "the mean of its group). Distillation runs: the student's replies (on-policy) or the teacher's (prompt "
+    "the mean of its group, divided by the group's standard deviation when the run has scale_rewards=group, RL's "
+    "default). Distillation runs: the student's replies (on-policy) or the teacher's (prompt "
     "distillation, with the context it saw)."
 )
 store = state.store()

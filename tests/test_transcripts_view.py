@@ -87,6 +87,13 @@ def test_sandbox_output_is_split_from_other_per_sample_metrics():
     assert view.tests_passed_text(sandbox) == "tests passed: 2/3"
     assert view.failures_text(sandbox) == "test 1: AssertionError"
     assert view.split_details(None) == ({}, {}) and view.tests_passed_text({}) is None
+    # an arithmetic reply ran no code: its grader's note is a per-sample detail, not "Sandbox output"
+    hedge = {"answer": 118, "found": None, "hedged": True, "error": "no single committed number (2 candidates)"}
+    assert view.split_details(hedge) == ({}, hedge)
+    row = rollouts([-0.1], details=[hedge]).iloc[0]
+    assert view.sample_facts(row) == (
+        "sample 0 · hedged answer: the right one among several candidates · stopped: stop · expected 118 · found None"
+    )
 
 
 def test_groups_page_by_five_and_show_four_samples_a_row():
