@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import nav, notices, state, state_keys, widgets
+from app import forms, nav, notices, state, state_keys, widgets
 from cookbook_engine import paths
 from storage import statuses
 from storage.input_error import BAD_INPUT
@@ -74,7 +74,8 @@ def duplicate(run: dict) -> None:
 def open_new_run(kind: str, config: dict, name: str) -> None:
     """Open the New run page with these settings filled in (new widget keys, so the form shows them)."""
     st.session_state[state_keys.NEW_RUN_BASE] = {"kind": kind, "config": config, "name": name}
-    st.session_state[state_keys.FORM_GENERATION] = st.session_state.get(state_keys.FORM_GENERATION, 0) + 1
+    st.session_state[state_keys.NEW_RUN_KIND] = kind
+    forms.start_over()  # what the form held before gives way to these settings
     nav.go("new_run")
 
 

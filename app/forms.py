@@ -1,10 +1,11 @@
 """The New run page's pieces: model and data pickers, one settings form per algorithm, and the pre-start check.
 
-The pickers sit outside the form so that what depends on them (the suggested learning rate and its reason, the
-fields of a dataset source) updates as soon as they change; the hyperparameters sit inside an `st.form`, so
-typing in them reruns nothing. Both buttons, "Check settings" and "Start run", run the same checks as the CLI's
-`--dry-run` (config.validate, then runs.preflight: model, renderer, every data row) and show the equivalent
-`cookbook ...` command. Starting hands the config to the RunManager; nothing here trains.
+The pickers come first so that what depends on them (the suggested learning rate and its reason, the fields of a
+dataset source) follows them; the hyperparameters below are plain widgets (no `st.form`), so each value entered is
+kept at once: the page remembers each algorithm's settings for the session (`remember`, `base_config`), and a
+switch of algorithm or page loses no edit, checked or not. Both buttons, "Check settings" and "Start run", run the
+same checks as the CLI's `--dry-run` (config.validate, then runs.preflight: model, renderer, every data row) and
+show the equivalent `cookbook ...` command. Starting hands the config to the RunManager; nothing here trains.
 """
 
 from __future__ import annotations
@@ -70,11 +71,46 @@ class ModelChoice:
 
 
 def base_config(kind: str) -> cfg.CommonConfig:
-    """The config the form starts from: a duplicated run's settings, or the defaults."""
+    """The config the form's widgets for `kind` are drawn from. When they are drawn anew (the page opened, the
+    algorithm switched back) it is what the form last held for `kind` in this browser session, else a duplicated
+    run's settings, else the defaults; while they stay on the page it stays what they were drawn from (the widgets
+    hold what was entered since), so no widget is reset under the user's hands."""
+    starts = st.session_state.setdefault(state_keys.NEW_RUN_STARTS, {})
+    if kind not in starts or key(kind, "model") not in st.session_state:  # every kind's form draws the model picker
+        draft = st.session_state.get(state_keys.NEW_RUN_DRAFTS, {}).get(kind)
+        starts[kind] = draft if draft is not None else _duplicate_or_defaults(kind)
+    return starts[kind]
+
+
+def _duplicate_or_defaults(kind: str) -> cfg.CommonConfig:
     duplicate = st.session_state.get(state_keys.NEW_RUN_BASE)
     if duplicate and duplicate["kind"] == kind:
         return cfg.from_dict(kind, duplicate["config"])
     return cfg.CONFIG_TYPES[kind]()
+
+
+def remember(kind: str, config: cfg.CommonConfig) -> None:
+    """Keep what the form holds for `kind`, so switching algorithm or page and back finds it again."""
+    st.session_state[state_keys.NEW_RUN_KIND] = kind
+    st.session_state.setdefault(state_keys.NEW_RUN_DRAFTS, {})[kind] = config
+
+
+def edited(kind: str) -> bool:
+    """Whether the form holds for `kind` anything other than the defaults."""
+    draft = st.session_state.get(state_keys.NEW_RUN_DRAFTS, {}).get(kind)
+    return draft is not None and draft != cfg.CONFIG_TYPES[kind]()
+
+
+def start_over(kind: str | None = None) -> None:
+    """Forget what the form held (for `kind`, or for every algorithm); with `kind` None, the form's widgets are
+    drawn anew from the defaults or a duplicated run (new keys)."""
+    drafts = st.session_state.setdefault(state_keys.NEW_RUN_DRAFTS, {})
+    starts = st.session_state.setdefault(state_keys.NEW_RUN_STARTS, {})
+    for held in (drafts, starts):
+        for name in [kind] if kind else list(held):
+            held.pop(name, None)
+    if kind is None:
+        st.session_state[state_keys.FORM_GENERATION] = st.session_state.get(state_keys.FORM_GENERATION, 0) + 1
 
 
 def key(kind: str, name: str) -> str:
@@ -385,7 +421,7 @@ def settings_form(
         values[name] = setting_input(where, base, name, k, **overrides)
 
     sampling = kind in SAMPLING_KINDS and values.get("mode") != "prompt"  # prompt distillation steps as SL does
-    with st.form(k("form"), border=True):
+    with st.container(border=True):
         st.markdown("**Run**")
         c1, c2 = st.columns(2)
         put(c1, "name", placeholder="defaults to the run id, e.g. sl-20250101-120000-ab12")
@@ -445,8 +481,8 @@ def settings_form(
                 for where, name in zip(st.columns(2), pair):
                     put(where, name)
         c1, c2, _ = st.columns([1, 1, 3])
-        check = c1.form_submit_button("Check settings", icon=":material/fact_check:", width="stretch")
-        start = c2.form_submit_button("Start run", type="primary", icon=":material/play_arrow:", width="stretch")
+        check = c1.button("Check settings", icon=":material/fact_check:", width="stretch", key=k("check"))
+        start = c2.button("Start run", type="primary", icon=":material/play_arrow:", width="stretch", key=k("start"))
     config = cfg.with_values(base, values)
     return config, "start" if start else "check" if check else None
 

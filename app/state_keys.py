@@ -17,6 +17,9 @@ RUNS_TABLE_ROWS = "runs-table-rows"  # the run ids in the runs table's order, to
 PENDING_DELETE = "pending_delete"  # {"ids", "origin"}: runs waiting for the delete dialog's confirmation
 NEW_RUN_BASE = "new_run_base"  # {"kind", "config", "name"}: the run the New run form starts from (Duplicate)
 FORM_GENERATION = "form_generation"  # bumped to give the New run form's widgets fresh keys (and values)
+NEW_RUN_KIND = "new_run_kind"  # the algorithm the New run form showed last, shown again when the page opens
+NEW_RUN_DRAFTS = "new_run_drafts"  # {kind: config}: what the New run form held last for each algorithm
+NEW_RUN_STARTS = "new_run_starts"  # {kind: config}: what the form's widgets for each algorithm were drawn from
 CHAT_HISTORY = "chat-history"  # the chat page's conversation (app/conversation.py)
 CHAT_TARGET_REQUEST = "chat_target_request"  # a run id: the Run page's "Chat with it" asks the chat page for it
 CHAT_URL_RUN = "chat-url-run"  # the run id of the chat page's ?run= that its pickers already took

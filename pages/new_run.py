@@ -19,21 +19,12 @@ kind: str = (
         list(kinds),
         format_func=lambda k: kinds[k],
         required=True,
-        default=duplicate["kind"] if duplicate else "sl",
+        default=st.session_state.get(state_keys.NEW_RUN_KIND) or (duplicate["kind"] if duplicate else "sl"),
         key=f"kind-{st.session_state.get(state_keys.FORM_GENERATION, 0)}",
     )
     or "sl"
 )
-if duplicate:
-    c1, c2 = st.columns([4, 1], vertical_alignment="center")
-    c1.info(
-        f"Settings copied from run **{widgets.safe_markdown(duplicate['name'])}**; change what you like.",
-        icon=":material/content_copy:",
-    )
-    if c2.button("Reset to defaults", width="stretch"):
-        st.session_state.pop(state_keys.NEW_RUN_BASE, None)
-        st.session_state[state_keys.FORM_GENERATION] = st.session_state.get(state_keys.FORM_GENERATION, 0) + 1
-        st.rerun()
+where_from = st.container()  # filled in below, once the form says whether it holds anything but the defaults
 
 base = forms.base_config(kind)
 st.subheader("Model and data")
@@ -55,6 +46,22 @@ with right:
 
 st.subheader("Settings")
 config, action = forms.settings_form(kind, base, choice, data)
+forms.remember(kind, config)  # kept while the user switches algorithm or page
+with where_from:
+    copied = duplicate if duplicate is not None and duplicate["kind"] == kind else None
+    if copied or forms.edited(kind):
+        c1, c2 = st.columns([4, 1], vertical_alignment="center")
+        if copied:
+            c1.info(
+                f"Settings copied from run **{widgets.safe_markdown(copied['name'])}**; change what you like.",
+                icon=":material/content_copy:",
+            )
+        else:
+            c1.caption("The form keeps your settings for each algorithm while you switch algorithm or page.")
+        if c2.button("Reset to defaults", width="stretch"):
+            st.session_state.pop(state_keys.NEW_RUN_BASE, None)
+            forms.start_over()
+            st.rerun()
 if action:
     result = forms.check(config)
     forms.show_check(result, config)
@@ -62,6 +69,7 @@ if action:
         run_id = state.manager().start(config, prepared=result.prepared)
         notices.watch(run_id)  # a toast when it ends, on whatever page is open then
         st.session_state.pop(state_keys.NEW_RUN_BASE, None)
+        forms.start_over(kind)  # the next visit starts from the defaults
         widgets.notice(
             f"Run {widgets.safe_markdown(config.name or run_id)} started: it trains in the background, "
             "so you can leave this page or close the tab."

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import TimeoutError as PlaywrightTimeout
+from playwright.sync_api import TimeoutError as PlaywrightTimeout, expect
 from test_browser import CHROMIUM, page, shot, studio, wait_idle  # noqa: F401 (page and studio are fixtures)
 
 pytestmark = [
@@ -160,3 +160,41 @@ def test_lora_layers_start_at_each_kinds_default_and_unticking_both_is_refused_b
     page.get_by_role("button", name="Check settings").click()
     page.get_by_text("Ready to start").wait_for(timeout=60_000)
     page.get_by_text("train_mlp=true").first.wait_for()
+
+
+def test_edits_survive_a_switch_of_algorithm_and_page_and_a_name_typed_then_checked_at_once(studio, page):  # noqa: F811
+    """Odd orders a newcomer tries: type a value and, without checking, peek at another algorithm and another page,
+    then come back (the value is still there; before, the settings sat in an st.form and a switch dropped them);
+    type a run name and click Check at once, with the cursor still in the box (the command carries the name);
+    Reset to defaults puts the defaults back."""
+    page.goto(f"{studio}/new_run")
+    page.get_by_role("button", name="Start run").wait_for()
+    wait_idle(page)
+    max_steps = page.get_by_label("Max steps", exact=True)
+    choose(page, "Reinforcement (RL)")
+    page.get_by_text("Sampling and loss").wait_for()
+    page.get_by_label("Epochs", exact=True).wait_for(state="detached")  # the SL form has gone
+    max_steps.fill("7")
+    max_steps.press("Tab")
+    wait_idle(page)
+    choose(page, "Supervised (SL)")
+    page.get_by_label("Epochs", exact=True).wait_for()
+    choose(page, "Reinforcement (RL)")
+    page.get_by_label("Epochs", exact=True).wait_for(state="detached")  # the SL form has gone
+    expect(max_steps).to_have_value("7", timeout=60_000)
+    page.get_by_role("link", name="Runs").first.click()
+    wait_idle(page)
+    page.get_by_role("link", name="New run").first.click()
+    page.get_by_text("Sampling and loss").wait_for()  # the algorithm shown last
+    expect(max_steps).to_have_value("7", timeout=60_000)
+    page.get_by_label("Run name (optional)", exact=True).fill("typed-then-checked")
+    page.get_by_role("button", name="Check settings").click()
+    page.get_by_text("Ready to start").wait_for(timeout=60_000)
+    page.get_by_text("name=typed-then-checked").first.wait_for()
+    page.get_by_text("max_steps=7").first.wait_for()
+    shot(page, "new-run-kept-edits")
+    page.get_by_role("button", name="Reset to defaults").click()
+    page.get_by_role("button", name="Reset to defaults").wait_for(state="detached")  # nothing edited now
+    wait_idle(page)
+    expect(page.get_by_label("Run name (optional)", exact=True)).to_have_value("", timeout=60_000)
+    expect(max_steps).not_to_have_value("7", timeout=60_000)

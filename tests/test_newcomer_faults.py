@@ -176,6 +176,35 @@ def test_item5_the_new_run_form_has_eval_sets_and_duplicate_keeps_them(home):
     assert by_label(at.multiselect, "Eval sets (validation)").value == ["builtin:facts-probes", "builtin:facts-nll"]
 
 
+def test_the_new_run_form_keeps_each_algorithms_settings_across_algorithm_and_page_switches(home):
+    """A newcomer set up an RL run, glanced at the SL form and came back: every edit was gone (each algorithm's
+    widgets are dropped while another's are drawn). Now the form holds each algorithm's last settings for the
+    session, and "Reset to defaults" puts them back."""
+    at = open_page("new_run")
+    assert "Reset to defaults" not in [b.label for b in at.button]  # nothing edited yet
+    by_label(at.get("button_group"), "Algorithm").set_value("rl").run()
+    by_label(at.get("button_group"), "Environment").set_value("code").run()
+    by_label(at.number_input, "Max steps").set_value(7).run()
+    by_label(at.selectbox, "LoRA on MLP").set_value(False).run()  # entered, never checked
+    by_label(at.get("button_group"), "Algorithm").set_value("sl").run()
+    assert by_label(at.number_input, "Max steps").value != 7  # SL's own form
+    by_label(at.get("button_group"), "Algorithm").set_value("rl").run()
+    assert by_label(at.get("button_group"), "Environment").value == "code"
+    assert by_label(at.number_input, "Max steps").value == 7
+    assert by_label(at.selectbox, "LoRA on MLP").value is False
+    at.switch_page("../pages/runs.py").run()
+    at.switch_page("../pages/new_run.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert by_label(at.get("button_group"), "Algorithm").value == "rl"  # the algorithm the form showed last
+    assert by_label(at.number_input, "Max steps").value == 7
+    click(at, "Reset to defaults")
+    assert by_label(at.get("button_group"), "Algorithm").value == "rl"
+    assert by_label(at.get("button_group"), "Environment").value == "arithmetic"
+    assert by_label(at.number_input, "Max steps").value != 7
+    assert by_label(at.selectbox, "LoRA on MLP").value is None  # auto
+    assert "Reset to defaults" not in [b.label for b in at.button]
+
+
 def test_item11_the_rl_form_keeps_ppo_clip_fields_apart_as_ppo_only(home):
     at = open_page("new_run")
     by_label(at.get("button_group"), "Algorithm").set_value("rl").run()
