@@ -115,3 +115,31 @@ def test_a_jobs_retention_rows_pair_each_question_with_itself_whatever_their_ord
     assert (same["low"], same["high"], same["kept"]) == (0, 0, True)
     lost = retention.retention_of_job(examples.assign(correct=[answers[i] for i in (0, 1, 2, 3)] + [False] * 4))
     assert lost["loss"] == 0.5 and lost["high"] > 0
+
+
+def test_no_builtin_preference_pair_teaches_a_retention_questions_fact():
+    """DPO's default data asked 26 of builtin:retention's questions (capitals, opposites, small sums, the plural of
+    'mouse'), so the DPO default's retention was partly measured on what it trained. Now no training pair asks a
+    retention question, nor its fact another way round (the opposite of 'late' for 'early', 8 + 2 for 2 + 8)."""
+    items = builtin_data.retention_items()
+    pairs = builtin_data.concise_prefs_pairs()
+    prompts = [pair.prompt for pair in pairs]
+
+    def words(text: str) -> str:
+        return " ".join(re.sub(r"[^a-z0-9+ ]", " ", text.lower()).split())
+
+    asked = {words(i["prompt"]) for i in items}
+    assert not [p for p in prompts if words(p) in asked]
+    taught = {words(p) for p in prompts}
+    for item in items:
+        kind, subject = item["fact"].split(":", 1)
+        if kind == "capital":
+            assert f"what is the capital of {words(subject)}" not in taught, item
+        if kind == "opposite":  # nor the other way round: the opposite of 'late' answered 'early'
+            assert f"what is the opposite of {words(subject)}" not in taught, item
+            answers = {f"what is the opposite of {words(k)}" for k in item["key"].split("|")}
+            assert not [p for p in pairs if words(p.prompt) in answers and words(subject) in words(p.chosen)], item
+        if kind == "add":
+            a, b = subject.split("+")
+            assert not {f"what is {a} + {b}", f"what is {b} + {a}"} & taught, item
+    assert len(prompts) >= 200  # still most of the data
