@@ -188,6 +188,15 @@ def suggested_rate(kind: str, choice: ModelChoice, data: dict) -> tuple[float | 
     return learning_rate_with_reason(draft)
 
 
+def headline(reason: str) -> str:
+    """A measured rate's reason ("measured on X ...: what it gave; see docs/DEFAULTS.md") as how it was measured and
+    where to read the rest, for the caption under the rate (the rate's help holds the whole reason); any other
+    reason as it is. The RL one whole is a paragraph of every seed's figures."""
+    how, _, rest = reason.partition(": ")
+    source = rest.rpartition("; see ")[2] if "; see " in rest else ""
+    return f"{how} (what it gave: the ? beside Learning rate, and {source})" if source else reason
+
+
 def measure_speed(choice: ModelChoice) -> None:
     """Measure this machine's speed for a local model in the background (once; cached), for the estimate; only
     once the model is ready, so it never races the default model's preparation."""
@@ -442,7 +451,9 @@ def settings_form(
         put(c3, "lr_schedule")
         put(c4, "groups_per_batch" if sampling else "batch_size")
         if suggested is not None:
-            st.caption(f"Suggested learning rate for {choice.model.rsplit('/', 1)[-1]}: **{suggested:g}**, {reason}.")
+            st.caption(
+                f"Suggested learning rate for {choice.model.rsplit('/', 1)[-1]}: **{suggested:g}**, {headline(reason)}."
+            )
         st.markdown("**Length and cadence**")
         c1, c2, c3, c4, c5 = st.columns(5)
         put(c1, "group_size" if sampling else "num_epochs")

@@ -111,3 +111,18 @@ def test_no_other_module_decides_a_learning_rate():
     sources = [*Path(ENGINE).rglob("*.py"), *(root / "app").glob("*.py"), *(root / "pages").glob("*.py")]
     pattern = re.compile(r"def (sl|dpo|rl)_learning_rate|def learning_rate_for|suggested_lr or 1e-4")
     assert [str(path) for path in sources if pattern.search(path.read_text(encoding="utf-8"))] == []
+
+
+def test_the_forms_caption_says_how_a_rate_was_measured_and_leaves_what_it_gave_to_the_help():
+    """The RL rate's whole reason is a paragraph of every seed's figures; under the rate the form shows how it was
+    measured and where the rest is (the widget's help shows the whole reason). Other reasons are short already."""
+    rl_reason = lr.learning_rate_with_reason(cfg.RLConfig())[1]
+    shown = forms.headline(rl_reason)
+    assert shown.startswith("chosen by a small sweep of the default model on the arithmetic env")
+    assert shown.endswith("(what it gave: the ? beside Learning rate, and docs/DEFAULTS.md)")
+    assert "0.765" in rl_reason and "0.765" not in shown and len(shown) < len(rl_reason) / 3
+    sl_reason = lr.learning_rate_with_reason(cfg.SLConfig(dataset="builtin:facts"))[1]
+    assert forms.headline(sl_reason).startswith("measured on builtin:facts with the default model on a 2-core CPU (")
+    for config in (cfg.DPOConfig(dataset="pairs.jsonl"), cfg.RLConfig(env="code"), cfg.SLConfig(learning_rate=3e-4)):
+        reason = lr.learning_rate_with_reason(config)[1]
+        assert forms.headline(reason) == reason
