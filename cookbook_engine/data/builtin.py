@@ -997,28 +997,24 @@ def style_controlled_pairs() -> list[PairRow]:
     return rows
 
 
-def _retention_subjects(kind: str) -> set[str]:
+def _retention_subjects(retention: list[dict], kind: str) -> set[str]:
     """What builtin:retention asks of one kind of fact: "capital" its countries, "opposite" its words, "add" its sums
     as "a+b". No built-in preference pair teaches one of them (nor asks a retention question in other words), so a
     default's retention is measured on questions it never trained on."""
-    return {item["fact"].split(":", 1)[1] for item in retention_items() if item["fact"].startswith(f"{kind}:")}
+    return {item["fact"].split(":", 1)[1] for item in retention if item["fact"].startswith(f"{kind}:")}
 
 
-def question_words(text: str) -> str:
-    """A question as words only (case, spacing and punctuation aside), to compare questions asked alike."""
-    return " ".join(re.sub(r"[^a-z0-9+ ]", " ", text.lower()).split())
-
-
-def _retention_sums() -> set[tuple[int, int]]:
-    sums = [tuple(int(n) for n in subject.split("+")) for subject in _retention_subjects("add")]
+def _retention_sums(retention: list[dict]) -> set[tuple[int, int]]:
+    sums = [tuple(int(n) for n in subject.split("+")) for subject in _retention_subjects(retention, "add")]
     return {(min(a, b), max(a, b)) for a, b in sums}
 
 
-def _same_style_training_pairs(rng: random.Random) -> list[PairRow]:
+def _same_style_training_pairs(rng: random.Random, retention: list[dict]) -> list[PairRow]:
     held_sums, held_comparisons = _held_out_numbers()
-    sum_keys = {(min(a, b), max(a, b)) for a, b in held_sums} | _retention_sums()
+    sum_keys = {(min(a, b), max(a, b)) for a, b in held_sums} | _retention_sums(retention)
     comparison_keys = {(min(a, b), max(a, b)) for a, b in held_comparisons}
-    asked_opposites, asked_capitals = _retention_subjects("opposite"), _retention_subjects("capital")
+    asked_opposites = _retention_subjects(retention, "opposite")
+    asked_capitals = _retention_subjects(retention, "capital")
     antonyms = [pair for pair in ANTONYMS if not set(pair) & asked_opposites]  # neither way round
     rows = [_opposite(i, *pair) for i, pair in enumerate(antonyms)]
     rows += [_opposite(i + 1, *pair) for i, pair in enumerate(antonyms)]  # the other way round
@@ -1030,14 +1026,15 @@ def _same_style_training_pairs(rng: random.Random) -> list[PairRow]:
     rows += [
         _capital(country, capital, CAPITALS, rng) for country, capital in CAPITALS if country not in asked_capitals
     ]
-    asked = {question_words(item["prompt"]) for item in retention_items()}
-    return [row for row in rows if question_words(row.prompt) not in asked]
+    asked = {_normalised(item["prompt"]) for item in retention}
+    return [row for row in rows if _normalised(row.prompt) not in asked]
 
 
-def _rambling_pairs(rng: random.Random, count: int) -> list[PairRow]:
-    """Arithmetic with a bare correct answer against a wrong one wrapped in rambling (no held-out sum among them)."""
+def _rambling_pairs(rng: random.Random, count: int, retention: list[dict]) -> list[PairRow]:
+    """Arithmetic with a bare correct answer against a wrong one wrapped in rambling (no held-out or retention sum
+    among them)."""
     held_sums, _ = _held_out_numbers()
-    held = {(min(a, b), max(a, b)) for a, b in held_sums} | _retention_sums()
+    held = {(min(a, b), max(a, b)) for a, b in held_sums} | _retention_sums(retention)
     rows: list[PairRow] = []
     while len(rows) < count:
         a, b = rng.randint(2, 50), rng.randint(2, 50)
@@ -1055,7 +1052,8 @@ def _rambling_pairs(rng: random.Random, count: int) -> list[PairRow]:
 
 def concise_prefs_pairs() -> list[PairRow]:
     rng = random.Random(2)
-    rows = _same_style_training_pairs(rng) + _rambling_pairs(rng, 40)
+    retention = retention_items()  # read once: no pair may teach a retention question
+    rows = _same_style_training_pairs(rng, retention) + _rambling_pairs(rng, 40, retention)
     rng.shuffle(rows)
     return rows
 
