@@ -85,9 +85,10 @@ def chat_prompt(tokenizer) -> list[int]:
 
 
 def matmul_peak_gflops(size: int = 1536, repeats: int = 8) -> dict[str, float]:
-    """This machine's fp32 matmul throughput at the current thread count, best of `repeats`: torch's default
-    kernel (`torch.mm`, MKL here) and oneDNN's (`mkldnn._linear_pointwise`, which the local backend uses)."""
-    a, b = torch.randn(size, size), torch.randn(size, size)
+    """This machine's matmul throughput at the current thread count, best of `repeats`, in fp32 and in bf16:
+    torch's default kernel (`torch.mm`, MKL for fp32) and oneDNN's (`mkldnn._linear_pointwise`, which the local
+    backend uses). `peak` is the fastest fp32 kernel, `bf16_peak` the fastest bf16 one (on a CPU without bf16
+    units bf16 is emulated and far slower, which the figure then shows)."""
     flops = 2 * size**3
 
     def best(fn) -> float:
@@ -99,12 +100,18 @@ def matmul_peak_gflops(size: int = 1536, repeats: int = 8) -> dict[str, float]:
             times.append(time.perf_counter() - started)
         return flops / min(times) / 1e9
 
-    result = {"torch_mm": best(lambda: torch.mm(a, b))}
-    try:
-        result["onednn"] = best(lambda: torch.ops.mkldnn._linear_pointwise(a, b, None, "none", [], ""))
-    except (RuntimeError, AttributeError):
-        result["onednn"] = float("nan")
-    result["peak"] = max(v for v in result.values() if v == v)
+    result: dict[str, float] = {}
+    for prefix, dtype in (("", torch.float32), ("bf16_", torch.bfloat16)):
+        a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+        result[prefix + "torch_mm"] = best(lambda a=a, b=b: torch.mm(a, b))
+        try:
+            result[prefix + "onednn"] = best(
+                lambda a=a, b=b: torch.ops.mkldnn._linear_pointwise(a, b, None, "none", [], "")
+            )
+        except (RuntimeError, AttributeError):
+            result[prefix + "onednn"] = float("nan")
+    result["peak"] = max(v for k, v in result.items() if not k.startswith("bf16_") and v == v)
+    result["bf16_peak"] = max(v for k, v in result.items() if k.startswith("bf16_") and v == v)
     return result
 
 
@@ -122,14 +129,25 @@ def machine() -> dict[str, Any]:
         memory_gib = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
     except (ValueError, OSError):
         pass
+    from cookbook_engine import calibration
+
+    flags = calibration.cpu_info()[1]
     return {
         "cpu": cpu,
+        "matrix_flags": sorted(flag for flag in calibration.MATRIX_FLAGS if flag in flags),
         "cores": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "memory_gib": memory_gib,
         "torch": torch.__version__,
         "python": platform.python_version(),
     }
+
+
+def machine_flags() -> frozenset[str]:
+    """The CPU's flags (empty where /proc/cpuinfo is missing)."""
+    from cookbook_engine import calibration
+
+    return calibration.cpu_info()[1]
 
 
 def load_average() -> list[float]:

@@ -74,6 +74,7 @@ def peer_call(model, prompt: list[int], seed: int) -> tuple[float, int]:
 
 def lora_snapshot(service, tokenizer):
     """A LoRA rank-32 adapter after two steps on chat data, saved for sampling; returns (client, path)."""
+    from cookbook_engine.backends import compat
     from cookbook_engine.training.common import datum_from_tokens
 
     client = service.create_lora_training_client(models.DEFAULT_MODEL, rank=RANK, seed=0).result()
@@ -82,19 +83,26 @@ def lora_snapshot(service, tokenizer):
         client.forward_backward([datum_from_tokens(t, w) for t, w in examples[start : start + 8]], "cross_entropy")
         client.optim_step(types.AdamParams(learning_rate=1e-3))
     path = client.save_weights_for_sampler("bench-lora").result().path
-    return client, path
+    return client, path, str(compat.resolve(path))  # the tinker:// path and its folder (peft reads the folder)
 
 
-def greedy_equal(ours_client, peer_model, prompt: list[int]) -> bool:
-    params = types.SamplingParams(max_tokens=32, temperature=0, stop=[])
+GREEDY_TOKENS = 32
+
+
+def greedy_agreement(ours_client, peer_model, prompt: list[int]) -> int:
+    """How many of GREEDY_TOKENS greedy tokens ours gives before it first differs from `generate`'s."""
+    params = types.SamplingParams(max_tokens=GREEDY_TOKENS, temperature=0, stop=[])
     ours = ours_client.sample(types.ModelInput.from_ints(prompt), 1, params).result().sequences[0].tokens
     ids = torch.tensor([prompt])
 
     def generate():
         with torch.inference_mode():
-            return peer_model.generate(ids, do_sample=False, max_new_tokens=32, min_new_tokens=32, pad_token_id=2)
+            return peer_model.generate(
+                ids, do_sample=False, max_new_tokens=GREEDY_TOKENS, min_new_tokens=GREEDY_TOKENS, pad_token_id=2
+            )
 
-    return ours == common.on_model_worker(generate)[0, ids.shape[1] :].tolist()
+    theirs = common.on_model_worker(generate)[0, ids.shape[1] :].tolist()
+    return next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
 
 
 def profile(client, prompt: list[int]) -> dict:
@@ -155,11 +163,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per side and case (default 5)")
     parser.add_argument("--profile", action="store_true", help="profile one call of ours instead")
+    parser.add_argument("--dtype", default="auto", help="our local backend's dtype: auto (device.py), fp32 or bf16")
     args = parser.parse_args()
 
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
+    from cookbook_engine import device
     from cookbook_engine.backends.local import LocalServiceClient
 
     models.prepare_default_model()
@@ -167,42 +177,54 @@ def main() -> None:
     prompt = common.chat_prompt(tokenizer)
     load_start = common.load_average()
     print(f"threads {torch.get_num_threads()}, load average {load_start}, prompt {len(prompt)} tokens", flush=True)
-    service = LocalServiceClient()
+    choice = device.choose("auto", dtype=args.dtype)
+    print(f"ours: {choice.label}: {choice.reason}", flush=True)
+    service = LocalServiceClient(dtype=args.dtype)
     ours_base = service.create_sampling_client(base_model=models.DEFAULT_MODEL).result()
     if args.profile:
         common.write_result("sample_group_profile", {"load_average_start": load_start, **profile(ours_base, prompt)})
         common.exit_after_profile()
-    trainer, lora_path = lora_snapshot(service, tokenizer)
+    trainer, lora_path, lora_folder = lora_snapshot(service, tokenizer)
     folder = str(models.default_cache_dir())
-    plain = common.on_model_worker(lambda: AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval())
-    peer_lora = common.on_model_worker(
-        lambda: PeftModel.from_pretrained(
-            AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32), lora_path
-        ).eval()
-    )
+    # The peer in each precision this CPU runs natively: fp32 always, bf16 where the CPU has bf16 units.
+    peer_dtypes = {"fp32": torch.float32}
+    if set(device.BF16_UNITS) & common.machine_flags():
+        peer_dtypes["bf16"] = torch.bfloat16
+    plain, peer_lora = {}, {}
+    for name, dtype in peer_dtypes.items():
+        plain[name] = common.on_model_worker(
+            lambda dtype=dtype: AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).eval()
+        )
+        peer_lora[name] = common.on_model_worker(
+            lambda dtype=dtype: PeftModel.from_pretrained(
+                AutoModelForCausalLM.from_pretrained(folder, dtype=dtype), lora_folder
+            ).eval()
+        )
 
+    lora_sampler = service.create_sampling_client(model_path=lora_path).result()
     checks = {
-        "greedy_equal_base": greedy_equal(ours_base, plain, prompt),
-        "greedy_equal_lora": greedy_equal(
-            service.create_sampling_client(model_path=lora_path).result(), peer_lora, prompt
-        ),
+        "greedy_tokens_equal_to_generate_fp32_base": greedy_agreement(ours_base, plain["fp32"], prompt),
+        "greedy_tokens_equal_to_generate_fp32_lora": greedy_agreement(lora_sampler, peer_lora["fp32"], prompt),
     }
-    print(f"greedy tokens equal to generate: {checks}", flush=True)
+    print(f"greedy tokens equal to generate in fp32 (of {GREEDY_TOKENS}): {checks}", flush=True)
 
     ours_call(ours_base, prompt, 0)  # warm-up: builds the base model's decoder weights once
-    peer_call(plain, prompt, 0)
-    peer_call(peer_lora, prompt, 0)
-    calls: dict[str, list[tuple[float, int]]] = {
-        k: [] for k in ("ours_base", "peer_base", "ours_lora_cold", "ours_lora_warm", "peer_lora")
-    }
+    for name in peer_dtypes:
+        peer_call(plain[name], prompt, 0)
+        peer_call(peer_lora[name], prompt, 0)
+    calls: dict[str, list[tuple[float, int]]] = {k: [] for k in ("ours_base", "ours_lora_cold", "ours_lora_warm")}
+    for name in peer_dtypes:
+        calls[f"peer_base_{name}"], calls[f"peer_lora_{name}"] = [], []
     for repeat in range(args.repeats):
         seed = 100 + repeat
         calls["ours_base"].append(ours_call(ours_base, prompt, seed))
-        calls["peer_base"].append(peer_call(plain, prompt, seed))
+        for name in peer_dtypes:
+            calls[f"peer_base_{name}"].append(peer_call(plain[name], prompt, seed))
         snapshot = trainer.save_weights_and_get_sampling_client().result()  # a new sampler, as after each RL step
         calls["ours_lora_cold"].append(ours_call(snapshot, prompt, seed))
         calls["ours_lora_warm"].append(ours_call(snapshot, prompt, seed + 1))
-        calls["peer_lora"].append(peer_call(peer_lora, prompt, seed))
+        for name in peer_dtypes:
+            calls[f"peer_lora_{name}"].append(peer_call(peer_lora[name], prompt, seed))
         print(
             f"  repeat {repeat}: "
             + ", ".join(f"{k} {n / s:.1f} tok/s" for k, ((s, n),) in ((k, v[-1:]) for k, v in calls.items())),
@@ -211,22 +233,30 @@ def main() -> None:
     trainer.close()
 
     tok_s = {k: common.median([n / s for s, n in v]) for k, v in calls.items()}
-    base_ratio = tok_s["ours_base"] / tok_s["peer_base"]
-    warm_ratio, cold_ratio = tok_s["ours_lora_warm"] / tok_s["peer_lora"], tok_s["ours_lora_cold"] / tok_s["peer_lora"]
+    fastest = {case: max(peer_dtypes, key=lambda name: tok_s[f"peer_{case}_{name}"]) for case in ("base", "lora")}
+    peer_base, peer_lora_tok_s = tok_s[f"peer_base_{fastest['base']}"], tok_s[f"peer_lora_{fastest['lora']}"]
+    base_ratio = tok_s["ours_base"] / peer_base
+    warm_ratio, cold_ratio = tok_s["ours_lora_warm"] / peer_lora_tok_s, tok_s["ours_lora_cold"] / peer_lora_tok_s
     rows = [
-        ["base model", tok_s["peer_base"], tok_s["ours_base"], "-", f"{base_ratio:.2f}x"],
+        [
+            "base model",
+            " / ".join(f"{tok_s[f'peer_base_{name}']:.1f}" for name in peer_dtypes),
+            tok_s["ours_base"],
+            "-",
+            f"{base_ratio:.2f}x (vs {fastest['base']})",
+        ],
         [
             "LoRA r=32 snapshot",
-            tok_s["peer_lora"],
+            " / ".join(f"{tok_s[f'peer_lora_{name}']:.1f}" for name in peer_dtypes),
             tok_s["ours_lora_warm"],
             tok_s["ours_lora_cold"],
-            f"{warm_ratio:.2f}x (cold {cold_ratio:.2f}x)",
+            f"{warm_ratio:.2f}x (cold {cold_ratio:.2f}x; vs {fastest['lora']})",
         ],
     ]
     common.print_table(
         f"Group sampling, generated tokens/s ({SAMPLES} x {NEW_TOKENS}, T={TEMPERATURE}, "
-        f"top_p={TOP_P}; median of {args.repeats})",
-        ["case", "generate tok/s", "ours tok/s", "ours cold tok/s", "ours/generate"],
+        f"top_p={TOP_P}; median of {args.repeats}; ours {choice.label})",
+        ["case", f"generate tok/s ({' / '.join(peer_dtypes)})", "ours tok/s", "ours cold tok/s", "ours/fastest"],
         rows,
     )
     common.write_result(
@@ -234,7 +264,10 @@ def main() -> None:
         {
             "setup": {
                 "model": models.DEFAULT_MODEL,
-                "dtype": "float32",
+                "ours_dtype": choice.label,
+                "ours_dtype_reason": choice.reason,
+                "peer_dtypes": list(peer_dtypes),
+                "fastest_peer_dtype": fastest,
                 "samples": SAMPLES,
                 "new_tokens": NEW_TOKENS,
                 "temperature": TEMPERATURE,

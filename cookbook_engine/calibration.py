@@ -132,14 +132,14 @@ def _matmul(kernel: str, x: torch.Tensor, weight: torch.Tensor) -> Callable[[], 
     return lambda: torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")
 
 
-def measure_bf16_speedup() -> dict:
-    """fp32 seconds / bf16 seconds of the training shape's matmul (torch's default kernel for each dtype)."""
-    rows, k, n = SHAPES["train"]
+def _bf16_against_fp32(shape_class: str, fp32_kernel: str, bf16_kernel: str) -> dict:
+    """{speedup, fp32_gflops, bf16_gflops} of the shape class's matmul on the two kernels (speedup: fp32 seconds /
+    bf16 seconds)."""
+    rows, k, n = SHAPES[shape_class]
     generator = torch.Generator().manual_seed(0)
     x, w = torch.randn(rows, k, generator=generator), torch.randn(n, k, generator=generator)
-    x16, w16 = x.bfloat16(), w.bfloat16()
     seconds = _best_seconds(
-        {"fp32": lambda: torch.nn.functional.linear(x, w), "bf16": lambda: torch.nn.functional.linear(x16, w16)}
+        {"fp32": _matmul(fp32_kernel, x, w), "bf16": _matmul(bf16_kernel, x.bfloat16(), w.bfloat16())}
     )
     flops = 2 * rows * k * n
     return {
@@ -148,6 +148,11 @@ def measure_bf16_speedup() -> dict:
         "bf16_gflops": flops / seconds["bf16"] / 1e9,
         "load_average": os.getloadavg()[0],
     }
+
+
+def measure_bf16_speedup() -> dict:
+    """fp32 seconds / bf16 seconds of the training shape's matmul (torch's default kernel for each dtype)."""
+    return _bf16_against_fp32("train", "mkl", "mkl")
 
 
 def bf16_speedup() -> dict:
@@ -172,6 +177,18 @@ def measure_kernels(onednn: bool) -> dict:
         result[shape_class] = {"gflops": gflops, "chosen": chosen}
     result["load_average"] = os.getloadavg()[0]
     return result
+
+
+def measure_decode_bf16(fp32_kernel: str) -> dict:
+    """A decode step's matmul (SHAPES["decode"]) in bf16 on oneDNN with the weight prepacked, against fp32 on
+    `fp32_kernel` (the one chosen for decoding). A decode step streams its weights, so half the bytes can be worth
+    more than the bf16 units' arithmetic."""
+    return _bf16_against_fp32("decode", fp32_kernel, "onednn_packed")
+
+
+def decode_bf16(fp32_kernel: str) -> dict:
+    """{speedup, fp32_gflops, bf16_gflops} of a decode step's matmul in bf16 against fp32 on this CPU (cached)."""
+    return measured("decode_bf16", lambda: measure_decode_bf16(fp32_kernel))
 
 
 def kernels(onednn: bool) -> dict:

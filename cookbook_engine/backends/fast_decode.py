@@ -5,10 +5,13 @@ projections, a preallocated KV cache, oneDNN matmuls.
 and builds fp32 copies of each layer's weights with the active LoRA adapter merged in (W + scaling * B @ A), q/k/v
 fused into one matrix and gate/up into another, stored in oneDNN's blocked layout; the LM head gets such a copy
 too (~110 MB for the default model), the embedding table is shared. A model held in bf16 (dtype=auto on a CPU with
-bf16 units, device.py) decodes here too, in fp32 on its bf16 weights (the fp32 copies are made anyway; the
-embedding and norms get fp32 copies as well): its logits are those of the bf16 weights in fp32 arithmetic, not of
-the model's bf16 forward, which would leave a batch of prompts to the model's own forward one prompt at a time
-(an evaluation 10x slower). It returns None
+bf16 units, device.py) decodes here too (the model's own bf16 forward would leave a batch of prompts to run one
+prompt at a time: an evaluation 10x slower), in one of two ways the calibration chooses per CPU
+(fast_ops.decode_in_bf16): where a decode step's matmul measured faster in bf16 (an Intel Xeon with AMX: weights
+stream at half the bytes), the layers' merged weights are rounded to bf16 once and their matmuls run in bf16 on
+activations rounded to bf16, with the residual stream, norms, attention, KV cache and LM head in fp32; elsewhere (an
+AMD EPYC with AVX-512 BF16 but no AMX) everything is fp32 arithmetic on the bf16 weights. Either way the logits are
+close to, not equal to, an fp32 model's (tests/test_bf16.py bounds the difference). It returns None
 for anything it does not reproduce exactly (other architectures, biases, rope types that change with length,
 adapter variants such as DoRA), and the sampler then uses the model's own forward. The arithmetic follows
 transformers' LlamaModel step for step (RMSNorm, rotary embedding from the model's own module, causal SDPA), so
@@ -63,16 +66,25 @@ class KVCache:
         self.values = self.values.index_select(1, index)
 
 
-def _packed(weight: torch.Tensor) -> torch.Tensor:
-    """The weight in oneDNN's blocked layout (about 1.5-2x faster matmuls at decode batch sizes on the machines
-    measured so far) when the calibration chose that for decoding here; else a plain contiguous copy."""
+def _packed(weight: torch.Tensor, bf16: bool = False) -> torch.Tensor:
+    """The fp32 weight for decoding. In bf16 (a bf16 model where the calibration measured bf16 decode matmuls faster,
+    fast_ops.decode_in_bf16): rounded to bf16 once, in oneDNN's blocked layout. In fp32: in that layout (about
+    1.5-2x faster matmuls at decode batch sizes on the machines measured so far) when the calibration chose it for
+    decoding here; else a plain contiguous copy."""
+    if bf16:
+        return torch.ops.mkldnn._reorder_linear_weight(weight.to(torch.bfloat16).contiguous(), None)
     if not fast_ops.ONEDNN or fast_ops.KERNELS["decode"] != "onednn_packed":
         return weight.contiguous()
     return torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), None)
 
 
 def matmul_t(x_N_K: torch.Tensor, weight_M_K: torch.Tensor) -> torch.Tensor:
-    """A decode matmul with the kernel the calibration chose for decoding (weights built by `_packed`)."""
+    """A decode matmul (weights built by `_packed`): fp32 with the kernel the calibration chose for decoding, or on
+    a bf16 weight a bf16 matmul of the activations rounded to bf16, its result returned in fp32 (the residual
+    stream, norms, attention and the KV cache stay fp32)."""
+    if weight_M_K.dtype == torch.bfloat16:
+        x_N_K = x_N_K.to(torch.bfloat16)
+        return torch.ops.mkldnn._linear_pointwise(x_N_K, weight_M_K, None, "none", [], "").float()
     return fast_ops.matmul_t(x_N_K, weight_M_K, "decode")
 
 
@@ -130,6 +142,7 @@ class MergedLlama:
             or next(causal_lm.parameters()).device.type != "cpu"
         ):  # a CPU path; elsewhere the model's forward
             return None
+        bf16 = causal_lm.dtype == torch.bfloat16 and fast_ops.decode_in_bf16()
         layers = []
         with torch.no_grad():
             for layer in causal_lm.get_decoder().layers:
@@ -153,11 +166,11 @@ class MergedLlama:
                 layers.append(
                     _Layer(
                         layer.input_layernorm.weight.detach().float(),
-                        _packed(torch.cat([q, k, v])),
-                        _packed(o),
+                        _packed(torch.cat([q, k, v]), bf16),
+                        _packed(o, bf16),
                         layer.post_attention_layernorm.weight.detach().float(),
-                        _packed(torch.cat([gate, up])),
-                        _packed(down),
+                        _packed(torch.cat([gate, up]), bf16),
+                        _packed(down, bf16),
                     )
                 )
         return cls(causal_lm, layers)

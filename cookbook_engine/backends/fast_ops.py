@@ -21,6 +21,7 @@ Not here: which rows need a gradient (local.py decides from the loss), sampling 
 
 from __future__ import annotations
 
+import weakref
 from contextlib import contextmanager
 from typing import Any
 
@@ -63,6 +64,17 @@ def use_calibrated_kernels() -> dict:
     for shape_class in KERNELS:
         KERNELS[shape_class] = figures[shape_class]["chosen"]
     return figures
+
+
+def decode_in_bf16() -> bool:
+    """Whether the decoder of a model held in bf16 runs its layers' matmuls in bf16 (weights prepacked for oneDNN)
+    rather than in fp32 on fp32 copies: only where oneDNN is there and this CPU's calibration measured a decode
+    step's matmul at least calibration.MARGIN times as fast in bf16 (weights stream at half the bytes)."""
+    from cookbook_engine import calibration
+
+    if not ONEDNN or not calibration.enabled():
+        return False
+    return calibration.decode_bf16(KERNELS["decode"])["speedup"] >= calibration.MARGIN
 
 
 def _onednn_for(shape_class: str) -> bool:
@@ -218,6 +230,55 @@ class _LoraMatmul(torch.autograd.Function):
         return grad_x, None, grad_a, grad_b, None
 
 
+class _LoraMatmulBf16(torch.autograd.Function):
+    """The same op on a bf16 base weight (mixed precision, as torch's autocast and TRL's bf16 run LoRA): every matmul
+    in bf16 on the input rounded to bf16 (once for the projections that read the same input, see `_bf16_input`),
+    the LoRA matrices rounded to bf16 for the matmul only; the output, the LoRA delta's addition and the gradients
+    of x, A and B are fp32 (A and B and their AdamW state stay fp32 master weights). Measured on an Intel Xeon with
+    AMX: the fp32 LoRA matmuls were ~15% of a bf16 training step (thin rank-32 matmuls over fp32 activations)."""
+
+    @staticmethod
+    def forward(ctx, x_N_K, x16_N_K, weight_M_K, a_R_K, b_M_R, scaling: float):
+        a16_R_K, b16_M_R = a_R_K.to(torch.bfloat16), b_M_R.to(torch.bfloat16)
+        xa16_N_R = F.linear(x16_N_K, a16_R_K)
+        y_N_M = F.linear(x16_N_K, weight_M_K).float()
+        y_N_M.add_(F.linear(xa16_N_R, b16_M_R), alpha=scaling)  # the bf16 delta widened as it is added
+        ctx.save_for_backward(x16_N_K, weight_M_K, a16_R_K, b16_M_R, xa16_N_R)
+        ctx.scaling = scaling
+        return y_N_M
+
+    @staticmethod
+    def backward(ctx, grad_N_M):
+        x16_N_K, weight_M_K, a16_R_K, b16_M_R, xa16_N_R = ctx.saved_tensors
+        scaling = ctx.scaling
+        g16_N_M = grad_N_M.to(torch.bfloat16).contiguous()
+        g_xa16_N_R = (g16_N_M @ b16_M_R).mul_(scaling)
+        grad_b = (g16_N_M.t() @ xa16_N_R).float().mul_(scaling)
+        grad_a = (g_xa16_N_R.t() @ x16_N_K).float()
+        grad_x = None
+        if ctx.needs_input_grad[0]:
+            grad_x = (g16_N_M @ weight_M_K).float()
+            grad_x.add_(g_xa16_N_R @ a16_R_K)
+        return grad_x, None, None, grad_a, grad_b, None
+
+
+_last_bf16_input: tuple[weakref.ref, int, torch.Tensor] | None = None
+
+
+def _bf16_input(x: torch.Tensor) -> torch.Tensor:
+    """x (fp32, any shape) as a 2-D contiguous bf16 tensor, outside autograd. The q, k and v projections (and gate and
+    up) are called with the same tensor: the last cast is kept (by the tensor's identity and version) and reused,
+    so each input is rounded once and held once for the backward pass."""
+    global _last_bf16_input
+    last = _last_bf16_input
+    if not x.is_inference() and last is not None and last[0]() is x and last[1] == x._version:
+        return last[2]
+    with torch.no_grad():
+        x16_N_K = x.reshape(-1, x.shape[-1]).to(torch.bfloat16).contiguous()
+    _last_bf16_input = None if x.is_inference() else (weakref.ref(x), x._version, x16_N_K)
+    return x16_N_K
+
+
 def _fast_lora_forward(layer, x: torch.Tensor) -> torch.Tensor | None:
     """The fused forward of a peft LoRA Linear, or None when this call needs peft's own (several or no active
     adapters, dropout, a variant such as DoRA, merged weights, a bias, another dtype)."""
@@ -248,7 +309,11 @@ def _fast_lora_forward(layer, x: torch.Tensor) -> torch.Tensor | None:
     x_N_K = x.reshape(-1, x.shape[-1])
     if not x_N_K.is_contiguous():
         x_N_K = x_N_K.contiguous()
-    y_N_M = _LoraMatmul.apply(x_N_K, base.weight, a_R_K, b_M_R, float(layer.scaling[name]))
+    scaling = float(layer.scaling[name])
+    if base.weight.dtype == torch.bfloat16:
+        y_N_M = _LoraMatmulBf16.apply(x_N_K, _bf16_input(x), base.weight, a_R_K, b_M_R, scaling)
+    else:
+        y_N_M = _LoraMatmul.apply(x_N_K, base.weight, a_R_K, b_M_R, scaling)
     return y_N_M.reshape(*x.shape[:-1], y_N_M.shape[-1])
 
 
