@@ -3,12 +3,13 @@ at the chat template's end-of-turn) through our evaluator against a plain batche
 
 Ours: `evaluators.evaluate` on the local backend's base-model sampling client, as `cookbook eval` runs it (prompts
 sent BATCH_PROMPTS at a time through `sample_many`, one decode batch each, grading included). Peer: the same
-rendered prompts, left-padded, through transformers' `generate` (fp32, greedy, stop at the same tokens) in batches
-of each size in --peer-batches, grading by the same grader; the fastest batch size is the comparison. Before the
+rendered prompts, left-padded, through transformers' `generate` (fp32, and bf16 too where the CPU has bf16 units;
+greedy, stop at the same tokens) in batches of each size in --peer-batches, grading by the same grader; the fastest
+dtype and batch size is the comparison. Before the
 change this benchmark came with, our evaluator sent one request per prompt (8 in flight), which
 `--one-by-one` still measures. Calls alternate (ours, peer, ...) after one warm-up each on 8 prompts; figures are
-medians of examples per second. Replies are compared prompt by prompt (greedy, fp32: they should be equal) and
-the accuracies given.
+medians of examples per second. Replies are compared prompt by prompt (greedy: with both sides in fp32 they
+should be equal; ours in bf16 differs where rounding moves a near-tie) and the accuracies given.
 
     .venv/bin/python benchmarks/evaluation.py [--repeats 3] [--peer-batches 16,32,100] [--one-by-one]
 
@@ -117,6 +118,7 @@ def main() -> None:
 
     from transformers import AutoModelForCausalLM
 
+    from cookbook_engine import device
     from cookbook_engine.backends.local import LocalServiceClient
 
     models.prepare_default_model()
@@ -129,13 +131,25 @@ def main() -> None:
     ours = service.create_sampling_client(base_model=models.DEFAULT_MODEL).result()
     print(f"ours: {service.compute.label}: {service.compute.reason}", flush=True)
     folder = str(models.default_cache_dir())
-    plain = common.on_model_worker(lambda: AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval())
+    # the peer in fp32, and in bf16 too where the CPU runs bf16 natively (its fastest there may be either)
+    peer_dtypes = {"fp32": torch.float32}
+    if set(device.BF16_UNITS) & common.machine_flags():
+        peer_dtypes["bf16"] = torch.bfloat16
+    plain = {
+        name: common.on_model_worker(
+            lambda dtype=dtype: AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).eval()
+        )
+        for name, dtype in peer_dtypes.items()
+    }
 
     sides = {"ours": lambda s: ours_call(ours, renderer, s)}
     if args.one_by_one:
         sides["ours_one_by_one"] = lambda s: ours_call(_OneByOne(ours), renderer, s)
-    for batch in batches:
-        sides[f"generate_b{batch}"] = lambda s, batch=batch: peer_call(plain, tokenizer, renderer, s, batch)
+    for name in peer_dtypes:
+        for batch in batches:
+            sides[f"generate_{name}_b{batch}"] = lambda s, name=name, batch=batch: peer_call(
+                plain[name], tokenizer, renderer, s, batch
+            )
     warm_up(sides, eval_set)
     calls: dict[str, list[float]] = {name: [] for name in sides}
     replies: dict[str, list[str]] = {}
@@ -151,7 +165,7 @@ def main() -> None:
         )
     load_end = common.load_average()
     peak = common.on_model_worker(common.matmul_peak_gflops)
-    params = sum(p.numel() for p in plain.parameters())
+    params = sum(p.numel() for p in plain["fp32"].parameters())
     ex_s = {name: len(eval_set.examples) / common.median(v) for name, v in calls.items()}
     mfu = {
         name: 2
@@ -176,10 +190,13 @@ def main() -> None:
         ]
         for name in ex_s
     ]
-    print(f"fp32 matmul peak: torch.mm {peak['torch_mm']:.0f} GFLOP/s, oneDNN {peak['onednn']:.0f} GFLOP/s")
+    print(
+        f"matmul peak: fp32 {peak['peak']:.0f} GFLOP/s (torch.mm {peak['torch_mm']:.0f}, oneDNN "
+        f"{peak['onednn']:.0f}), bf16 {peak['bf16_peak']:.0f}"
+    )
     common.print_table(
         f"{SET}: {len(eval_set.examples)} prompts, greedy, {eval_set.max_tokens} tokens max, ours "
-        f"{service.compute.label}, peer fp32 "
+        f"{service.compute.label}, peer {' and '.join(peer_dtypes)} "
         f"(median of {args.repeats}; load {load_start} -> {load_end})",
         ["side", "examples/s", f"vs {best_peer}", "MFU (fp32 peak)", "accuracy", "replies equal to ours"],
         rows,
@@ -189,7 +206,7 @@ def main() -> None:
         {
             "setup": {
                 "model": models.DEFAULT_MODEL,
-                "dtype": "float32 (peer)",
+                "peer_dtypes": list(peer_dtypes),
                 "ours": service.compute.label,
                 "set": SET,
                 "prompts": len(eval_set.examples),
@@ -205,7 +222,7 @@ def main() -> None:
             "accuracy": accuracy,
             "replies_equal_to_ours": same,
             "calls_seconds": calls,
-            "fp32_matmul_peak_gflops": peak,
+            "matmul_peak_gflops": peak,
             "mfu_vs_fp32_peak": mfu,
         },
     )

@@ -16,9 +16,10 @@ in bf16, while the residual stream, the LoRA delta's addition and the LM head's 
 
 What it is not: the code that moves tensors (the local backend moves a batch's inputs to the model's device and
 brings log-probabilities back to the CPU, where the loss math and sampling decisions run), nor a memory planner.
-The CPU's fast paths run only on the CPU (packed attention in either dtype, the merged-weights decoder in fp32);
-elsewhere, and for bf16 sampling, the model's own forward runs, which tests/test_fast_paths.py checks the fast paths
-against; tests/test_bf16.py checks bf16 against fp32.
+The CPU's fast paths run only on the CPU (packed attention in either dtype; the merged-weights decoder, whose matmuls
+run in bf16 for a bf16 model only where the calibration measured a decode step faster so, fast_ops.decode_in_bf16);
+elsewhere the model's own forward runs, which tests/test_fast_paths.py checks the fast paths against;
+tests/test_bf16.py checks bf16 against fp32.
 """
 
 from __future__ import annotations

@@ -177,8 +177,7 @@ class MergedLlama:
 
     # --- the arithmetic of transformers' Llama, one layer at a time ---------------------------------------------
     def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        variance = x.pow(2).mean(-1, keepdim=True)
-        return weight * (x * torch.rsqrt(variance + self.eps))
+        return F.rms_norm(x, (x.shape[-1],), weight, self.eps)  # LlamaRMSNorm: weight * (x * rsqrt(mean(x^2) + eps))
 
     @staticmethod
     def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
