@@ -182,8 +182,11 @@ def measure_kernels(onednn: bool) -> dict:
 def measure_decode_bf16(fp32_kernel: str) -> dict:
     """A decode step's matmul (SHAPES["decode"]) in bf16 on oneDNN with the weight prepacked, against fp32 on
     `fp32_kernel` (the one chosen for decoding). A decode step streams its weights, so half the bytes can be worth
-    more than the bf16 units' arithmetic."""
-    return _bf16_against_fp32("decode", fp32_kernel, "onednn_packed")
+    more than the bf16 units' arithmetic. Where oneDNN has no bf16 kernel for this CPU: speedup 0 and the reason."""
+    try:
+        return _bf16_against_fp32("decode", fp32_kernel, "onednn_packed")
+    except (RuntimeError, AttributeError) as error:
+        return {"speedup": 0.0, "unsupported": str(error).splitlines()[0], "load_average": os.getloadavg()[0]}
 
 
 def decode_bf16(fp32_kernel: str) -> dict:
