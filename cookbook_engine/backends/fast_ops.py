@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import weakref
 from contextlib import contextmanager
+from functools import cache
 from typing import Any
 
 import torch
@@ -66,10 +67,12 @@ def use_calibrated_kernels() -> dict:
     return figures
 
 
+@cache
 def decode_in_bf16() -> bool:
     """Whether the decoder of a model held in bf16 runs its layers' matmuls in bf16 (weights prepacked for oneDNN)
     rather than in fp32 on fp32 copies: only where oneDNN is there and this CPU's calibration measured a decode
-    step's matmul at least calibration.MARGIN times as fast in bf16 (weights stream at half the bytes)."""
+    step's matmul at least calibration.MARGIN times as fast in bf16 (weights stream at half the bytes). Decided once
+    per process: a decoder is built for every new LoRA snapshot (each RL step), and the calibration is a file."""
     from cookbook_engine import calibration
 
     if not ONEDNN or not calibration.enabled():
