@@ -10,7 +10,8 @@
     cookbook evals                  (list evaluations; see cookbook_engine/evals/commands.py)
     cookbook sweep FILE [--dry-run] (train each configuration, evaluate each)   cookbook sweep --resume SWEEP_ID
     cookbook studio [--port 8501] [--address 127.0.0.1] [--allowed-host NAME]
-    cookbook serve [--port 8600] [--allow-path DIR] [--max-request-mb 64] [--session-timeout-s 60]  (Tinker API)
+    cookbook serve [--port 8600] [--allow-path DIR] [--max-request-mb 64] [--session-timeout-s 60]
+                   [--device auto] [--dtype auto]  (Tinker API)
 
 `--dry-run` validates everything (settings, model, renderer, data) and prints the resolved config without
 training. learning_rate=auto (the default) uses the model's suggested rate. Bad input exits with code 2 and a
@@ -230,6 +231,7 @@ def studio(argv: list[str]) -> int:
 
 def serve(argv: list[str]) -> int:
     """The tinker SDK's API on 127.0.0.1 (cookbook_engine/serve): the SDK trains and samples here."""
+    from cookbook_engine.device import DEVICES, DTYPES, DeviceError, choose
     from cookbook_engine.serve import DEFAULT_PORT, run_server
 
     parser = argparse.ArgumentParser(prog="cookbook serve")
@@ -251,6 +253,10 @@ def serve(argv: list[str]) -> int:
         metavar="DIR",
         help="a folder outside the studio home whose checkpoints and models requests may name (repeatable)",
     )
+    parser.add_argument("--device", default="auto", help=f"where models compute: {', '.join(DEVICES)} (default auto)")
+    parser.add_argument(
+        "--dtype", default="auto", help=f"the frozen weights' precision: {', '.join(DTYPES)} (default auto)"
+    )
     try:
         options = parser.parse_args(argv)
     except SystemExit as exc:
@@ -266,12 +272,18 @@ def serve(argv: list[str]) -> int:
     missing = [folder for folder in options.allow_path if not os.path.isdir(folder)]
     if missing:
         return _bad_input(f"--allow-path: no such folder: {', '.join(missing)}")
+    try:  # refused now, with the reason, rather than at the first session
+        choose(options.device, dtype=options.dtype)
+    except DeviceError as exc:
+        return _bad_input(f"--device/--dtype: {exc}")
     run_server(
         options.port,
         record=not options.no_record,
         max_request_mb=options.max_request_mb,
         allow_paths=tuple(options.allow_path),
         session_timeout_s=options.session_timeout_s,
+        device=options.device,
+        dtype=options.dtype,
     )
     return 0
 

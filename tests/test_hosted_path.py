@@ -17,6 +17,8 @@ the local backend's own, the reference log-probs through a sampling session.
 The learning rate is set: with learning_rate=auto the two backends choose differently by design
 (training/learning_rate.py: the rates measured for built-in data apply to backend=local only; backend=tinker takes
 the Tinker cookbook's formula, 1e-3 for the default model, where the measured SL rate on builtin:facts is 2e-3).
+So is RL's `train_mlp` (auto puts LoRA on the MLP for hosted models, attention only for the measured local default)
+and the precision: both sides run fp32 (`cookbook serve --dtype fp32`), since bf16 rounds the two paths apart.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import pytest
 from cookbook_engine import config as cfg
 from cookbook_engine.backends import tinker as hosted
 from cookbook_engine.data import builtin as builtin_data
+from cookbook_engine.rl.suggested import train_mlp_used
 from cookbook_engine.runs import RunManager
 from cookbook_engine.training.metric_names import KEY_METRIC
 from storage import Store
@@ -46,9 +49,11 @@ TIMINGS = ("time/", "throughput", "tokens_per_s", "_seconds", "elapsed")
 
 @pytest.fixture
 def served(home, default_model_ready, monkeypatch):
-    """`cookbook serve` on a free port, this test's home its studio home; the hosted backend pointed at it."""
+    """`cookbook serve` on a free port, this test's home its studio home; the hosted backend pointed at it. Both
+    sides compute in fp32: in bf16 the packed training pass and the served one round apart by more than these
+    tolerances (DPO's step-0 accuracy flips on a tied pair), which would hide the wire's own errors."""
     port = free_port()
-    server = start_serve(port)
+    server = start_serve(port, "--dtype", "fp32")
     monkeypatch.setenv("TINKER_BASE_URL", f"http://127.0.0.1:{port}")
     monkeypatch.setenv("TINKER_API_KEY", "tml-any-key-works-here")
     hosted.forget_probe()
@@ -62,6 +67,9 @@ def run_both(config) -> tuple[dict, dict]:
     """The same configuration on the local backend and through the hosted backend; each run's metrics by step."""
     manager, store = RunManager(), Store.default()
     metrics = []
+    # train_mlp=auto resolves by backend (RL on the local default model: attention only, as measured; a hosted
+    # model: the MLP too), so both sides get the local side's resolution; dtype: serve's, for tinker
+    config = dataclasses.replace(config, dtype="fp32", train_mlp=train_mlp_used(config))
     for backend in ("local", "tinker"):
         run_id = manager.start(dataclasses.replace(config, backend=backend))
         run = manager.wait(run_id, timeout=900)

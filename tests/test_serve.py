@@ -272,3 +272,33 @@ def test_home_shows_whether_the_server_is_running_and_the_line_to_copy(server, d
     (serve.paths.home() / serve.STATUS_FILE).unlink()  # as when the server stops
     at = AppTest.from_file(main, default_timeout=120).run()
     assert any("not running" in caption.value for caption in at.caption)
+
+
+@pytest.mark.parametrize(
+    ("options", "named"), [(["--dtype", "fp16"], "dtype='fp16'"), (["--device", "tpu"], "device='tpu'")]
+)
+def test_serve_refuses_an_unknown_device_or_dtype_by_name_before_listening(
+    options, named, capsys, tmp_path, monkeypatch
+):
+    from cookbook_engine import cli
+    from cookbook_engine.exit_codes import EXIT_BAD_INPUT
+
+    monkeypatch.setenv("COOKBOOK_HOME", str(tmp_path / "home"))
+    assert cli.main(["serve", "--port", str(free_port()), *options]) == EXIT_BAD_INPUT
+    said = capsys.readouterr().err
+    assert named in said and "choose one of" in said, said
+    assert not serve.status().running  # nothing started, no status file written
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])  # one of them differs from what auto picks on any CPU
+def test_every_session_of_a_served_home_computes_in_the_dtype_serve_was_given(dtype, tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.setenv("COOKBOOK_HOME", str(tmp_path / "home"))
+    state = ServerState(record=False, device="cpu", dtype=dtype)
+    try:
+        session = state.new_session("a session", None)
+        expected = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+        assert (session.service.compute.device, session.service.compute.dtype) == ("cpu", expected)
+    finally:
+        state.stop()

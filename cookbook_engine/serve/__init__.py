@@ -85,9 +85,12 @@ def run_server(
     max_request_mb: int | None = None,
     allow_paths: tuple[str, ...] = (),
     session_timeout_s: float | None = None,
+    device: str = "auto",
+    dtype: str = "auto",
 ) -> None:
     """Serve until interrupted (Ctrl-C); then the open sessions' runs are marked interrupted. A session ends after
-    `session_timeout_s` (default state.SESSION_TIMEOUT_S) without a heartbeat or request."""
+    `session_timeout_s` (default state.SESSION_TIMEOUT_S) without a heartbeat or request. Every session's models
+    compute on `device` in `dtype` (device.py's choices)."""
     import uvicorn
 
     from cookbook_engine.log import setup_logging
@@ -96,7 +99,9 @@ def run_server(
     from cookbook_engine.serve.state import SESSION_TIMEOUT_S, ServerState
 
     setup_logging()  # also when called without the CLI; uvicorn's own lines take the same format (log_config=None)
-    state = ServerState(record=record, session_timeout_s=session_timeout_s or SESSION_TIMEOUT_S)
+    state = ServerState(
+        record=record, session_timeout_s=session_timeout_s or SESSION_TIMEOUT_S, device=device, dtype=dtype
+    )
     limit_mb = max_request_mb if max_request_mb is not None else guard.DEFAULT_MAX_REQUEST_MB
     app = create_app(state, max_request_bytes=limit_mb << 20, allow_paths=allow_paths)
     url = f"http://{HOST}:{port}"

@@ -138,7 +138,14 @@ class Futures:
 class ServerState:
     """Sessions, models (training clients by model_id), sampling sessions and futures of one running server."""
 
-    def __init__(self, record: bool = True, session_timeout_s: float = SESSION_TIMEOUT_S):
+    def __init__(
+        self,
+        record: bool = True,
+        session_timeout_s: float = SESSION_TIMEOUT_S,
+        device: str = "auto",
+        dtype: str = "auto",
+    ):
+        self.device, self.dtype = device, dtype  # where and in which precision every session's models compute
         self.sessions: dict[str, Session] = {}
         self.ended: dict[str, str] = {}  # session id -> how it ended (its memory is freed; the id answers 410)
         self.session_timeout_s = session_timeout_s
@@ -165,7 +172,9 @@ class ServerState:
 
     # --- sessions -------------------------------------------------------------------------------------------
     def new_session(self, display_name: str | None, user_metadata: dict | None) -> Session:
-        service = LocalServiceClient(user_metadata=user_metadata, display_name=display_name)
+        service = LocalServiceClient(
+            user_metadata=user_metadata, display_name=display_name, device=self.device, dtype=self.dtype
+        )
         session = Session(service.session_id, service, display_name, dict(user_metadata or {}))
         with self._lock:
             self.sessions[session.session_id] = session
