@@ -67,6 +67,42 @@ def base_topk(model, examples, k: int, pad: int) -> list[tuple[torch.Tensor, tor
     return out
 
 
+def train_loop(model, rows, pad: int, lr0: float, coef: float, started: float) -> list[dict]:
+    """Adam over batches of 8 of `rows` (tokens, weights, soft target or None: the row's own tokens), lr decaying
+    linearly from lr0; the trainable parameters are whatever of the model requires a gradient. The step log."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=lr0, betas=(0.9, 0.95), eps=1e-12, weight_decay=0.0)
+    steps = len(rows) // 8
+    log = []
+    model.train()
+    for step in range(steps):
+        batch = rows[step * 8 : step * 8 + 8]
+        ids_B_T, mask_B_T = padded([(t, w) for t, w, _ in batch], pad)
+        logp_B_T_V = torch.log_softmax(model(input_ids=ids_B_T, attention_mask=mask_B_T).logits.float(), -1)
+        loss, hard_nll, soft_ce = torch.zeros(()), 0.0, 0.0
+        for b, (tokens, weights, target) in enumerate(batch):
+            if target is None:  # hard targets: the row's own next tokens
+                n = len(tokens) - 1
+                w_T = torch.tensor(weights[1:])
+                lp_T = logp_B_T_V[b, :n].gather(-1, torch.tensor(tokens[1:])[:, None])[:, 0]
+                term = -(w_T * lp_T).sum()
+                hard_nll += float(term)
+            else:  # the base model's top-k distribution at each reply position
+                positions, ids_P_K, probs_P_K = target
+                term = -coef * (probs_P_K * logp_B_T_V[b, positions].gather(-1, ids_P_K)).sum()
+                soft_ce += float(term)
+            loss = loss + term
+        for group in optimizer.param_groups:
+            group["lr"] = lr0 * lr_multiplier("linear", step, steps)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        log.append({"step": step, "hard_nll_sum": hard_nll, "soft_ce_sum": soft_ce})
+        if step % 10 == 0 or step == steps - 1:
+            print(f"step {step}/{steps} {log[-1]} {time.perf_counter() - started:.0f}s", flush=True)
+    return log
+
+
 def train(settings: dict[str, str], home: Path) -> tuple[Path, float, list[dict]]:
     torch.manual_seed(0)
     mode = settings.get("replay", "soft")
@@ -97,37 +133,8 @@ def train(settings: dict[str, str], home: Path) -> tuple[Path, float, list[dict]
             bias="none",
         ),
     )
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=lr0, betas=(0.9, 0.95), eps=1e-12, weight_decay=0.0)
-    steps = len(rows) // 8
-    log = []
     started = time.perf_counter()
-    model.train()
-    for step in range(steps):
-        batch = rows[step * 8 : step * 8 + 8]
-        ids_B_T, mask_B_T = padded([(t, w) for t, w, _ in batch], pad)
-        logp_B_T_V = torch.log_softmax(model(input_ids=ids_B_T, attention_mask=mask_B_T).logits.float(), -1)
-        loss, hard_nll, soft_ce = torch.zeros(()), 0.0, 0.0
-        for b, (tokens, weights, target) in enumerate(batch):
-            if target is None:  # hard targets: the row's own next tokens
-                n = len(tokens) - 1
-                w_T = torch.tensor(weights[1:])
-                lp_T = logp_B_T_V[b, :n].gather(-1, torch.tensor(tokens[1:])[:, None])[:, 0]
-                term = -(w_T * lp_T).sum()
-                hard_nll += float(term)
-            else:  # the base model's top-k distribution at each reply position
-                positions, ids_P_K, probs_P_K = target
-                term = -coef * (probs_P_K * logp_B_T_V[b, positions].gather(-1, ids_P_K)).sum()
-                soft_ce += float(term)
-            loss = loss + term
-        for group in optimizer.param_groups:
-            group["lr"] = lr0 * lr_multiplier("linear", step, steps)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        log.append({"step": step, "hard_nll_sum": hard_nll, "soft_ce_sum": soft_ce})
-        if step % 10 == 0 or step == steps - 1:
-            print(f"step {step}/{steps} {log[-1]} {time.perf_counter() - started:.0f}s", flush=True)
+    log = train_loop(model, rows, pad, lr0, coef, started)
     minutes = (time.perf_counter() - started) / 60
     folder = home / "adapter"
     model.save_pretrained(folder)
