@@ -11,7 +11,8 @@ small wherever x looks like ordinary text. Control: the same loop with A trained
 (benchmarks/sft_soft_replay.py replay=hard is the demo in this loop).
 
 Settings (key=value, comma-separated): rank (32), ridge (1e-3), keep (replay+neighbours or replay), facts (copies of
-the facts rows, 2), replay (replay rows trained on as well, 0), learning_rate (2e-3), seed (0), train_a (0: A fixed).
+the facts rows, 2), replay (replay rows trained on as well, 0), learning_rate (2e-3), seed (0, the data order),
+train_a (0: A fixed).
 Measured in benchmarks/README.md. Run (one at a time; 6-11 minutes each on a 2-core CPU):
     .venv/bin/python benchmarks/sft_null_space.py rank=8,keep=replay+neighbours,facts=3
 """
@@ -73,7 +74,6 @@ def reading_directions(keep: torch.Tensor, task: torch.Tensor, rank: int, ridge:
 
 
 def train(settings: dict[str, str], home: Path) -> tuple[Path, float, list[dict]]:
-    torch.manual_seed(int(settings.get("seed", "0")))
     rank = int(settings.get("rank", "32"))
     ridge = float(settings.get("ridge", "1e-3"))
     lr0 = float(settings.get("learning_rate", "2e-3"))
@@ -93,7 +93,7 @@ def train(settings: dict[str, str], home: Path) -> tuple[Path, float, list[dict]
     print(f"directions in {time.perf_counter() - started:.0f}s", flush=True)
     rows = [(t, w) for t, w in fact_examples * int(settings.get("facts", "2"))]
     rows += rendered(builtin_data.replay_rows()[: int(settings.get("replay", "0"))], renderer)
-    random.Random(0).shuffle(rows)
+    random.Random(int(settings.get("seed", "0"))).shuffle(rows)  # A is fixed and B starts at 0: the seed is the order
     model = get_peft_model(
         model, LoraConfig(r=rank, lora_alpha=rank, target_modules=MODULES, lora_dropout=0.0, bias="none")
     )
