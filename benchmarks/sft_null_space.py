@@ -11,8 +11,7 @@ small wherever x looks like ordinary text. Control: the same loop with A trained
 (benchmarks/sft_soft_replay.py replay=hard is the demo in this loop).
 
 Settings (key=value, comma-separated): rank (32), ridge (1e-3), keep (replay+neighbours or replay), facts (copies of
-the facts rows, 2), replay (replay rows trained on as well, 0), learning_rate (2e-3), seed (0, the data order),
-train_a (0: A fixed).
+the facts rows, 2), replay (replay rows trained on as well, 0), learning_rate (2e-3), seed (0, the data order).
 Measured in benchmarks/README.md. Run (one at a time; 6-11 minutes each on a 2-core CPU):
     .venv/bin/python benchmarks/sft_null_space.py rank=8,keep=replay+neighbours,facts=3
 """
@@ -26,9 +25,8 @@ from pathlib import Path
 import sft_retention_sweep
 import torch
 from peft import LoraConfig, get_peft_model
-from sft_soft_replay import MODULES, padded, rendered, train_loop
+from sft_soft_replay import MODULES, load_default, padded, rendered, train_loop
 
-from cookbook_engine import models, renderers
 from cookbook_engine.data import builtin as builtin_data
 
 
@@ -77,10 +75,7 @@ def train(settings: dict[str, str], home: Path) -> tuple[Path, float, list[dict]
     rank = int(settings.get("rank", "32"))
     ridge = float(settings.get("ridge", "1e-3"))
     lr0 = float(settings.get("learning_rate", "2e-3"))
-    model = models.load_model(models.DEFAULT_MODEL)
-    tokenizer = models.load_tokenizer(models.DEFAULT_MODEL)
-    renderer = renderers.get_renderer("auto", tokenizer)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    model, renderer, pad = load_default()
     fact_examples = rendered(builtin_data.fact_rows_only(), renderer)
     keep_rows = builtin_data.replay_rows()  # keep=replay: these alone; keep=replay+neighbours (the default) adds
     if settings.get("keep", "replay+neighbours") == "replay+neighbours":  # the facts' wordings about real subjects
@@ -101,7 +96,7 @@ def train(settings: dict[str, str], home: Path) -> tuple[Path, float, list[dict]
         if hasattr(module, "lora_A") and "default" in module.lora_A:
             base_name = name.removeprefix("base_model.model.")
             module.lora_A["default"].weight.data.copy_(directions[base_name])
-            module.lora_A["default"].weight.requires_grad_(settings.get("train_a", "0") == "1")
+            module.lora_A["default"].weight.requires_grad_(False)
     log = train_loop(model, [(t, w, None) for t, w in rows], pad, lr0, 1.0, started)  # B alone requires a gradient
     minutes = (time.perf_counter() - started) / 60
     folder = home / "adapter"

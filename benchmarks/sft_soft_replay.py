@@ -67,6 +67,14 @@ def base_topk(model, examples, k: int, pad: int) -> list[tuple[torch.Tensor, tor
     return out
 
 
+def load_default():
+    """(model, renderer, pad token id) of the default model in fp32, as these experiments train it."""
+    model = models.load_model(models.DEFAULT_MODEL)
+    tokenizer = models.load_tokenizer(models.DEFAULT_MODEL)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    return model, renderers.get_renderer("auto", tokenizer), pad
+
+
 def train_loop(model, rows, pad: int, lr0: float, coef: float, started: float) -> list[dict]:
     """Adam over batches of 8 of `rows` (tokens, weights, soft target or None: the row's own tokens), lr decaying
     linearly from lr0; the trainable parameters are whatever of the model requires a gradient. The step log."""
@@ -109,10 +117,7 @@ def train(settings: dict[str, str], home: Path) -> tuple[Path, float, list[dict]
     k = int(settings.get("k", "32"))
     coef = float(settings.get("coef", "1.0"))
     lr0 = float(settings.get("learning_rate", "2e-3"))
-    model = models.load_model(models.DEFAULT_MODEL)
-    tokenizer = models.load_tokenizer(models.DEFAULT_MODEL)
-    renderer = renderers.get_renderer("auto", tokenizer)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    model, renderer, pad = load_default()
     facts = [
         (t, w, None) for t, w in rendered(builtin_data.fact_rows_only() * int(settings.get("facts", "2")), renderer)
     ]
