@@ -154,6 +154,17 @@ def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+def cookbook(args: list[str], home: Path) -> subprocess.CompletedProcess:
+    """`cookbook ARGS...` in the studio home `home`; RuntimeError with its stderr's tail if it fails."""
+    env = {**os.environ, "COOKBOOK_HOME": str(home)}
+    result = subprocess.run(
+        [sys.executable, "-m", "cookbook_engine.cli", *args], env=env, cwd=REPO, capture_output=True, text=True
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"cookbook {' '.join(args)} failed:\n{result.stderr[-3000:]}")
+    return result
+
+
 def start_serve(port: int, *options: str, ready_within_s: float = 180) -> subprocess.Popen:
     """`cookbook serve --port PORT OPTIONS...` as a subprocess (the environment's COOKBOOK_HOME is its studio home),
     returned once /api/v1/healthz answers; terminated if it does not within `ready_within_s`."""

@@ -21,8 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -81,22 +79,12 @@ DEFAULTS = (
 )
 
 
-def cookbook(args: list[str], home: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COOKBOOK_HOME": str(home)}
-    result = subprocess.run(
-        [sys.executable, "-m", "cookbook_engine.cli", *args], env=env, cwd=common.REPO, capture_output=True, text=True
-    )
-    if result.returncode != 0:
-        raise RuntimeError(f"cookbook {' '.join(args)} failed:\n{result.stderr[-3000:]}")
-    return result
-
-
 def train(default: Default, home: Path) -> tuple[str, float]:
     """Run the default; returns its run id and wall minutes."""
     started = time.perf_counter()
-    cookbook(default.command + [f"name=learning-{default.key}"], home)
+    common.cookbook(default.command + [f"name=learning-{default.key}"], home)
     minutes = (time.perf_counter() - started) / 60
-    runs = json.loads(cookbook(["runs", "--json"], home).stdout)
+    runs = json.loads(common.cookbook(["runs", "--json"], home).stdout)
     run = next(r for r in runs if r["name"] == f"learning-{default.key}")
     return run["run_id"], minutes
 
@@ -107,7 +95,7 @@ def evaluate(run_id: str, default: Default, home: Path) -> dict[str, dict]:
     the retention set's accuracies and loss (retention_loss)."""
     eval_set = default.eval_set
     evals = "evals=" + ",".join([eval_set, *default.unseen, RETENTION])
-    rows = json.loads(cookbook(["eval", f"models=base,{run_id}", evals, "--json"], home).stdout)
+    rows = json.loads(common.cookbook(["eval", f"models=base,{run_id}", evals, "--json"], home).stdout)
     os.environ["COOKBOOK_HOME"] = str(home)
     from storage.evals import EvalStore
 
