@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-from dpo_contrast_data import LETTER_WORDS_HELD_OUT, contrast_pairs  # noqa: E402
+from dpo_contrast_data import contrast_pairs  # noqa: E402
 
 from cookbook_engine.data import builtin, pref_kinds  # noqa: E402
 
@@ -65,5 +65,5 @@ def test_no_pair_asks_an_eval_question_or_about_an_eval_word():
     asked = {builtin._normalised(p.prompt) for p in held_out}
     asked |= {builtin._normalised(item["prompt"]) for item in builtin.retention_items()}
     assert not asked & {builtin._normalised(p.prompt) for p in pairs}
-    eval_words = set(pref_kinds.WORDS) | set(LETTER_WORDS_HELD_OUT)
+    eval_words = set(pref_kinds.WORDS) | set(builtin.LETTER_WORDS_HELD_OUT)
     assert not eval_words & {w for p in pairs for w in builtin._normalised(p.prompt).split()}
