@@ -7,12 +7,13 @@ Across these pairs every answer string is chosen exactly as often as it is rejec
 (contrast sets, Gardner et al. 2020). Without them the built-in data taught its kinds' heuristics: 26 more kinds of
 one-sided pairs took `builtin:prefs-unseen-kinds` from 0.642 to 0.583 (docs/DEFAULTS.md).
 
-Rules: the facts are stated or computed here; no question shape of `prefs-unseen-kinds` (data/pref_kinds.py) and none
-of its words is an item, no `builtin:retention` question is asked; every pair is one sentence with the answer slot
-filled right (chosen) and wrong (rejected).
+Rules: the facts are stated or computed here; no question shape of `prefs-unseen-kinds` (data/pref_kinds.py), none of
+its words and none of `prefs-style-controlled`'s prompts or held-out letter words is asked, nor a `builtin:retention`
+question; every pair is one sentence with the answer slot filled right (chosen) and wrong (rejected).
 
-Not the default DPO data (builtin:concise-prefs, data/builtin.py): measured, these pairs lift the unseen kinds by
-6 points only at 312 pairs (11 minutes of training), 2 at 156 (benchmarks/README.md).
+Not the default DPO data (builtin:concise-prefs, data/builtin.py): measured, 312 of these pairs with the default's read
+0.711 and 0.676 on the unseen kinds on two draws (the default's pairs 0.672 and 0.657 on two seeds), inside every
+interval, in 11 minutes of training against 4 (benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from cookbook_engine.data.builtin import (
     PLURALS,
     PairRow,
     _normalised,
+    _sentence_pair,
     retention_items,
     style_controlled_pairs,
 )
@@ -129,15 +131,14 @@ RELATIONS = (  # (things ordered by a quantity, the word asking for more of it, 
 ALPHABET = "abcdefghijklmnopqrstuvwxyz"
 
 
-def _pair(kind: str, prompt: str, template: str, right: object, wrong: object) -> PairRow:
-    return PairRow(kind, prompt, template.format(right), template.format(wrong))
-
-
 def _twins(kind: str, asks: tuple[tuple[str, str], tuple[str, str]], right_wrong: tuple[object, object]):
     """Two pairs: the first (prompt, template) prefers right over wrong, its twin wrong over right."""
     (prompt_a, template_a), (prompt_b, template_b) = asks
-    right, wrong = right_wrong
-    return [_pair(kind, prompt_a, template_a, right, wrong), _pair(kind, prompt_b, template_b, wrong, right)]
+    right, wrong = str(right_wrong[0]), str(right_wrong[1])
+    return [
+        _sentence_pair(kind, prompt_a, template_a, right, wrong),
+        _sentence_pair(kind, prompt_b, template_b, wrong, right),
+    ]
 
 
 def letter_position(rng: random.Random) -> list[PairRow]:
