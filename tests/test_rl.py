@@ -380,6 +380,7 @@ def test_the_default_rl_settings_are_the_measured_ones_and_far_settings_are_name
         config.max_tokens,
         config.scale_rewards,
         suggested.train_mlp_used(config),
+        suggested.lora_a_used(config),
     ) == (
         measured.group_size,
         measured.groups_per_batch,
@@ -388,6 +389,7 @@ def test_the_default_rl_settings_are_the_measured_ones_and_far_settings_are_name
         measured.max_tokens,
         measured.scale_rewards,
         measured.train_mlp,
+        measured.lora_a,
     )
     assert learning_rate(config) == measured.learning_rate  # learning_rate=auto: the measured rate
     assert learning_rate(RLConfig(learning_rate=1e-4)) == 1e-4

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+LORA_A = ("auto", "trained", "null_space")  # the choices of RLConfig.lora_a (training/null_space.py); auto: lora_a_used
+
 
 @dataclass(frozen=True)
 class Measured:
@@ -24,6 +26,7 @@ class Measured:
     scale_rewards: str  # advantages divided by the group's standard deviation ("group") or not ("none")
     train_mlp: bool  # LoRA on the MLP projections too (True) or on attention only (False)
     partial_credit: float  # a wrong answer's score: this × the share of its digits in place (rl/arithmetic.py)
+    lora_a: str  # LoRA's A trained ("trained") or fixed away from ordinary chats ("null_space"; training/null_space.py)
     anchor_dataset: str  # the anchor to the base model (training/anchor.py): chats, chats a step, weight
     anchor_rows: int
     anchor_coef: float
@@ -41,6 +44,7 @@ ARITHMETIC = Measured(
     scale_rewards="group",
     train_mlp=False,
     partial_credit=0.5,
+    lora_a="null_space",
     anchor_dataset="builtin:replay",
     anchor_rows=8,
     anchor_coef=3.0,
@@ -79,6 +83,15 @@ def train_mlp_used(config) -> bool:
         return True
     measured = measured_for(config) if config.kind == "rl" else None
     return measured.train_mlp if measured else True
+
+
+def lora_a_used(config) -> str:
+    """ "trained" or "null_space": a set lora_a wins; lora_a=auto (RL's default) is the measured choice where one was
+    measured (null_space for the default model on the arithmetic env, from a fresh adapter) and trained elsewhere."""
+    if config.lora_a != "auto":
+        return config.lora_a
+    measured = measured_for(config)
+    return measured.lora_a if measured and not config.start_checkpoint.strip() else "trained"
 
 
 def measured_reason(measured: Measured) -> str:
