@@ -95,6 +95,14 @@ def test_a_fixed_a_stays_fixed_through_steps_saving_and_resuming_while_b_learns(
         client.forward_backward([datum], "cross_entropy").result()
         client.optim_step(types.AdamParams(learning_rate=1e-2)).result()
     a, b = a_and_b()
+    a_grads = worker.call(
+        lambda: [
+            m.lora_A[client.adapter].weight.grad
+            for m in worker.model.modules()
+            if hasattr(m, "lora_A") and client.adapter in m.lora_A
+        ]
+    )
+    assert a_grads and all(g is None for g in a_grads)  # cleared after each step: the optimizer does not hold them
     for key, value in a.items():
         name = key.removeprefix("base_model.model.").split(".lora_A")[0]
         assert torch.equal(value, directions[name]), key

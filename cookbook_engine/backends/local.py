@@ -280,6 +280,10 @@ class ModelWorker:
         marker = f".lora_B.{name}." if name in self.fixed_a else f".{name}."
         return [p for n, p in self.model.named_parameters() if marker in n]
 
+    def lora_a_params(self, name: str) -> list[torch.nn.Parameter]:
+        marker = f".lora_A.{name}."
+        return [p for n, p in self.model.named_parameters() if marker in n]
+
     def fix_lora_a(self, name: str, directions: dict[str, torch.Tensor] | None) -> int:
         """Fix adapter `name`'s A matrices (training/null_space.py): set to `directions` (keyed by the base model's
         projection names; None keeps the A it has, as a resumed run does) and left out of its optimizer from now on.
@@ -992,6 +996,9 @@ class LocalTrainingClient:
                 group["weight_decay"] = adam_params.weight_decay
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
+            if self.adapter in self._worker.fixed_a:  # peft still computes a fixed A's gradient; nothing clears it
+                for param in self._worker.lora_a_params(self.adapter):
+                    param.grad = None
             return types.OptimStepResponse(metrics={"grad_norm": grad_norm})
 
         return self._submit(fn)
