@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from typing import TYPE_CHECKING
 
 from cookbook_engine import models, paths, renderers
@@ -133,7 +134,7 @@ def covariances_for(
         both |= {f"task:{n}": c for n, c in input_covariances(model, task_tokens, pad, modules).items()}
         del model
         cached.parent.mkdir(parents=True, exist_ok=True)
-        partial = cached.with_name(cached.name + ".partial")
+        partial = cached.with_name(f"{cached.name}.{os.getpid()}.partial")  # two processes may compute it at once
         save_file({k: v.contiguous() for k, v in both.items()}, str(partial))
         partial.replace(cached)  # a reader never sees half a file
     both = load_file(str(cached))
