@@ -564,10 +564,11 @@ def _rl_fields(base: cfg.RLConfig, put: Put, env: str) -> None:
             put(where, name)
     options, labels = _checkpoint_options("rl", base)
     put(st, "start_checkpoint", options=options, format_func=labels.get)
-    c1, c2 = st.columns([1, 3])
+    c1, c2, c3 = st.columns([1, 2, 1])
     put(c1, "kl_penalty_coef")
     reference_labels = {**labels, "": "The base model"}
     put(c2, "kl_reference", options=options, format_func=reference_labels.get)
+    put(c3, "lora_a")
     _anchor_fields(base, put)
     with st.expander("Advanced: pipelining (streaming minibatches or off-policy sampling)"):
         for where, name in zip(st.columns(3), ("stream_minibatch", "num_minibatches", "max_steps_off_policy")):

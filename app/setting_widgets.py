@@ -54,6 +54,7 @@ WIDGETS: dict[str, Widget | None] = {
     "loss_fn": Widget("select", "Loss"),
     "scale_rewards": Widget("select", "Scale advantages by"),
     "partial_credit": Widget("number", "Partial credit (arithmetic)"),
+    "lora_a": Widget("select", "LoRA input side (A)"),
     "clip_low_threshold": Widget("number", "PPO clip low", key="clip_low"),
     "clip_high_threshold": Widget("number", "PPO clip high", key="clip_high"),
     "num_substeps": Widget("number", "Optimizer substeps", key="substeps"),

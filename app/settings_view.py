@@ -12,7 +12,7 @@ from pathlib import Path
 from app.setting_widgets import MODE_ONLY
 from cookbook_engine import config as cfg
 from cookbook_engine.models import ModelError
-from cookbook_engine.rl.suggested import train_mlp_used
+from cookbook_engine.rl.suggested import lora_a_used, train_mlp_used
 from cookbook_engine.training.learning_rate import learning_rate, measured_rate
 
 REPO = Path(__file__).resolve().parent.parent
@@ -47,6 +47,8 @@ def shown_settings(kind: str, settings: dict) -> dict:
         measured_for = "this env" if config.kind == "rl" else "this dataset"
         whose = f"measured for {measured_for}" if measured_rate(config) else "the model's suggested rate"
         shown["learning_rate"] = f"auto ({used:.3g}, {whose})" if used else "auto"
+    if getattr(config, "lora_a", None) == "auto":
+        shown["lora_a"] = f"auto ({lora_a_used(config)})"
     if config.train_mlp is None:
         attention_only = "off: attention only, measured for this model and env"
         shown["train_mlp"] = "auto (on)" if train_mlp_used(config) else f"auto ({attention_only})"

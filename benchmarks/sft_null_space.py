@@ -23,52 +23,11 @@ import time
 from pathlib import Path
 
 import sft_retention_sweep
-import torch
 from peft import LoraConfig, get_peft_model
-from sft_soft_replay import MODULES, load_default, padded, rendered, train_loop
+from sft_soft_replay import MODULES, load_default, rendered, train_loop
 
 from cookbook_engine.data import builtin as builtin_data
-
-
-@torch.no_grad()
-def input_covariances(model, examples, pad: int) -> dict[str, torch.Tensor]:
-    """Per targeted projection: sum over the examples' real tokens of x x^T of its input x, and the token count."""
-    sums: dict[str, torch.Tensor] = {}
-    mask_now: list[torch.Tensor] = []
-    shared: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-    hooks = []
-    for name, module in model.named_modules():
-        if name.split(".")[-1] in MODULES and isinstance(module, torch.nn.Linear):
-
-            def hook(_module, args, _out, name=name):
-                key = args[0].data_ptr()  # q/k/v and gate/up read one tensor: its x x^T is computed once
-                if key not in shared:  # the tensor is kept in `shared`, so its address is not reused meanwhile
-                    x = args[0].float()[mask_now[0].bool()]
-                    shared[key] = (args[0], x.T @ x)
-                sums[name] = sums.get(name, 0) + shared[key][1]
-
-            hooks.append(module.register_forward_hook(hook))
-    tokens = 0
-    for start in range(0, len(examples), 8):
-        ids_B_T, mask_B_T = padded(examples[start : start + 8], pad)
-        mask_now[:] = [mask_B_T]
-        shared.clear()
-        model.model(input_ids=ids_B_T, attention_mask=mask_B_T)  # the LM head's input is not needed
-        tokens += int(mask_B_T.sum())
-    for h in hooks:
-        h.remove()
-    return {name: s / tokens for name, s in sums.items()}
-
-
-def reading_directions(keep: torch.Tensor, task: torch.Tensor, rank: int, ridge: float) -> torch.Tensor:
-    """The `rank` input directions (unit rows) maximising v^T task v / v^T (keep + ridge * mean eigenvalue) v."""
-    d = keep.shape[0]
-    keep = keep.double() + ridge * torch.trace(keep).double() / d * torch.eye(d, dtype=torch.float64)
-    values, vectors = torch.linalg.eigh(keep)
-    whiten = vectors / values.sqrt()  # W^T keep W = I
-    ratio_values, ratio_vectors = torch.linalg.eigh(whiten.T @ task.double() @ whiten)
-    directions = (whiten @ ratio_vectors[:, -rank:]).T  # rank x d, largest ratios last
-    return (directions / directions.norm(dim=1, keepdim=True)).float().flip(0)
+from cookbook_engine.training.null_space import input_covariances, reading_directions
 
 
 def train(settings: dict[str, str], home: Path) -> tuple[Path, float, list[dict]]:
@@ -82,8 +41,8 @@ def train(settings: dict[str, str], home: Path) -> tuple[Path, float, list[dict]
         keep_rows += builtin_data.neighbour_rows()
     keep_examples = rendered(keep_rows, renderer)
     started = time.perf_counter()
-    keep = input_covariances(model, keep_examples, pad)
-    task = input_covariances(model, fact_examples, pad)
+    keep = input_covariances(model, [t for t, _ in keep_examples], pad, tuple(MODULES))
+    task = input_covariances(model, [t for t, _ in fact_examples], pad, tuple(MODULES))
     directions = {name: reading_directions(keep[name], task[name], rank, ridge) for name in keep}
     print(f"directions in {time.perf_counter() - started:.0f}s", flush=True)
     rows = [(t, w) for t, w in fact_examples * int(settings.get("facts", "2"))]

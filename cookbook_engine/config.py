@@ -25,7 +25,7 @@ from cookbook_engine.device import DTYPES
 from cookbook_engine.models import DEFAULT_MODEL
 from cookbook_engine.rl.advantages import SCALE_REWARDS
 from cookbook_engine.rl.multi_turn import MULTI_TURN_ENVS  # episodes of several turns: they need max_turns
-from cookbook_engine.rl.suggested import ARITHMETIC as RL_MEASURED, train_mlp_used
+from cookbook_engine.rl.suggested import ARITHMETIC as RL_MEASURED, LORA_A, lora_a_used, train_mlp_used
 from cookbook_engine.rl.tools import TOOLS
 from cookbook_engine.settings import (
     Leaf,
@@ -423,6 +423,14 @@ class RLConfig(CommonConfig):
     )
     max_steps: int = redefault(CommonConfig, "max_steps", RL_MEASURED.max_steps)
     train_mlp: bool | None = redefault(CommonConfig, "train_mlp", None)  # auto: rl/suggested.train_mlp_used
+    lora_a: str = setting(
+        "auto",
+        choices=LORA_A,
+        help="LoRA's input side: trained, as usual; or null_space, fixed to the input directions where the task's "
+        "chats differ most from ordinary chats, training B alone, so the model's answers to ordinary questions stay "
+        "(local backend, arithmetic env; training/null_space.py). auto: null_space where that was measured (the "
+        "default model on the arithmetic env), trained elsewhere",
+    )
     num_eval_problems: int = setting(
         32,
         min=0,
@@ -585,6 +593,7 @@ BEFORE_IT_EXISTED: dict[tuple[str, str], Any] = {
     ("rl", "scale_rewards"): "none",  # RL runs stored before the setting (2026-11-28) did not divide advantages
     ("rl", "train_mlp"): True,  # RL runs stored before the setting (2026-11-28) had LoRA on the MLP too
     ("rl", "partial_credit"): 0.0,  # RL runs stored before the setting (2026-11-28) scored wrong answers 0
+    ("rl", "lora_a"): "trained",  # RL runs stored before the setting (2026-11-29) trained LoRA's A
 }
 
 
@@ -667,6 +676,7 @@ def validate(config: CommonConfig) -> list[str]:
         problems.append("dataset: required (e.g. builtin:concise-prefs)")
     if isinstance(config, RLConfig):
         problems.extend(rl_env_problems(config))
+        problems.extend(lora_a_problems(config))
         problems.extend(pipelining_problems(config))
     if isinstance(config, DistillConfig):
         problems.extend(distill_problems(config))
@@ -705,6 +715,20 @@ def rl_env_problems(config: RLConfig) -> list[str]:
     if multi_turn and config.max_turns < 1:
         return [f"max_turns={config.max_turns}: env={multi_turn[0]} is multi-turn and needs a turn limit (e.g. 3)"]
     return tool_problems(config.tools) if multi_turn else []
+
+
+def lora_a_problems(config: RLConfig) -> list[str]:
+    """lora_a=null_space needs what it reads from: the local backend (the SDK cannot fix A), the arithmetic env (the
+    one whose task chats it knows) and a fresh adapter (a start checkpoint's A was trained)."""
+    if lora_a_used(config) != "null_space":
+        return []
+    if config.backend != "local":
+        return [f"lora_a=null_space: runs on the local backend only (backend={config.backend} trains A itself)"]
+    if config.env != "arithmetic":
+        return [f"lora_a=null_space: needs the arithmetic env's task chats (env={config.env}); use lora_a=trained"]
+    if config.start_checkpoint.strip():
+        return ["lora_a=null_space: starts from a fresh adapter, not start_checkpoint; use lora_a=trained"]
+    return []
 
 
 def tool_problems(spec: str) -> list[str]:

@@ -42,8 +42,14 @@ def home(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="session")
 def default_model_ready():
-    """The default model converted into the shared cache (about 20 s the first time on a machine)."""
+    """The default model converted into the shared cache (about 20 s the first time on a machine), and the input
+    covariances RL's default reads its LoRA directions from (lora_a=null_space: about 2.5 min the first time), so
+    that no test's run waits for them under its own time limit."""
     from cookbook_engine import models
+    from cookbook_engine.backends.local import ATTN_MODULES
+    from cookbook_engine.rl import arithmetic
+    from cookbook_engine.training import null_space
 
     models.prepare_default_model()
+    null_space.covariances_for(models.DEFAULT_MODEL, arithmetic.null_space_task_chats(), tuple(ATTN_MODULES))
     return models.DEFAULT_MODEL

@@ -198,3 +198,25 @@ def test_edits_survive_a_switch_of_algorithm_and_page_and_a_name_typed_then_chec
     wait_idle(page)
     expect(page.get_by_label("Run name (optional)", exact=True)).to_have_value("", timeout=60_000)
     expect(max_steps).not_to_have_value("7", timeout=60_000)
+
+
+def test_rls_lora_input_side_starts_on_auto_and_trained_reaches_the_command(studio, page):  # noqa: F811
+    """'LoRA input side (A)' (lora_a): an RL run starts on auto (null_space for the default model on the arithmetic
+    env: training/null_space.py) and lists trained and null_space; picking trained, Check reads "Ready to start" with
+    lora_a=trained in the command."""
+    page.goto(f"{studio}/new_run")
+    page.get_by_role("button", name="Start run").wait_for()
+    wait_idle(page)
+    choose(page, "Reinforcement (RL)")
+    box = page.locator("[data-testid=stSelectbox]").filter(has_text="LoRA input side (A)").first
+    box.scroll_into_view_if_needed()
+    assert page.get_by_label("LoRA input side (A)", exact=True).input_value() == "auto"
+    shot(page, "new-run-rl-lora-a")
+    options = page.get_by_role("option")
+    open_list(box.locator("input"), options)
+    assert {"auto", "trained", "null_space"} <= {text.strip() for text in options.all_inner_texts()}
+    options.filter(has_text=re.compile("^trained$")).click()
+    wait_idle(page)
+    page.get_by_role("button", name="Check settings").click()
+    page.get_by_text("Ready to start").wait_for(timeout=60_000)
+    page.get_by_text("lora_a=trained").first.wait_for()

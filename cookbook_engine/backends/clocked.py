@@ -395,6 +395,10 @@ class ClockedTrainingClient:
     def get_tokenizer(self):
         return self.local.get_tokenizer()
 
+    def fix_lora_a(self, directions) -> LocalFuture:
+        """The local client's (training/null_space.py); asked before a run's first step, so it does not wait."""
+        return self.local.fix_lora_a(directions)
+
     def get_info(self) -> types.GetInfoResponse:
         return self.local.get_info()
 

@@ -42,6 +42,7 @@ from storage.statuses import SessionEnd
 
 ATTN_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj"]
 MLP_MODULES = ["gate_proj", "up_proj", "down_proj"]
+LORA_A_FIXED_MARKER = "lora_a_fixed"  # in a checkpoint folder: its adapter's A was fixed (fix_lora_a)
 LORA_ALPHA = 32  # fixed, like the hosted service, so learning rates do not depend on the rank
 SAMPLER_SLOT = "_sampler"
 MAX_TOKENS_PER_MICROBATCH = 2048  # padded tokens per forward pass; bounds activation memory
@@ -104,6 +105,7 @@ class ModelWorker:
         self.model: Any = None  # the PeftModel, once loaded (Any: peft's adapter API is typed loosely)
         self.tokenizer = models.load_tokenizer(base_model)
         self.adapters: dict[str, dict] = {}  # adapter name -> lora settings
+        self.fixed_a: set[str] = set()  # adapters whose A is fixed (fix_lora_a): their optimizer holds B alone
         self._sampler_snapshot: object | None = None  # identity of the weights now in the sampler slot
         self.busy_seconds = 0.0
         self._stopping = False
@@ -251,6 +253,7 @@ class ModelWorker:
                 self.model.delete_adapter(name)
             finally:
                 del self.adapters[name]
+                self.fixed_a.discard(name)
                 self._settle_active_adapter()
 
     def _settle_active_adapter(self) -> None:
@@ -273,8 +276,32 @@ class ModelWorker:
                 self.model.set_adapter(successor)
 
     def adapter_params(self, name: str) -> list[torch.nn.Parameter]:
-        marker = f".{name}."
+        """The adapter's trained parameters: A and B, or B alone where A is fixed (`fix_lora_a`)."""
+        marker = f".lora_B.{name}." if name in self.fixed_a else f".{name}."
         return [p for n, p in self.model.named_parameters() if marker in n]
+
+    def lora_a_params(self, name: str) -> list[torch.nn.Parameter]:
+        marker = f".lora_A.{name}."
+        return [p for n, p in self.model.named_parameters() if marker in n]
+
+    def fix_lora_a(self, name: str, directions: dict[str, torch.Tensor] | None) -> int:
+        """Fix adapter `name`'s A matrices (training/null_space.py): set to `directions` (keyed by the base model's
+        projection names; None keeps the A it has, as a resumed run does) and left out of its optimizer from now on.
+        Returns how many projections were fixed."""
+        fixed = 0
+        for module_name, module in self.model.named_modules():
+            if hasattr(module, "lora_A") and name in module.lora_A:
+                if directions is not None:
+                    weight = module.lora_A[name].weight
+                    wanted = directions[module_name.removeprefix("base_model.model.")]
+                    if wanted.shape != weight.shape:
+                        raise ValueError(
+                            f"fix_lora_a: {module_name} wants A {tuple(weight.shape)}, got {tuple(wanted.shape)}"
+                        )
+                    weight.data.copy_(wanted.to(weight.dtype))
+                fixed += 1
+        self.fixed_a.add(name)
+        return fixed
 
     def adapter_state(self, name: str) -> dict[str, torch.Tensor]:
         """The adapter's weights in PEFT's saved format (keys without the adapter name), copied."""
@@ -924,6 +951,18 @@ class LocalTrainingClient:
             loss_fn_output_type="TorchLossReturn", loss_fn_outputs=outputs, metrics=metrics
         )
 
+    # --- fixed A (local only: training/null_space.py) -----------------------------------------------------------
+    def fix_lora_a(self, directions: dict[str, torch.Tensor] | None) -> LocalFuture:
+        """Not in the tinker SDK: set this adapter's A matrices to `directions` ({base projection name: rank x d_in};
+        None keeps them) and train B alone from now on. Before the first optim_step only. The future's result is the
+        number of projections fixed."""
+        return self._submit(lambda: self._fix_lora_a(directions))
+
+    def _fix_lora_a(self, directions: dict[str, torch.Tensor] | None) -> int:
+        if self._optimizer is not None and self.adapter not in self._worker.fixed_a:
+            raise ValueError("fix_lora_a: this client has taken optimizer steps with A trained; fix A before the first")
+        return self._worker.fix_lora_a(self.adapter, directions)
+
     # --- optimizer ------------------------------------------------------------------------------------------
     def _ensure_optimizer(self) -> torch.optim.AdamW:
         if self._optimizer is None:
@@ -957,6 +996,9 @@ class LocalTrainingClient:
                 group["weight_decay"] = adam_params.weight_decay
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
+            if self.adapter in self._worker.fixed_a:  # peft still computes a fixed A's gradient; nothing clears it
+                for param in self._worker.lora_a_params(self.adapter):
+                    param.grad = None
             return types.OptimStepResponse(metrics={"grad_norm": grad_norm})
 
         return self._submit(fn)
@@ -986,6 +1028,11 @@ class LocalTrainingClient:
         )
         if with_optimizer:
             torch.save(self._ensure_optimizer().state_dict(), folder / "optimizer.pt")
+        marker = folder / LORA_A_FIXED_MARKER  # so a client loading it keeps A fixed (its optimizer holds B alone)
+        if self.adapter in self._worker.fixed_a:
+            marker.write_text("LoRA's A matrices were fixed (lora_a=null_space); only B trains.\n")
+        else:
+            marker.unlink(missing_ok=True)
         write_checkpoint_meta(folder, ttl_seconds, user_metadata)
         return compat.tinker_path(self.model_id, compat.KIND_OF_FOLDER[kind], folder.name)
 
@@ -1033,6 +1080,8 @@ class LocalTrainingClient:
         if int(config.get("r", self.rank)) != self.rank:
             raise ValueError(f"checkpoint {path}: LoRA rank {config.get('r')} differs from this client's {self.rank}")
         self._worker.load_adapter_state(self.adapter, state)
+        if (compat.resolve(path) / LORA_A_FIXED_MARKER).exists():
+            self._fix_lora_a(None)
         if with_optimizer:
             optimizer_file = compat.resolve(path) / "optimizer.pt"
             if not optimizer_file.exists():

@@ -176,6 +176,20 @@ def training_problems(seed: int, step: int, total_steps: int, count: int) -> lis
     return problems
 
 
+NULL_SPACE_SEED = 777  # the task chats of `lora_a=null_space`: a draw no run's seed makes
+NULL_SPACE_STEPS, NULL_SPACE_PER_STEP = 36, 8
+
+
+def null_space_task_chats() -> list[dict]:
+    """The chats whose inputs `lora_a=null_space` lets LoRA read (training/null_space.py): a curriculum's worth of
+    training sums (36 steps of 8, another seed than any run's), each answered with the number."""
+    return [
+        {"messages": [{"role": "user", "content": p.question}, {"role": "assistant", "content": str(p.answer)}]}
+        for step in range(NULL_SPACE_STEPS)
+        for p in training_problems(NULL_SPACE_SEED, step, NULL_SPACE_STEPS, NULL_SPACE_PER_STEP)
+    ]
+
+
 def curriculum_length(max_steps: int, num_epochs: int) -> int:
     """The steps a run takes on this env (max_steps, or STEPS_PER_EPOCH per epoch), which the curriculum spans."""
     return max_steps or STEPS_PER_EPOCH * num_epochs

@@ -45,12 +45,13 @@ from cookbook_engine import renderers, sandbox
 from cookbook_engine.config import MULTI_TURN_ENVS, RLConfig
 from cookbook_engine.data import loading as datasets
 from cookbook_engine.evals.in_training import NamedEvals, PeriodicEvals
-from cookbook_engine.rl import envs, kl, multi_turn
+from cookbook_engine.rl import arithmetic, envs, kl, multi_turn
 from cookbook_engine.rl.advantages import group_advantages, is_constant
 from cookbook_engine.rl.data import datum_from_rollout, for_training, sample_train_metrics
 from cookbook_engine.rl.metrics import rollout_metrics
+from cookbook_engine.rl.suggested import lora_a_used, train_mlp_used
 from cookbook_engine.rl.types import EnvGroupBuilder, Rollout, RolloutGroup
-from cookbook_engine.training import anchor as anchoring, reference
+from cookbook_engine.training import anchor as anchoring, null_space, reference
 from cookbook_engine.training.anchor import Anchor, AnchorPass
 from cookbook_engine.training.common import (
     adam_params,
@@ -702,10 +703,31 @@ async def train_step(
     return await synchronous_step(step, builders, sampling_client, client, config, lr, shaping, anchor)
 
 
+async def fix_lora_a(config: RLConfig, client: TrainingClient, resumed: bool) -> str:
+    """lora_a=null_space: a fresh adapter's A fixed to the directions where sums differ most from ordinary chats
+    (training/null_space.py), so only B trains; a resumed run's checkpoint keeps its A fixed itself. Returns the
+    log's note, or "" when A trains."""
+    if lora_a_used(config) != "null_space" or resumed:
+        return ""
+    from cookbook_engine.backends.local import ATTN_MODULES, MLP_MODULES
+
+    modules = tuple(ATTN_MODULES if config.train_attn else ()) + tuple(MLP_MODULES if train_mlp_used(config) else ())
+    started = time.perf_counter()
+    directions = await asyncio.to_thread(
+        null_space.directions_for, config.model, arithmetic.null_space_task_chats(), config.lora_rank, modules
+    )
+    fixed = await asyncio.to_thread(lambda: client.fix_lora_a(directions).result())  # type: ignore[attr-defined]
+    return (
+        f"LoRA's A fixed on {fixed} projections to the {config.lora_rank} input directions where sums differ most "
+        f"from ordinary chats; only B trains (lora_a=null_space, {time.perf_counter() - started:.0f} s)"
+    )
+
+
 async def train(config: RLConfig, ctx: RunContext, prepared: PreparedRL | None = None) -> None:
     prepared = prepared or prepare(config)
     setup, tokenizer = prepared.env, prepared.tokenizer
     service, client, start_step = start_training_client(config, ctx.resume, ctx)
+    fixed_note = await fix_lora_a(config, client, ctx.resume is not None)
     shaping = kl_penalty_shaping(config, service, getattr(ctx, "store", None))
     anchor = await anchoring.build(config, service, start_step * config.num_substeps)
     base_lr = learning_rate(config)
@@ -718,6 +740,7 @@ async def train(config: RLConfig, ctx: RunContext, prepared: PreparedRL | None =
         f"x {config.group_size} samples, loss {config.loss_fn}, lr {base_lr:g}, {schedule_summary(config)}"
         + (f", KL penalty {config.kl_penalty_coef:g} to {config.kl_reference or 'the base model'}" if shaping else "")
         + anchoring.describe(anchor, config),
+        *([fixed_note] if fixed_note else []),
         *([note] if note else []),
     )
     sampling_client = await client.save_weights_and_get_sampling_client_async()

@@ -1,0 +1,134 @@
+"""LoRA that reads away from ordinary chats (`lora_a=null_space`, training/null_space.py): the directions are the ones
+where the task's inputs have variance and ordinary chats' have none; on the real default model a fixed A stays fixed
+through training, saving and resuming while B learns; the setting resolves and refuses as documented."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tinker import types
+
+from cookbook_engine import config as cfg, models
+from cookbook_engine.backends import compat
+from cookbook_engine.backends.local import ATTN_MODULES, LORA_A_FIXED_MARKER, LocalServiceClient
+from cookbook_engine.renderers import get_renderer
+from cookbook_engine.rl import arithmetic
+from cookbook_engine.rl.suggested import lora_a_used
+from cookbook_engine.training import null_space
+from cookbook_engine.training.common import datum_from_tokens
+
+
+def test_directions_read_where_the_task_varies_and_ordinary_chats_do_not():
+    torch.manual_seed(0)
+    d = 12
+    mixing = torch.linalg.qr(torch.randn(d, d))[0]  # an arbitrary basis, so no direction is an axis
+    keep_spectrum = torch.tensor(
+        [4.0, 3, 2, 2, 1, 1, 1, 1, 0.5, 0.5, 0.0, 0.0]
+    )  # ordinary chats never use the last two
+    keep = mixing @ torch.diag(keep_spectrum) @ mixing.T
+    task = mixing @ torch.diag(torch.tensor([1.0] * 10 + [0.3, 0.2])) @ mixing.T  # the task uses them a little
+    directions = null_space.reading_directions(keep, task, rank=2)
+    assert directions.shape == (2, d)
+    assert torch.allclose(directions.norm(dim=1), torch.ones(2), atol=1e-5)
+    unused = mixing[:, 10:]  # the two directions ordinary chats leave empty
+    assert torch.allclose((directions @ unused).norm(dim=1), torch.ones(2), atol=1e-3)
+    assert float((directions @ keep @ directions.T).diagonal().max()) < 1e-3 * float(keep_spectrum.max())
+
+
+def test_lora_a_auto_is_null_space_only_where_measured_and_refuses_where_it_cannot_run():
+    assert lora_a_used(cfg.RLConfig()) == "null_space"  # the default model on the arithmetic env, a fresh adapter
+    assert lora_a_used(cfg.RLConfig(env="code")) == "trained"
+    assert lora_a_used(cfg.RLConfig(backend="tinker")) == "trained"
+    assert lora_a_used(cfg.RLConfig(start_checkpoint="/some/run/state")) == "trained"
+    assert lora_a_used(cfg.RLConfig(lora_a="trained")) == "trained"
+    assert cfg.validate(cfg.RLConfig()) == []
+    for config, words in [
+        (cfg.RLConfig(lora_a="null_space", backend="tinker"), "local backend only"),
+        (cfg.RLConfig(lora_a="null_space", env="code"), "arithmetic env"),
+        (cfg.RLConfig(lora_a="null_space", start_checkpoint="/x"), "fresh adapter"),
+    ]:
+        (problem,) = cfg.lora_a_problems(config)
+        assert problem.startswith("lora_a=null_space") and words in problem
+    assert cfg.from_dict("rl", {"env": "arithmetic"}).lora_a == "trained"  # a run stored before the setting
+
+
+def test_the_task_chats_are_training_sums_no_evaluation_asks():
+    chats = arithmetic.null_space_task_chats()
+    assert len(chats) == arithmetic.NULL_SPACE_STEPS * arithmetic.NULL_SPACE_PER_STEP
+    for chat in chats:
+        question, answer = chat["messages"][0]["content"], chat["messages"][1]["content"]
+        a, b = (int(x) for x in question.removeprefix("What is ").split("?")[0].split(" + "))
+        assert int(answer) == a + b
+        assert not arithmetic.is_evaluated(arithmetic.ArithmeticProblem(a, "+", b))
+
+
+@pytest.fixture(scope="module")
+def service(default_model_ready):
+    return LocalServiceClient()
+
+
+def test_a_fixed_a_stays_fixed_through_steps_saving_and_resuming_while_b_learns(service, home):
+    client = service.create_lora_training_client(models.DEFAULT_MODEL, rank=4, seed=0, train_mlp=False).result()
+    renderer = get_renderer("auto", client.get_tokenizer())
+    chat = [{"role": "user", "content": "What is 38 + 24?"}, {"role": "assistant", "content": "62"}]
+    datum = datum_from_tokens(*renderer.build_supervised_example(chat))
+    worker = client._worker
+    shapes = {
+        name.removeprefix("base_model.model."): module.lora_A[client.adapter].weight.shape
+        for name, module in worker.model.named_modules()
+        if hasattr(module, "lora_A") and client.adapter in module.lora_A
+    }
+    generator = torch.Generator().manual_seed(1)
+    directions = {
+        name: torch.nn.functional.normalize(torch.randn(shape, generator=generator), dim=1)
+        for name, shape in shapes.items()
+    }
+    assert client.fix_lora_a(directions).result() == len(shapes) == 30 * len(ATTN_MODULES)  # 30 layers
+
+    def a_and_b():
+        state = worker.call(lambda: worker.adapter_state(client.adapter))
+        a = {k: v for k, v in state.items() if ".lora_A." in k}
+        b = {k: v for k, v in state.items() if ".lora_B." in k}
+        return a, b
+
+    for _ in range(2):
+        client.forward_backward([datum], "cross_entropy").result()
+        client.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+    a, b = a_and_b()
+    a_grads = worker.call(
+        lambda: [
+            m.lora_A[client.adapter].weight.grad
+            for m in worker.model.modules()
+            if hasattr(m, "lora_A") and client.adapter in m.lora_A
+        ]
+    )
+    assert a_grads and all(g is None for g in a_grads)  # cleared after each step: the optimizer does not hold them
+    for key, value in a.items():
+        name = key.removeprefix("base_model.model.").split(".lora_A")[0]
+        assert torch.equal(value, directions[name]), key
+    assert sum(float(v.abs().sum()) for v in b.values()) > 0  # B starts at zero and learned
+
+    saved = client.save_state("fixed").result().path
+    assert (compat.resolve(saved) / LORA_A_FIXED_MARKER).exists()
+    resumed = service.create_training_client_from_state_with_optimizer(saved).result()
+    resumed_worker = resumed._worker
+    for _ in range(2):
+        resumed.forward_backward([datum], "cross_entropy").result()
+        resumed.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+    state = resumed_worker.call(lambda: resumed_worker.adapter_state(resumed.adapter))
+    for key, value in a.items():
+        assert torch.equal(state[key], value), key  # still the fixed directions after the resumed steps
+    assert any(not torch.equal(state[k], v) for k, v in b.items())  # while B went on learning
+    client.close()
+    resumed.close()
+
+
+def test_fixing_a_after_an_optimizer_step_is_refused(service, home):
+    client = service.create_lora_training_client(models.DEFAULT_MODEL, rank=4, seed=0, train_mlp=False).result()
+    renderer = get_renderer("auto", client.get_tokenizer())
+    chat = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}]
+    client.forward_backward([datum_from_tokens(*renderer.build_supervised_example(chat))], "cross_entropy").result()
+    client.optim_step(types.AdamParams(learning_rate=1e-3)).result()
+    with pytest.raises(ValueError, match="fix A before the first"):
+        client.fix_lora_a(None).result()
+    client.close()
