@@ -112,6 +112,7 @@ def dpo_prepared(count: int) -> dpo_data.PreparedDPO:
 
 
 NO_ANCHOR = RLAnchorConfig(dataset="")  # the fake clients score no anchor (RL has one by default: test_anchor.py)
+# and fix no LoRA A (lora_a=trained: RL's default fixes it on the local backend, training/null_space.py)
 
 
 def rl_prepared(config: RLConfig) -> rl_loop.PreparedRL:
@@ -168,8 +169,8 @@ CASES = [
     ("sl", SLConfig(batch_size=4, num_epochs=3, max_steps=4, eval_every=0, save_every=0), 10),
     ("dpo", DPOConfig(batch_size=2, num_epochs=2, max_steps=0, eval_every=0, save_every=3), 5),
     ("dpo", DPOConfig(batch_size=2, num_epochs=1, max_steps=6, eval_every=0, save_every=0), 5),
-    ("rl", RLConfig(max_steps=0, num_epochs=1, eval_every=0, save_every=0, anchor=NO_ANCHOR), 0),
-    ("rl", RLConfig(max_steps=3, eval_every=0, save_every=2, anchor=NO_ANCHOR), 0),
+    ("rl", RLConfig(max_steps=0, num_epochs=1, eval_every=0, save_every=0, anchor=NO_ANCHOR, lora_a="trained"), 0),
+    ("rl", RLConfig(max_steps=3, eval_every=0, save_every=2, anchor=NO_ANCHOR, lora_a="trained"), 0),
 ]
 
 
@@ -250,7 +251,7 @@ def test_a_stopped_run_of_any_loop_ends_with_a_checkpoint_of_the_steps_it_comple
     config = {
         "sl": SLConfig(batch_size=2, max_steps=6, eval_every=0, save_every=0),
         "dpo": DPOConfig(batch_size=2, max_steps=6, eval_every=0, save_every=0),
-        "rl": RLConfig(max_steps=6, eval_every=0, save_every=0, anchor=NO_ANCHOR),
+        "rl": RLConfig(max_steps=6, eval_every=0, save_every=0, anchor=NO_ANCHOR, lora_a="trained"),
     }[kind]
     prepared = {"sl": lambda: sl_prepared(12), "dpo": lambda: dpo_prepared(12), "rl": lambda: rl_prepared(config)}[
         kind

@@ -308,7 +308,8 @@ class ModelWorker:
         from peft import get_peft_model_state_dict
 
         state = get_peft_model_state_dict(self.model, adapter_name=name)
-        return {k: v.detach().clone() for k, v in state.items()}
+        # peft also returns, unstripped ("lora_A.<other>.weight"), what a deleted adapter left in a layer
+        return {k: v.detach().clone() for k, v in state.items() if not _other_adapters_key(k)}
 
     def load_adapter_state(self, name: str, state: dict[str, torch.Tensor]) -> None:
         from peft import set_peft_model_state_dict
@@ -337,6 +338,14 @@ class ModelWorker:
         self.load_adapter_state(SAMPLER_SLOT, snapshot.state)
         self._sampler_snapshot = snapshot
         self.activate(SAMPLER_SLOT)
+
+
+def _other_adapters_key(key: str) -> bool:
+    """A state-dict key that still names an adapter (this adapter's keys come with the name stripped)."""
+    for part in (".lora_A.", ".lora_B."):
+        if part in key and key.split(part, 1)[1] != "weight":
+            return True
+    return False
 
 
 class WeightsSnapshot:
