@@ -718,12 +718,16 @@ def rl_env_problems(config: RLConfig) -> list[str]:
 
 
 def lora_a_problems(config: RLConfig) -> list[str]:
-    """lora_a=null_space needs what it reads from: the local backend (the SDK cannot fix A), the arithmetic env (the
-    one whose task chats it knows) and a fresh adapter (a start checkpoint's A was trained)."""
+    """lora_a=null_space needs what it reads from: this machine's weights (the local backend, or the clocked one that
+    wraps it; the tinker SDK has no call that fixes A), the arithmetic env (the one whose task chats it knows) and a
+    fresh adapter (a start checkpoint's A was trained)."""
     if lora_a_used(config) != "null_space":
         return []
-    if config.backend != "local":
-        return [f"lora_a=null_space: runs on the local backend only (backend={config.backend} trains A itself)"]
+    if config.backend not in ("local", "clocked"):
+        return [
+            f"lora_a=null_space: runs on the local backend only (backend={config.backend}: the Tinker API has no "
+            "call that fixes LoRA's A); use lora_a=trained"
+        ]
     if config.env != "arithmetic":
         return [f"lora_a=null_space: needs the arithmetic env's task chats (env={config.env}); use lora_a=trained"]
     if config.start_checkpoint.strip():

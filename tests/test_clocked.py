@@ -12,6 +12,7 @@ import time
 import pytest
 from tinker import types
 
+from cookbook_engine import paths
 from cookbook_engine.backends import clocked, service_client
 from cookbook_engine.backends.clocked import ClockedServiceClient
 from cookbook_engine.config import ClockedConfig, PipeliningConfig, RLAnchorConfig, RLConfig, SLConfig
@@ -274,3 +275,10 @@ def test_an_anchored_rl_step_still_sends_its_training_in_one_cycle(home, default
     assert per_step <= 4.34  # as without the anchor
     kl = Store.default().get_metrics(run_id, ["anchor/kl"])
     assert len(kl) == 3 and kl.value.iloc[0] == pytest.approx(0.0, abs=1e-3)
+
+
+def test_a_clocked_rl_run_fixes_lora_a_as_the_local_backend_does(home, default_model_ready, mixed_rewards):
+    """lora_a=null_space is allowed on the clocked backend (it wraps the local one) and reaches its training client."""
+    _, run_id = run_rl(rl_config(lora_a="null_space", train_mlp=False, max_steps=1))
+    log = (paths.run_dir(run_id) / "log.txt").read_text()
+    assert "LoRA's A fixed on 120 projections to the 4 input directions" in log  # 30 layers x q, k, v, o

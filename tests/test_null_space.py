@@ -42,6 +42,7 @@ def test_lora_a_auto_is_null_space_only_where_measured_and_refuses_where_it_cann
     assert lora_a_used(cfg.RLConfig(start_checkpoint="/some/run/state")) == "trained"
     assert lora_a_used(cfg.RLConfig(lora_a="trained")) == "trained"
     assert cfg.validate(cfg.RLConfig()) == []
+    assert cfg.lora_a_problems(cfg.RLConfig(lora_a="null_space", backend="clocked")) == []  # wraps the local one
     for config, words in [
         (cfg.RLConfig(lora_a="null_space", backend="tinker"), "local backend only"),
         (cfg.RLConfig(lora_a="null_space", env="code"), "arithmetic env"),
@@ -91,18 +92,21 @@ def test_a_fixed_a_stays_fixed_through_steps_saving_and_resuming_while_b_learns(
         b = {k: v for k, v in state.items() if ".lora_B." in k}
         return a, b
 
+    def a_grads():
+        return worker.call(
+            lambda: [
+                m.lora_A[client.adapter].weight.grad
+                for m in worker.model.modules()
+                if hasattr(m, "lora_A") and client.adapter in m.lora_A
+            ]
+        )
+
     for _ in range(2):
         client.forward_backward([datum], "cross_entropy").result()
+        grads = a_grads()
+        assert grads and all(g is None for g in grads)  # a backward pass computes no gradient for a fixed A
         client.optim_step(types.AdamParams(learning_rate=1e-2)).result()
     a, b = a_and_b()
-    a_grads = worker.call(
-        lambda: [
-            m.lora_A[client.adapter].weight.grad
-            for m in worker.model.modules()
-            if hasattr(m, "lora_A") and client.adapter in m.lora_A
-        ]
-    )
-    assert a_grads and all(g is None for g in a_grads)  # cleared after each step: the optimizer does not hold them
     for key, value in a.items():
         name = key.removeprefix("base_model.model.").split(".lora_A")[0]
         assert torch.equal(value, directions[name]), key

@@ -191,6 +191,30 @@ def test_the_estimate_counts_the_anchors_scoring_and_its_rows_every_step():
     assert estimate.anchor_seconds(missing, rate, 12) == 0.0  # the check names the missing file
 
 
+def test_the_estimate_counts_computing_the_null_space_directions_once(tmp_path, monkeypatch):
+    """RL's default (lora_a=auto -> null_space) first computes covariances in the model cache (2-3 minutes once);
+    the estimate counts them while they are missing and not after, nor for a run whose A trains."""
+    from cookbook_engine import config as cfg, paths
+    from cookbook_engine.rl import arithmetic, envs, loop
+    from cookbook_engine.training import estimate, null_space
+
+    monkeypatch.setenv("COOKBOOK_MODEL_CACHE", str(tmp_path))
+    rate = speed.Speeds(100.0, 300.0, 100.0, measured_at=1.0, single_sample_tok_s=20.0)
+    fixed = cfg.parse_overrides("rl", ["env=arithmetic", "max_steps=12"])
+    trained = cfg.parse_overrides("rl", ["env=arithmetic", "max_steps=12", "lora_a=trained"])
+    prepared = loop.PreparedRL(envs.build_env(fixed, renderer=None), "auto", None, 46)
+    plan = loop.plan(fixed, prepared)
+    first = estimate.run_time(fixed, prepared, plan, rate)
+    assert first.loading == estimate.STARTUP_S + estimate.NULL_SPACE_FIRST_S
+    assert "for LoRA's null-space directions, once" in first.parts()
+    assert estimate.run_time(trained, prepared, plan, rate).loading == estimate.STARTUP_S
+    cached = null_space.cache_path(fixed.model, arithmetic.null_space_task_chats(), loop.lora_modules(fixed))
+    assert cached.parent == paths.models_dir() / null_space.CACHE_FOLDER
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(b"")  # what a finished first run leaves
+    assert estimate.run_time(fixed, prepared, plan, rate).loading == estimate.STARTUP_S
+
+
 def small_rl_run(*settings: str):
     from cookbook_engine import config as cfg
     from cookbook_engine.rl import envs, loop

@@ -207,7 +207,7 @@ def _fp32_output(module, args, output: torch.Tensor) -> torch.Tensor:
 
 class _LoraMatmul(torch.autograd.Function):
     """y = x @ W.T + scaling * (x @ A.T) @ B.T with W frozen: peft's vanilla LoRA forward as one op on oneDNN,
-    gradients for x, A and B."""
+    gradients for x, A (unless A is fixed: no grad wanted) and B."""
 
     @staticmethod
     def forward(ctx, x_N_K, weight_M_K, a_R_K, b_M_R, scaling: float):
@@ -225,7 +225,7 @@ class _LoraMatmul(torch.autograd.Function):
         g_N_M = grad_N_M.contiguous()
         g_xa_N_R = matmul_t(g_N_M, b_M_R.t()).mul_(scaling)
         grad_b = matmul_t(xa_N_R.t().contiguous(), g_N_M.t()).t().mul_(scaling).contiguous()
-        grad_a = matmul_t(g_xa_N_R.t().contiguous(), x_N_K.t())
+        grad_a = matmul_t(g_xa_N_R.t().contiguous(), x_N_K.t()) if ctx.needs_input_grad[2] else None  # not a fixed A
         grad_x = None
         if ctx.needs_input_grad[0]:
             grad_x = frozen_matmul_t(g_N_M, weight_M_K.t())
@@ -237,8 +237,9 @@ class _LoraMatmulBf16(torch.autograd.Function):
     """The same op on a bf16 base weight (mixed precision, as torch's autocast and TRL's bf16 run LoRA): every matmul
     in bf16 on the input rounded to bf16 (once for the projections that read the same input, see `_bf16_input`),
     the LoRA matrices rounded to bf16 for the matmul only; the output, the LoRA delta's addition and the gradients
-    of x, A and B are fp32 (A and B and their AdamW state stay fp32 master weights). Measured on an Intel Xeon with
-    AMX: the fp32 LoRA matmuls were ~15% of a bf16 training step (thin rank-32 matmuls over fp32 activations)."""
+    of x, A (unless A is fixed: no grad wanted) and B are fp32 (A and B and their AdamW state stay fp32 master
+    weights). Measured on an Intel Xeon with AMX: the fp32 LoRA matmuls were ~15% of a bf16 training step (thin
+    rank-32 matmuls over fp32 activations)."""
 
     @staticmethod
     def forward(ctx, x_N_K, x16_N_K, weight_M_K, a_R_K, b_M_R, scaling: float):
@@ -257,7 +258,7 @@ class _LoraMatmulBf16(torch.autograd.Function):
         g16_N_M = grad_N_M.to(torch.bfloat16).contiguous()
         g_xa16_N_R = (g16_N_M @ b16_M_R).mul_(scaling)
         grad_b = (g16_N_M.t() @ xa16_N_R).float().mul_(scaling)
-        grad_a = (g_xa16_N_R.t() @ x16_N_K).float()
+        grad_a = (g_xa16_N_R.t() @ x16_N_K).float() if ctx.needs_input_grad[3] else None  # not a fixed A
         grad_x = None
         if ctx.needs_input_grad[0]:
             grad_x = (g16_N_M @ weight_M_K).float()

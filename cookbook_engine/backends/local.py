@@ -321,7 +321,10 @@ class ModelWorker:
 
     def activate(self, name: str | None) -> None:
         if name is not None:
-            self.model.set_adapter(name)
+            self.model.set_adapter(name)  # peft marks every active LoRA matrix trainable again
+            if name in self.fixed_a:
+                for param in self.lora_a_params(name):
+                    param.requires_grad_(False)  # so no backward pass computes a fixed A's gradient
 
     def use_snapshot(self, snapshot: WeightsSnapshot | None) -> None:
         """Put a sampling client's weights into the sampler slot (a no-op when they are already there)."""
@@ -1005,9 +1008,6 @@ class LocalTrainingClient:
                 group["weight_decay"] = adam_params.weight_decay
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-            if self.adapter in self._worker.fixed_a:  # peft still computes a fixed A's gradient; nothing clears it
-                for param in self._worker.lora_a_params(self.adapter):
-                    param.grad = None
             return types.OptimStepResponse(metrics={"grad_norm": grad_norm})
 
         return self._submit(fn)

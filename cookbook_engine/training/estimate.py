@@ -7,7 +7,8 @@ problems at step 0, every eval_every steps and at the end: a quarter of a 12-ste
 checkpoint saves, nor the named eval sets, and it counted SL's evaluations one short when eval_every does not divide
 the steps. `run_time` counts each:
 
-- loading: the model, the renderer and the data before the first step (STARTUP_S);
+- loading: the model, the renderer and the data before the first step (STARTUP_S), and for an RL run with
+  lora_a=null_space whose covariances are not in the model cache yet, computing them (NULL_SPACE_FIRST_S, once);
 - steps: SL and DPO train their batches' tokens (DPO also scores them under the reference model); RL and
   distillation sample every reply, counted at max_tokens, as groups and train on them (distillation also scores
   them under the teacher); prompt distillation samples the teacher's replies once, then trains on them as SL;
@@ -40,6 +41,7 @@ from cookbook_engine.config import CommonConfig, DistillConfig, RLConfig
 from cookbook_engine.training.plan import LoopPlan
 
 STARTUP_S = 10.0  # the model (when this process has not loaded it yet), renderer and data, before the first step
+NULL_SPACE_FIRST_S = 150.0  # lora_a=null_space's covariances, once per model: 2.2-2.6 min measured on 2-core CPUs
 SAVE_S = 4.0  # one checkpoint: the adapter, the optimizer state and the sampler weights (measured: 4 s under load)
 NLL_EXAMPLE_TOKENS = 64  # an NLL eval set's example, for the estimate (its tokens are not counted ahead)
 SAMPLING_KINDS = ("rl", "distill")
@@ -56,6 +58,7 @@ class RunTime:
     saves: float
     num_evaluations: int
     num_saves: int
+    directions: float = 0.0  # of `loading`: lora_a=null_space's covariances, computed once per model
 
     @property
     def total(self) -> float:
@@ -69,7 +72,8 @@ class RunTime:
             parts.append(f"{self.num_evaluations} evaluation{s} {speed.clock(self.evaluations)}")
         s = "s" if self.num_saves != 1 else ""
         parts.append(f"{self.num_saves} checkpoint save{s} {speed.clock(self.saves)}")
-        parts.append(f"loading {speed.clock(self.loading)}")
+        directions = f" (of it {speed.clock(self.directions)} for LoRA's null-space directions, once)"
+        parts.append(f"loading {speed.clock(self.loading)}" + (directions if self.directions else ""))
         return ", ".join(parts)
 
     def scaled(self, ratio: float) -> RunTime:
@@ -80,6 +84,7 @@ class RunTime:
             steps=self.steps * ratio,
             evaluations=self.evaluations * ratio,
             saves=self.saves * ratio,
+            directions=self.directions * ratio,
         )
 
 
@@ -101,7 +106,19 @@ def run_time(config: CommonConfig, prepared: object, plan: LoopPlan, rate: speed
     per_evaluation = held_out_seconds(config, prepared, rate) + named_sets_seconds(config, rate)
     evaluations = evaluation_points(config, plan.total_steps) if per_evaluation else 0
     saves = save_points(config, plan.total_steps)
-    return RunTime(STARTUP_S, steps, evaluations * per_evaluation, saves * SAVE_S, evaluations, saves)
+    directions = NULL_SPACE_FIRST_S if first_null_space(config) else 0.0
+    return RunTime(
+        STARTUP_S + directions, steps, evaluations * per_evaluation, saves * SAVE_S, evaluations, saves, directions
+    )
+
+
+def first_null_space(config: CommonConfig) -> bool:
+    """Whether an RL run first computes lora_a=null_space's covariances (training/null_space.py)."""
+    if not isinstance(config, RLConfig):
+        return False
+    from cookbook_engine.rl.loop import directions_to_compute
+
+    return directions_to_compute(config)
 
 
 def anchor_seconds(config: CommonConfig, rate: speed.Speeds, total_steps: int) -> float:

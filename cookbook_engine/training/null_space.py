@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cookbook_engine import models, paths, renderers
@@ -113,6 +114,26 @@ def directions_for(
     return {name: reading_directions(keep[name], task[name], rank, ridge).contiguous() for name in keep}
 
 
+def _tokens(model_name: str, task_chats: list[dict]):
+    """(tokenizer, the keep chats' tokens, the task chats' tokens) as the training renderer writes them."""
+    tokenizer = models.load_tokenizer(model_name)
+    renderer = renderers.get_renderer("auto", tokenizer)
+    return tokenizer, rendered(keep_chats(), renderer), rendered(task_chats, renderer)
+
+
+def _cache_file(model_name: str, modules: tuple[str, ...], keep_tokens: list, task_tokens: list) -> Path:
+    key = hashlib.sha256(
+        json.dumps([models.canonical_name(model_name), sorted(modules), keep_tokens, task_tokens]).encode()
+    ).hexdigest()[:24]
+    return paths.models_dir() / CACHE_FOLDER / f"{key}.safetensors"
+
+
+def cache_path(model_name: str, task_chats: list[dict], modules: tuple[str, ...]) -> Path:
+    """Where the covariances of `model_name` over the keep chats and `task_chats` are cached (present once computed)."""
+    _, keep_tokens, task_tokens = _tokens(model_name, task_chats)
+    return _cache_file(model_name, modules, keep_tokens, task_tokens)
+
+
 def covariances_for(
     model_name: str, task_chats: list[dict], modules: tuple[str, ...]
 ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
@@ -120,13 +141,8 @@ def covariances_for(
     depend on the rank or the ridge, so every run of a model and task shares them)."""
     from safetensors.torch import load_file, save_file
 
-    tokenizer = models.load_tokenizer(model_name)
-    renderer = renderers.get_renderer("auto", tokenizer)
-    keep_tokens, task_tokens = rendered(keep_chats(), renderer), rendered(task_chats, renderer)
-    key = hashlib.sha256(
-        json.dumps([models.canonical_name(model_name), sorted(modules), keep_tokens, task_tokens]).encode()
-    ).hexdigest()[:24]
-    cached = paths.models_dir() / CACHE_FOLDER / f"{key}.safetensors"
+    tokenizer, keep_tokens, task_tokens = _tokens(model_name, task_chats)
+    cached = _cache_file(model_name, modules, keep_tokens, task_tokens)
     if not cached.exists():
         model = models.load_model(model_name)  # fp32, its own copy: the run's model may be in bf16 and is adapted
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
