@@ -127,8 +127,6 @@ def run(settings: dict[str, str], home: Path) -> dict:
     store = EvalStore()
     eval_id = store.list_jobs()[0]["eval_id"]
     retention = store.examples(eval_id, "builtin:retention")
-    base_right = retention[retention["model"] == "base"].set_index("idx")["correct"].astype(bool)
-    trained_right = retention[retention["model"] != "base"].set_index("idx")["correct"].astype(bool)[base_right.index]
     return {
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "machine": common.machine(),
@@ -137,9 +135,7 @@ def run(settings: dict[str, str], home: Path) -> dict:
         "command": command,
         "train_minutes": round(minutes, 2),  # model load, directions (cached after the first run) and training
         "accuracy": {eval_set: accuracy_of(store, eval_id, eval_set) for eval_set in evals[:-1]},
-        "retention": retention_of_job(retention),
-        "retention_lost": int((base_right & ~trained_right).sum()),  # right before, wrong after
-        "retention_gained": int((~base_right & trained_right).sum()),
+        "retention": retention_of_job(retention),  # with the answers lost and gained
     }
 
 

@@ -71,8 +71,6 @@ def run(settings: dict[str, str], home: Path) -> dict:
     fresh = store.examples(job["eval_id"], EVALS[0])
     trained = fresh[fresh["model"] != "base"]
     retention = store.examples(job["eval_id"], EVALS[1])
-    base_right = retention[retention["model"] == "base"].set_index("idx")["correct"].astype(bool)
-    trained_right = retention[retention["model"] != "base"].set_index("idx")["correct"].astype(bool)[base_right.index]
     return {
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "machine": common.machine(),
@@ -83,9 +81,7 @@ def run(settings: dict[str, str], home: Path) -> dict:
         "a_max_moved": moved,  # 0: A stayed where it was fixed
         "fresh_trained": round(float(trained["correct"].astype(float).mean()), 3),
         "fresh_n": len(trained),
-        "retention": retention_of_job(retention),
-        "retention_lost": int((base_right & ~trained_right).sum()),  # right before, wrong after
-        "retention_gained": int((~base_right & trained_right).sum()),
+        "retention": retention_of_job(retention),  # with the answers lost and gained
     }
 
 

@@ -115,6 +115,7 @@ def test_a_jobs_retention_rows_pair_each_question_with_itself_whatever_their_ord
     assert (same["low"], same["high"], same["kept"]) == (0, 0, True)
     lost = retention.retention_of_job(examples.assign(correct=[answers[i] for i in (0, 1, 2, 3)] + [False] * 4))
     assert lost["loss"] == 0.5 and lost["high"] > 0
+    assert (same["lost"], same["gained"], lost["lost"], lost["gained"]) == (0, 0, 2, 0)
 
 
 def test_no_builtin_preference_pair_teaches_a_retention_questions_fact():

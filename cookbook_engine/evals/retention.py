@@ -65,7 +65,8 @@ def grading_regex(key: str, match: str) -> str:
 
 def retention_loss(base: list[bool], trained: list[bool]) -> dict:
     """Base and trained accuracy on the same retention questions and the loss (base minus trained) with a paired
-    bootstrap 95% interval; `kept` is True when that interval reaches zero (no loss beyond noise, or a gain)."""
+    bootstrap 95% interval; `kept` is True when that interval reaches zero (no loss beyond noise, or a gain). `lost`
+    and `gained` count the questions answered right before and wrong after, and the other way round."""
 
     def loss_of(pairs) -> float:
         return stats.mean([float(b) - float(t) for b, t in pairs])
@@ -80,6 +81,8 @@ def retention_loss(base: list[bool], trained: list[bool]) -> dict:
         "low": low,
         "high": high,
         "kept": low <= 0,
+        "lost": sum(b and not t for b, t in pairs),
+        "gained": sum(t and not b for b, t in pairs),
     }
 
 
