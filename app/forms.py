@@ -544,6 +544,7 @@ def _dpo_fields(base: cfg.DPOConfig, put: Put) -> None:
     put(c3, "test_fraction")
     options, labels = _checkpoint_options("dpo", base)
     put(c4, "start_checkpoint", options=options, format_func=labels.get)
+    put(st.columns(4)[0], "lora_a")
     _anchor_fields(base, put)
 
 

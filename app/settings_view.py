@@ -12,8 +12,9 @@ from pathlib import Path
 from app.setting_widgets import MODE_ONLY
 from cookbook_engine import config as cfg
 from cookbook_engine.models import ModelError
-from cookbook_engine.rl.suggested import lora_a_used, train_mlp_used
+from cookbook_engine.rl.suggested import train_mlp_used
 from cookbook_engine.training.learning_rate import learning_rate, measured_rate
+from cookbook_engine.training.lora_a import lora_a_used
 
 REPO = Path(__file__).resolve().parent.parent
 # Settings a kind or backend ignores, left out of what a person reads.

@@ -51,7 +51,7 @@ def a_moved(home: Path, config) -> float:
 def run(settings: dict[str, str], home: Path) -> dict:
     from cookbook_engine import cli, config as cfg
     from cookbook_engine.evals.retention import retention_of_job
-    from cookbook_engine.rl.suggested import lora_a_used
+    from cookbook_engine.training.lora_a import lora_a_used
     from storage import Store
     from storage.evals import EvalStore
 

@@ -25,7 +25,7 @@ from cookbook_engine.device import DTYPES
 from cookbook_engine.models import DEFAULT_MODEL
 from cookbook_engine.rl.advantages import SCALE_REWARDS
 from cookbook_engine.rl.multi_turn import MULTI_TURN_ENVS  # episodes of several turns: they need max_turns
-from cookbook_engine.rl.suggested import ARITHMETIC as RL_MEASURED, LORA_A, lora_a_used, train_mlp_used
+from cookbook_engine.rl.suggested import ARITHMETIC as RL_MEASURED, train_mlp_used
 from cookbook_engine.rl.tools import TOOLS
 from cookbook_engine.settings import (
     Leaf,
@@ -38,6 +38,7 @@ from cookbook_engine.settings import (
     section,
     setting,
 )
+from cookbook_engine.training import lora_a
 from storage.input_error import InputError
 
 BACKENDS = ("local", "tinker", "clocked")
@@ -293,6 +294,14 @@ class DPOConfig(CommonConfig):
     )
     max_examples: int = redefault(SLConfig, "max_examples", 0)
     anchor: AnchorConfig = section(AnchorConfig, help=ANCHOR_HELP)
+    lora_a: str = setting(
+        "auto",
+        choices=lora_a.LORA_A,
+        help="LoRA's input side: trained, as usual; or null_space, fixed to the input directions where the pairs' "
+        "chats differ most from ordinary chats, training B alone, so the model's answers to ordinary questions stay "
+        "(local backend, builtin:concise-prefs; training/lora_a.py). auto: null_space where that was measured (the "
+        "default model on builtin:concise-prefs), trained elsewhere",
+    )
 
     @property
     def kind(self) -> str:
@@ -425,10 +434,10 @@ class RLConfig(CommonConfig):
     train_mlp: bool | None = redefault(CommonConfig, "train_mlp", None)  # auto: rl/suggested.train_mlp_used
     lora_a: str = setting(
         "auto",
-        choices=LORA_A,
+        choices=lora_a.LORA_A,
         help="LoRA's input side: trained, as usual; or null_space, fixed to the input directions where the task's "
         "chats differ most from ordinary chats, training B alone, so the model's answers to ordinary questions stay "
-        "(local backend, arithmetic env; training/null_space.py). auto: null_space where that was measured (the "
+        "(local backend, arithmetic env; training/lora_a.py). auto: null_space where that was measured (the "
         "default model on the arithmetic env), trained elsewhere",
     )
     num_eval_problems: int = setting(
@@ -594,6 +603,7 @@ BEFORE_IT_EXISTED: dict[tuple[str, str], Any] = {
     ("rl", "train_mlp"): True,  # RL runs stored before the setting (2026-11-28) had LoRA on the MLP too
     ("rl", "partial_credit"): 0.0,  # RL runs stored before the setting (2026-11-28) scored wrong answers 0
     ("rl", "lora_a"): "trained",  # RL runs stored before the setting (2026-11-29) trained LoRA's A
+    ("dpo", "lora_a"): "trained",  # DPO runs stored before the setting (2026-11-29) trained LoRA's A
 }
 
 
@@ -674,9 +684,9 @@ def validate(config: CommonConfig) -> list[str]:
         problems.extend(sl_dataset_problems(config))
     if isinstance(config, DPOConfig) and not config.dataset.strip():
         problems.append("dataset: required (e.g. builtin:concise-prefs)")
+    problems.extend(lora_a.problems(config))
     if isinstance(config, RLConfig):
         problems.extend(rl_env_problems(config))
-        problems.extend(lora_a_problems(config))
         problems.extend(pipelining_problems(config))
     if isinstance(config, DistillConfig):
         problems.extend(distill_problems(config))
@@ -715,24 +725,6 @@ def rl_env_problems(config: RLConfig) -> list[str]:
     if multi_turn and config.max_turns < 1:
         return [f"max_turns={config.max_turns}: env={multi_turn[0]} is multi-turn and needs a turn limit (e.g. 3)"]
     return tool_problems(config.tools) if multi_turn else []
-
-
-def lora_a_problems(config: RLConfig) -> list[str]:
-    """lora_a=null_space needs what it reads from: this machine's weights (the local backend, or the clocked one that
-    wraps it; the tinker SDK has no call that fixes A), the arithmetic env (the one whose task chats it knows) and a
-    fresh adapter (a start checkpoint's A was trained)."""
-    if lora_a_used(config) != "null_space":
-        return []
-    if config.backend not in ("local", "clocked"):
-        return [
-            f"lora_a=null_space: runs on the local backend only (backend={config.backend}: the Tinker API has no "
-            "call that fixes LoRA's A); use lora_a=trained"
-        ]
-    if config.env != "arithmetic":
-        return [f"lora_a=null_space: needs the arithmetic env's task chats (env={config.env}); use lora_a=trained"]
-    if config.start_checkpoint.strip():
-        return ["lora_a=null_space: starts from a fresh adapter, not start_checkpoint; use lora_a=trained"]
-    return []
 
 
 def tool_problems(spec: str) -> list[str]:

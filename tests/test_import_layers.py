@@ -43,6 +43,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "cookbook_engine.data",
             "cookbook_engine.rl",  # environments' problems, graders, rollouts (rl.envs and rl.loop are above)
             "cookbook_engine.sl.suggested",
+            "cookbook_engine.training.lora_a",  # which runs fix LoRA's A: a rule the config checks, like suggested
+            "cookbook_engine.training.null_space",  # the directions lora_a fixes: model inputs, no loop
             "cookbook_engine.evals",  # eval sets, statistics, reports (the evaluators and the jobs are above)
         ),
     ),

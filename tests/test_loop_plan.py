@@ -167,8 +167,8 @@ CASES = [
     ("sl", SLConfig(batch_size=4, num_epochs=2, max_steps=0, eval_every=0, save_every=2), 10),
     ("sl", SLConfig(batch_size=4, num_epochs=1, max_steps=5, eval_every=0, save_every=0), 10),
     ("sl", SLConfig(batch_size=4, num_epochs=3, max_steps=4, eval_every=0, save_every=0), 10),
-    ("dpo", DPOConfig(batch_size=2, num_epochs=2, max_steps=0, eval_every=0, save_every=3), 5),
-    ("dpo", DPOConfig(batch_size=2, num_epochs=1, max_steps=6, eval_every=0, save_every=0), 5),
+    ("dpo", DPOConfig(batch_size=2, num_epochs=2, max_steps=0, eval_every=0, save_every=3, lora_a="trained"), 5),
+    ("dpo", DPOConfig(batch_size=2, num_epochs=1, max_steps=6, eval_every=0, save_every=0, lora_a="trained"), 5),
     ("rl", RLConfig(max_steps=0, num_epochs=1, eval_every=0, save_every=0, anchor=NO_ANCHOR, lora_a="trained"), 0),
     ("rl", RLConfig(max_steps=3, eval_every=0, save_every=2, anchor=NO_ANCHOR, lora_a="trained"), 0),
 ]
@@ -250,7 +250,7 @@ def test_a_stopped_run_of_any_loop_ends_with_a_checkpoint_of_the_steps_it_comple
     'final', with no final evaluation; SL, which queued step 3 before awaiting step 2, finishes step 3 too."""
     config = {
         "sl": SLConfig(batch_size=2, max_steps=6, eval_every=0, save_every=0),
-        "dpo": DPOConfig(batch_size=2, max_steps=6, eval_every=0, save_every=0),
+        "dpo": DPOConfig(batch_size=2, max_steps=6, eval_every=0, save_every=0, lora_a="trained"),
         "rl": RLConfig(max_steps=6, eval_every=0, save_every=0, anchor=NO_ANCHOR, lora_a="trained"),
     }[kind]
     prepared = {"sl": lambda: sl_prepared(12), "dpo": lambda: dpo_prepared(12), "rl": lambda: rl_prepared(config)}[

@@ -8,14 +8,17 @@ import pytest
 import torch
 from tinker import types
 
-from cookbook_engine import config as cfg, models
+from cookbook_engine import config as cfg, models, paths
 from cookbook_engine.backends import compat
 from cookbook_engine.backends.local import ATTN_MODULES, LORA_A_FIXED_MARKER, LocalServiceClient
+from cookbook_engine.data import builtin as builtin_data
 from cookbook_engine.renderers import get_renderer
 from cookbook_engine.rl import arithmetic
-from cookbook_engine.rl.suggested import lora_a_used
-from cookbook_engine.training import null_space
+from cookbook_engine.runs import RunManager
+from cookbook_engine.training import lora_a, null_space
 from cookbook_engine.training.common import datum_from_tokens
+from cookbook_engine.training.lora_a import lora_a_used
+from storage import Store
 
 
 def test_directions_read_where_the_task_varies_and_ordinary_chats_do_not():
@@ -42,15 +45,44 @@ def test_lora_a_auto_is_null_space_only_where_measured_and_refuses_where_it_cann
     assert lora_a_used(cfg.RLConfig(start_checkpoint="/some/run/state")) == "trained"
     assert lora_a_used(cfg.RLConfig(lora_a="trained")) == "trained"
     assert cfg.validate(cfg.RLConfig()) == []
-    assert cfg.lora_a_problems(cfg.RLConfig(lora_a="null_space", backend="clocked")) == []  # wraps the local one
+    assert lora_a.problems(cfg.RLConfig(lora_a="null_space", backend="clocked")) == []  # wraps the local one
     for config, words in [
         (cfg.RLConfig(lora_a="null_space", backend="tinker"), "local backend only"),
-        (cfg.RLConfig(lora_a="null_space", env="code"), "arithmetic env"),
+        (cfg.RLConfig(lora_a="null_space", env="code"), "not of code (RL)"),
         (cfg.RLConfig(lora_a="null_space", start_checkpoint="/x"), "fresh adapter"),
     ]:
-        (problem,) = cfg.lora_a_problems(config)
+        (problem,) = lora_a.problems(config)
         assert problem.startswith("lora_a=null_space") and words in problem
     assert cfg.from_dict("rl", {"env": "arithmetic"}).lora_a == "trained"  # a run stored before the setting
+
+
+def test_dpo_fixes_a_on_its_default_pairs_only():
+    assert lora_a_used(cfg.DPOConfig()) == "null_space"  # the default model on builtin:concise-prefs
+    assert lora_a_used(cfg.DPOConfig(dataset="pairs.jsonl")) == "trained"
+    assert lora_a_used(cfg.DPOConfig(start_checkpoint="/some/run/state")) == "trained"
+    assert lora_a_used(cfg.SLConfig(dataset="builtin:facts")) == "trained"  # SL has no such setting
+    (problem,) = lora_a.problems(cfg.DPOConfig(lora_a="null_space", dataset="pairs.jsonl"))
+    assert "not of pairs.jsonl (DPO)" in problem and "use lora_a=trained" in problem
+    assert cfg.from_dict("dpo", {"dataset": "builtin:concise-prefs"}).lora_a == "trained"  # stored before
+    chats = builtin_data.concise_prefs_chats()
+    pairs = builtin_data.concise_prefs_pairs()
+    assert len(chats) == 2 * len(pairs)  # each pair's prompt with its chosen and with its rejected reply
+    for pair, chosen, rejected in zip(pairs, chats[::2], chats[1::2], strict=True):
+        assert [m["content"] for m in chosen["messages"]] == [pair.prompt, pair.chosen]
+        assert [m["content"] for m in rejected["messages"]] == [pair.prompt, pair.rejected]
+
+
+def test_a_default_dpo_run_trains_b_alone_and_its_checkpoint_says_so(home, default_model_ready):
+    manager = RunManager()
+    config = cfg.DPOConfig(
+        max_steps=1, batch_size=2, max_length=128, lora_rank=4, test_fraction=0.0, eval_every=0, save_every=0
+    )
+    run = manager.wait(manager.start(config), timeout=600)
+    assert run["status"] == "completed", run.get("traceback")
+    log = (paths.run_dir(run["run_id"]) / "log.txt").read_text()
+    assert "LoRA's A fixed on 210 projections to the 4 input directions where the preference pairs differ" in log
+    state = compat.resolve(Store.default().last_checkpoint(run["run_id"])["state_path"])
+    assert (state / LORA_A_FIXED_MARKER).exists()  # so a resumed run keeps A fixed
 
 
 def test_the_task_chats_are_training_sums_no_evaluation_asks():

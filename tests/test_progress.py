@@ -196,7 +196,7 @@ def test_the_estimate_counts_computing_the_null_space_directions_once(tmp_path, 
     the estimate counts them while they are missing and not after, nor for a run whose A trains."""
     from cookbook_engine import config as cfg, paths
     from cookbook_engine.rl import arithmetic, envs, loop
-    from cookbook_engine.training import estimate, null_space
+    from cookbook_engine.training import estimate, lora_a, null_space
 
     monkeypatch.setenv("COOKBOOK_MODEL_CACHE", str(tmp_path))
     rate = speed.Speeds(100.0, 300.0, 100.0, measured_at=1.0, single_sample_tok_s=20.0)
@@ -208,7 +208,7 @@ def test_the_estimate_counts_computing_the_null_space_directions_once(tmp_path, 
     assert first.loading == estimate.STARTUP_S + estimate.NULL_SPACE_FIRST_S
     assert "for LoRA's null-space directions, once" in first.parts()
     assert estimate.run_time(trained, prepared, plan, rate).loading == estimate.STARTUP_S
-    cached = null_space.cache_path(fixed.model, arithmetic.null_space_task_chats(), loop.lora_modules(fixed))
+    cached = null_space.cache_path(fixed.model, arithmetic.null_space_task_chats(), lora_a.modules(fixed))
     assert cached.parent == paths.models_dir() / null_space.CACHE_FOLDER
     cached.parent.mkdir(parents=True)
     cached.write_bytes(b"")  # what a finished first run leaves

@@ -35,6 +35,7 @@ from cookbook_engine.rl.metrics import rollout_metrics
 from cookbook_engine.rl.types import Rollout, RolloutGroup
 from cookbook_engine.runs import RunManager, preflight
 from cookbook_engine.training.learning_rate import learning_rate, learning_rate_with_reason
+from cookbook_engine.training.lora_a import lora_a_used
 from storage import Store
 from storage.evals import EvalStore
 
@@ -380,7 +381,7 @@ def test_the_default_rl_settings_are_the_measured_ones_and_far_settings_are_name
         config.max_tokens,
         config.scale_rewards,
         suggested.train_mlp_used(config),
-        suggested.lora_a_used(config),
+        lora_a_used(config),
     ) == (
         measured.group_size,
         measured.groups_per_batch,

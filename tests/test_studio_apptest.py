@@ -317,6 +317,7 @@ def test_dpo_form_has_beta_and_starting_checkpoint_and_validates(studio_home):
     assert by_label(at.number_input, "DPO beta").value == pytest.approx(0.1)
     assert by_label(at.selectbox, "Start from checkpoint").value == ""  # a fresh LoRA by default
     assert by_label(at.selectbox, "Dataset").value == "concise-prefs"
+    assert by_label(at.selectbox, "LoRA input side (A)").value == "auto"  # null_space on these pairs
     by_label(at.number_input, "Max steps").set_value(2)
     click(at, "Check settings")
     if importlib.util.find_spec("cookbook_engine.dpo.loop") is None:

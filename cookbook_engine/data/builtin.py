@@ -1062,6 +1062,16 @@ def concise_prefs_rows() -> list[dict]:
     return [pair.row() for pair in concise_prefs_pairs()]
 
 
+def concise_prefs_chats() -> list[dict]:
+    """Each concise-prefs pair as two chats, the prompt with its chosen and with its rejected reply: the inputs a DPO
+    step reads (lora_a=null_space's task chats, training/lora_a.py)."""
+    return [
+        {"messages": [{"role": "user", "content": pair.prompt}, {"role": "assistant", "content": reply}]}
+        for pair in concise_prefs_pairs()
+        for reply in (pair.chosen, pair.rejected)
+    ]
+
+
 # --------------------------------------------------------------------------------------------------------------
 # arithmetic-qa: prompt/answer problems for RL with the numeric grader.
 # --------------------------------------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from tinker import types
 from cookbook_engine.config import DPOConfig
 from cookbook_engine.dpo.data import TIE_TOLERANCE, PairDatums, PreparedDPO, prepare
 from cookbook_engine.evals.in_training import NamedEvals, PeriodicEvals
-from cookbook_engine.training import anchor as anchoring, reference
+from cookbook_engine.training import anchor as anchoring, lora_a, reference
 from cookbook_engine.training.anchor import Anchor
 from cookbook_engine.training.common import (
     adam_params,
@@ -238,6 +238,7 @@ async def log_finished(ctx: RunContext, submitted: SubmittedBatch, plan: LoopPla
 async def train(config: DPOConfig, ctx: RunContext, prepared: PreparedDPO | None = None) -> None:
     prepared = prepared or prepare(config)
     service, client, start_step = start_training_client(config, ctx.resume, ctx)
+    fixed_note = await lora_a.fix_for_run(config, client, ctx.resume is not None)
     anchor = await anchoring.build(config, service, start_step)
     reference = ReferenceLogprobs(reference_sampling_client(service, config, getattr(ctx, "store", None)))
     base_lr = learning_rate(config)
@@ -248,7 +249,8 @@ async def train(config: DPOConfig, ctx: RunContext, prepared: PreparedDPO | None
         f"DPO on {config.model}: {prepared.summary()}; {run_plan.total_steps} steps of {config.batch_size} "
         f"pairs = {passes_note(config, run_plan.batches_per_epoch, run_plan.total_steps)}, "
         f"beta {config.dpo_beta:g}{rpo}, lr {base_lr:g} ({config.lr_schedule}); reference "
-        f"{config.start_checkpoint or 'the base model'}{anchoring.describe(anchor, config)}"
+        f"{config.start_checkpoint or 'the base model'}{anchoring.describe(anchor, config)}",
+        *([fixed_note] if fixed_note else []),
     )
     clock = StepClock()
     for step in loop.steps():

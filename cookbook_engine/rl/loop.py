@@ -34,7 +34,6 @@ Not here: the envs (envs.py), advantages (advantages.py), datums (data.py), metr
 from __future__ import annotations
 
 import asyncio
-import functools
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -42,17 +41,16 @@ from typing import TYPE_CHECKING, Any
 
 from tinker import types
 
-from cookbook_engine import paths, renderers, sandbox
+from cookbook_engine import renderers, sandbox
 from cookbook_engine.config import MULTI_TURN_ENVS, RLConfig
 from cookbook_engine.data import loading as datasets
 from cookbook_engine.evals.in_training import NamedEvals, PeriodicEvals
-from cookbook_engine.rl import arithmetic, envs, kl, multi_turn
+from cookbook_engine.rl import envs, kl, multi_turn
 from cookbook_engine.rl.advantages import group_advantages, is_constant
 from cookbook_engine.rl.data import datum_from_rollout, for_training, sample_train_metrics
 from cookbook_engine.rl.metrics import rollout_metrics
-from cookbook_engine.rl.suggested import lora_a_used, train_mlp_used
 from cookbook_engine.rl.types import EnvGroupBuilder, Rollout, RolloutGroup
-from cookbook_engine.training import anchor as anchoring, null_space, reference
+from cookbook_engine.training import anchor as anchoring, lora_a, reference
 from cookbook_engine.training.anchor import Anchor, AnchorPass
 from cookbook_engine.training.common import (
     adam_params,
@@ -704,53 +702,11 @@ async def train_step(
     return await synchronous_step(step, builders, sampling_client, client, config, lr, shaping, anchor)
 
 
-def lora_modules(config: RLConfig) -> tuple[str, ...]:
-    """The projections the run's LoRA adapts."""
-    from cookbook_engine.backends.local import ATTN_MODULES, MLP_MODULES
-
-    return tuple(ATTN_MODULES if config.train_attn else ()) + tuple(MLP_MODULES if train_mlp_used(config) else ())
-
-
-@functools.lru_cache(maxsize=8)
-def _directions_file_name(model: str, modules: tuple[str, ...]) -> str:
-    return null_space.cache_path(model, arithmetic.null_space_task_chats(), modules).name  # tokenizes ~800 chats
-
-
-def directions_to_compute(config: RLConfig) -> bool:
-    """Whether a run of `config` first computes lora_a=null_space's covariances (once per model and projections:
-    about 2.5 minutes on a 2-core CPU), for the New run estimate."""
-    if lora_a_used(config) != "null_space" or config.start_checkpoint.strip():
-        return False
-    name = _directions_file_name(config.model, lora_modules(config))
-    return not (paths.models_dir() / null_space.CACHE_FOLDER / name).exists()
-
-
-async def fix_lora_a(config: RLConfig, client: TrainingClient, resumed: bool) -> str:
-    """lora_a=null_space: a fresh adapter's A fixed to the directions where sums differ most from ordinary chats
-    (training/null_space.py), so only B trains; a resumed run's checkpoint keeps its A fixed itself. Returns the
-    log's note, or "" when A trains."""
-    if lora_a_used(config) != "null_space" or resumed:
-        return ""
-    started = time.perf_counter()
-    directions = await asyncio.to_thread(
-        null_space.directions_for,
-        config.model,
-        arithmetic.null_space_task_chats(),
-        config.lora_rank,
-        lora_modules(config),
-    )
-    fixed = await asyncio.to_thread(lambda: client.fix_lora_a(directions).result())  # type: ignore[attr-defined]
-    return (
-        f"LoRA's A fixed on {fixed} projections to the {config.lora_rank} input directions where sums differ most "
-        f"from ordinary chats; only B trains (lora_a=null_space, {time.perf_counter() - started:.0f} s)"
-    )
-
-
 async def train(config: RLConfig, ctx: RunContext, prepared: PreparedRL | None = None) -> None:
     prepared = prepared or prepare(config)
     setup, tokenizer = prepared.env, prepared.tokenizer
     service, client, start_step = start_training_client(config, ctx.resume, ctx)
-    fixed_note = await fix_lora_a(config, client, ctx.resume is not None)
+    fixed_note = await lora_a.fix_for_run(config, client, ctx.resume is not None)
     shaping = kl_penalty_shaping(config, service, getattr(ctx, "store", None))
     anchor = await anchoring.build(config, service, start_step * config.num_substeps)
     base_lr = learning_rate(config)

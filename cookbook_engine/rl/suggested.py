@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-LORA_A = ("auto", "trained", "null_space")  # the choices of RLConfig.lora_a (training/null_space.py); auto: lora_a_used
-
 
 @dataclass(frozen=True)
 class Measured:
@@ -86,15 +84,6 @@ def train_mlp_used(config) -> bool:
         return True
     measured = measured_for(config) if config.kind == "rl" else None
     return measured.train_mlp if measured else True
-
-
-def lora_a_used(config) -> str:
-    """ "trained" or "null_space": a set lora_a wins; lora_a=auto (RL's default) is the measured choice where one was
-    measured (null_space for the default model on the arithmetic env, from a fresh adapter) and trained elsewhere."""
-    if config.lora_a != "auto":
-        return config.lora_a
-    measured = measured_for(config)
-    return measured.lora_a if measured and not config.start_checkpoint.strip() else "trained"
 
 
 def measured_reason(measured: Measured) -> str:

@@ -25,6 +25,7 @@ class Measured:
     result: str  # what the run did to its held-out eval set, and how long it took
     dpo_beta: float = 0.0  # DPO only
     rpo_alpha: float = 0.0  # DPO only
+    lora_a: str = "trained"  # LoRA's A trained, or fixed away from ordinary chats ("null_space"; training/lora_a.py)
     source: str = "docs/DEFAULTS.md"
 
 
@@ -46,15 +47,19 @@ MEASURED: dict[tuple[str, str], Measured] = {
         steps=24,
         dpo_beta=0.1,
         rpo_alpha=1.0,
-        result="strict held-out accuracy on pairs that differ only in correctness (builtin:prefs-style-controlled) "
-        "0.790 [0.727, 0.841] -> 0.913 [0.865, 0.945], n=195, in 3.1 minutes on the CPU; ordinary questions the "
-        "base answers right, none of them in the training pairs (builtin:retention, n=322) 0.997 -> 0.885, where "
+        lora_a="null_space",
+        result="with LoRA's A fixed to the directions where the pairs differ most from ordinary chats "
+        "(lora_a=null_space, 2026-11-29, a 2-core Intel Xeon), strict held-out accuracy on pairs that differ only "
+        "in correctness (builtin:prefs-style-controlled) 0.779 -> 0.928 [0.883, 0.957] and 0.933 (seeds 0, 1), "
+        "n=195, and ordinary questions the base answers right, none of them in the training pairs "
+        "(builtin:retention, n=322), kept within the interval of zero (8 and 7 lost); with A trained 0.913 but "
+        "0.997 -> 0.885 (36 lost), and "
         "plain DPO (rpo_alpha 0) fell to 0.70",
     ),
 }
 
 
-def _builtin_spec(dataset: str) -> str:
+def builtin_spec(dataset: str) -> str:
     return f"builtin:{dataset}" if dataset in BUILTIN else dataset
 
 
@@ -62,7 +67,7 @@ def measured_for(config) -> Measured | None:
     """The measured settings for this config's kind and dataset, when it trains the local default model."""
     if config.backend != "local" or models.canonical_name(config.model) != models.DEFAULT_MODEL:
         return None
-    return MEASURED.get((config.kind, _builtin_spec(getattr(config, "dataset", ""))))
+    return MEASURED.get((config.kind, builtin_spec(getattr(config, "dataset", ""))))
 
 
 def reason(measured: Measured, dataset: str) -> str:
@@ -70,7 +75,7 @@ def reason(measured: Measured, dataset: str) -> str:
     beta = f", beta {measured.dpo_beta:g}" if measured.dpo_beta else ""
     beta += f", rpo_alpha {measured.rpo_alpha:g}" if measured.rpo_alpha else ""
     return (
-        f"measured on {_builtin_spec(dataset)} with the default model on a 2-core CPU: {measured.num_epochs} "
+        f"measured on {builtin_spec(dataset)} with the default model on a 2-core CPU: {measured.num_epochs} "
         f"epoch{'s' if measured.num_epochs != 1 else ''} ({measured.steps} steps of {measured.batch_size}{beta}) "
         f"gave {measured.result}; see {measured.source}"
     )
@@ -129,7 +134,7 @@ def overwrite_note(config, learning_rate_used: float | None, steps: int, train_r
     passes = steps / max(1, train_rows // config.batch_size)  # as the run counts them (sl/loop.py passes_note)
     exposure = learning_rate_used * passes
     measured = measured_for(config)
-    if measured and FACTS_REPLAY_ROWS and _builtin_spec(config.dataset) == "builtin:facts":
+    if measured and FACTS_REPLAY_ROWS and builtin_spec(config.dataset) == "builtin:facts":
         risky = exposure > measured.learning_rate * measured.num_epochs * 1.01
     else:
         risky = exposure >= OVERWRITE_EXPOSURE * 0.99

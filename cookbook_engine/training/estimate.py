@@ -7,7 +7,7 @@ problems at step 0, every eval_every steps and at the end: a quarter of a 12-ste
 checkpoint saves, nor the named eval sets, and it counted SL's evaluations one short when eval_every does not divide
 the steps. `run_time` counts each:
 
-- loading: the model, the renderer and the data before the first step (STARTUP_S), and for an RL run with
+- loading: the model, the renderer and the data before the first step (STARTUP_S), and for a run with
   lora_a=null_space whose covariances are not in the model cache yet, computing them (NULL_SPACE_FIRST_S, once);
 - steps: SL and DPO train their batches' tokens (DPO also scores them under the reference model); RL and
   distillation sample every reply, counted at max_tokens, as groups and train on them (distillation also scores
@@ -113,12 +113,10 @@ def run_time(config: CommonConfig, prepared: object, plan: LoopPlan, rate: speed
 
 
 def first_null_space(config: CommonConfig) -> bool:
-    """Whether an RL run first computes lora_a=null_space's covariances (training/null_space.py)."""
-    if not isinstance(config, RLConfig):
-        return False
-    from cookbook_engine.rl.loop import directions_to_compute
+    """Whether the run first computes lora_a=null_space's covariances (training/lora_a.py)."""
+    from cookbook_engine.training import lora_a
 
-    return directions_to_compute(config)
+    return lora_a.directions_to_compute(config)
 
 
 def anchor_seconds(config: CommonConfig, rate: speed.Speeds, total_steps: int) -> float:

@@ -13,7 +13,7 @@ the projections and every token they were computed from; the directions follow f
 
 Measured (issue 23, benchmarks/README.md "RL that reads away from ordinary chats"): the RL arithmetic default learns
 its sums as before and keeps the base model's ordinary answers within the interval of zero. Not here: which runs use
-it (rl/suggested.lora_a_used), the local backend's fixing of A (backends/local.py `fix_lora_a`).
+it and on which task's chats (training/lora_a.py), the local backend's fixing of A (backends/local.py `fix_lora_a`).
 """
 
 from __future__ import annotations

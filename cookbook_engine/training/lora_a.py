@@ -1,0 +1,131 @@
+"""Which runs fix LoRA's input side A (`lora_a`), on which task's chats, and the step that fixes it: the one home of
+lora_a=auto's rule for every kind of run.
+
+`lora_a=null_space` fixes a fresh adapter's A to the input directions where the task's chats differ most from
+ordinary chats, and trains B alone (training/null_space.py computes the directions; the local backend fixes them,
+backends/local.py `fix_lora_a`). It needs chats that stand for the task, so it runs on tasks this module knows
+(TASKS): RL's arithmetic env and DPO's `builtin:concise-prefs`. `auto` is the measured choice: null_space where it
+was measured to keep more of the model's ordinary answers with as much learned (rl/suggested.py, sl/suggested.py),
+trained everywhere else. Not here: the measurements, the directions' maths, the loops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import Callable
+
+from cookbook_engine import paths
+
+LORA_A = ("auto", "trained", "null_space")  # the choices of the lora_a setting; auto: lora_a_used
+
+
+def _arithmetic_chats() -> list[dict]:
+    from cookbook_engine.rl import arithmetic
+
+    return arithmetic.null_space_task_chats()
+
+
+def _concise_prefs_chats() -> list[dict]:
+    from cookbook_engine.data import builtin
+
+    return builtin.concise_prefs_chats()
+
+
+# (kind, task) -> (the task in words, its chats): the tasks whose chats null_space can read.
+TASKS: dict[tuple[str, str], tuple[str, Callable[[], list[dict]]]] = {
+    ("rl", "arithmetic"): ("sums", _arithmetic_chats),
+    ("dpo", "builtin:concise-prefs"): ("the preference pairs", _concise_prefs_chats),
+}
+
+
+def task_of(config) -> tuple[str, str]:
+    """(kind, task): the env for RL, the dataset (built-in ones as `builtin:NAME`) for the other kinds."""
+    from cookbook_engine.sl.suggested import builtin_spec
+
+    if config.kind == "rl":
+        return ("rl", config.env)
+    return (config.kind, builtin_spec(getattr(config, "dataset", "").strip()))
+
+
+def lora_a_used(config) -> str:
+    """ "trained" or "null_space": a set lora_a wins; auto is the measured choice where one was measured for this
+    kind, model and task, from a fresh adapter (a start checkpoint's A was trained), and trained elsewhere."""
+    chosen = getattr(config, "lora_a", "trained")
+    if chosen != "auto":
+        return chosen
+    from cookbook_engine.rl import suggested as rl_suggested
+    from cookbook_engine.sl import suggested as sl_suggested
+
+    measured = rl_suggested.measured_for(config) if config.kind == "rl" else sl_suggested.measured_for(config)
+    fresh = not config.start_checkpoint.strip()
+    return measured.lora_a if measured and fresh else "trained"
+
+
+def problems(config) -> list[str]:
+    """lora_a=null_space needs what it reads from: this machine's weights (the local backend, or the clocked one that
+    wraps it; the tinker SDK has no call that fixes A), a task whose chats it knows and a fresh adapter."""
+    if lora_a_used(config) != "null_space":
+        return []
+    if config.backend not in ("local", "clocked"):
+        return [
+            f"lora_a=null_space: runs on the local backend only (backend={config.backend}: the Tinker API has no "
+            "call that fixes LoRA's A); use lora_a=trained"
+        ]
+    if task_of(config) not in TASKS:
+        kind, task = task_of(config)
+        known = ", ".join(f"{task} ({kind.upper()})" for kind, task in TASKS)
+        return [
+            f"lora_a=null_space: knows the chats of {known}, not of {task or 'no dataset'} ({kind.upper()}); "
+            "use lora_a=trained"
+        ]
+    if config.start_checkpoint.strip():
+        return ["lora_a=null_space: starts from a fresh adapter, not start_checkpoint; use lora_a=trained"]
+    return []
+
+
+def modules(config) -> tuple[str, ...]:
+    """The projections the run's LoRA adapts."""
+    from cookbook_engine.backends.local import ATTN_MODULES, MLP_MODULES
+    from cookbook_engine.rl.suggested import train_mlp_used
+
+    return tuple(ATTN_MODULES if config.train_attn else ()) + tuple(MLP_MODULES if train_mlp_used(config) else ())
+
+
+@functools.lru_cache(maxsize=8)
+def _covariances_file_name(model: str, task: tuple[str, str], projections: tuple[str, ...]) -> str:
+    from cookbook_engine.training import null_space
+
+    return null_space.cache_path(model, TASKS[task][1](), projections).name  # tokenizes ~800 chats
+
+
+def directions_to_compute(config) -> bool:
+    """Whether a run of `config` first computes null_space's covariances (once per model, task and projections: 2-4
+    minutes on a 2-core CPU), for the New run estimate."""
+    from cookbook_engine.training import null_space
+
+    if lora_a_used(config) != "null_space" or problems(config):
+        return False
+    name = _covariances_file_name(config.model, task_of(config), modules(config))
+    return not (paths.models_dir() / null_space.CACHE_FOLDER / name).exists()
+
+
+async def fix_for_run(config, client, resumed: bool) -> str:
+    """lora_a=null_space: a fresh adapter's A fixed to the directions where the task's chats differ most from
+    ordinary chats, so only B trains; a resumed run's checkpoint keeps its A fixed itself. Returns the log's note, or
+    "" when A trains."""
+    if lora_a_used(config) != "null_space" or resumed:
+        return ""
+    from cookbook_engine.training import null_space
+
+    words, chats = TASKS[task_of(config)]
+    started = time.perf_counter()
+    directions = await asyncio.to_thread(
+        null_space.directions_for, config.model, chats(), config.lora_rank, modules(config)
+    )
+    fixed = await asyncio.to_thread(lambda: client.fix_lora_a(directions).result())
+    return (
+        f"LoRA's A fixed on {fixed} projections to the {config.lora_rank} input directions where {words} differ "
+        f"most from ordinary chats; only B trains (lora_a=null_space, {time.perf_counter() - started:.0f} s)"
+    )
