@@ -220,3 +220,18 @@ def test_rls_lora_input_side_starts_on_auto_and_trained_reaches_the_command(stud
     page.get_by_role("button", name="Check settings").click()
     page.get_by_text("Ready to start").wait_for(timeout=60_000)
     page.get_by_text("lora_a=trained").first.wait_for()
+
+
+def test_dpos_lora_input_side_starts_on_auto_and_resolves_to_null_space(studio, page):  # noqa: F811
+    """DPO's 'LoRA input side (A)' starts on auto (null_space for the default model on builtin:concise-prefs:
+    training/lora_a.py), and Check reads "Ready to start"."""
+    page.goto(f"{studio}/new_run")
+    page.get_by_role("button", name="Start run").wait_for()
+    wait_idle(page)
+    choose(page, "Preference (DPO)")
+    box = page.locator("[data-testid=stSelectbox]").filter(has_text="LoRA input side (A)").first
+    box.scroll_into_view_if_needed()
+    assert page.get_by_label("LoRA input side (A)", exact=True).input_value() == "auto"
+    page.get_by_role("button", name="Check settings").click()
+    page.get_by_text("Ready to start").wait_for(timeout=60_000)
+    shot(page, "new-run-dpo-lora-a")
