@@ -200,17 +200,23 @@ def test_edits_survive_a_switch_of_algorithm_and_page_and_a_name_typed_then_chec
     expect(max_steps).not_to_have_value("7", timeout=60_000)
 
 
+def lora_input_side(page, studio: str, algorithm: str):  # noqa: F811 (the fixtures, passed on)
+    """The New run form of `algorithm` with its 'LoRA input side (A)' select in view, checked to start on auto."""
+    page.goto(f"{studio}/new_run")
+    page.get_by_role("button", name="Start run").wait_for()
+    wait_idle(page)
+    choose(page, algorithm)
+    box = page.locator("[data-testid=stSelectbox]").filter(has_text="LoRA input side (A)").first
+    box.scroll_into_view_if_needed()
+    assert page.get_by_label("LoRA input side (A)", exact=True).input_value() == "auto"
+    return box
+
+
 def test_rls_lora_input_side_starts_on_auto_and_trained_reaches_the_command(studio, page):  # noqa: F811
     """'LoRA input side (A)' (lora_a): an RL run starts on auto (null_space for the default model on the arithmetic
     env: training/null_space.py) and lists trained and null_space; picking trained, Check reads "Ready to start" with
     lora_a=trained in the command."""
-    page.goto(f"{studio}/new_run")
-    page.get_by_role("button", name="Start run").wait_for()
-    wait_idle(page)
-    choose(page, "Reinforcement (RL)")
-    box = page.locator("[data-testid=stSelectbox]").filter(has_text="LoRA input side (A)").first
-    box.scroll_into_view_if_needed()
-    assert page.get_by_label("LoRA input side (A)", exact=True).input_value() == "auto"
+    box = lora_input_side(page, studio, "Reinforcement (RL)")
     shot(page, "new-run-rl-lora-a")
     options = page.get_by_role("option")
     open_list(box.locator("input"), options)
@@ -225,13 +231,7 @@ def test_rls_lora_input_side_starts_on_auto_and_trained_reaches_the_command(stud
 def test_dpos_lora_input_side_starts_on_auto_and_resolves_to_null_space(studio, page):  # noqa: F811
     """DPO's 'LoRA input side (A)' starts on auto (null_space for the default model on builtin:concise-prefs:
     training/lora_a.py), and Check reads "Ready to start"."""
-    page.goto(f"{studio}/new_run")
-    page.get_by_role("button", name="Start run").wait_for()
-    wait_idle(page)
-    choose(page, "Preference (DPO)")
-    box = page.locator("[data-testid=stSelectbox]").filter(has_text="LoRA input side (A)").first
-    box.scroll_into_view_if_needed()
-    assert page.get_by_label("LoRA input side (A)", exact=True).input_value() == "auto"
+    lora_input_side(page, studio, "Preference (DPO)")
     page.get_by_role("button", name="Check settings").click()
     page.get_by_text("Ready to start").wait_for(timeout=60_000)
     shot(page, "new-run-dpo-lora-a")
