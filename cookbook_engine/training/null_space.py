@@ -11,8 +11,9 @@ with the largest ratio, each of unit length. The covariances are computed in fp3
 model (about 2.5 minutes on a 2-core CPU for the default model) and cached in the model cache, keyed by the model,
 the projections and every token they were computed from; the directions follow from them in seconds.
 
-Measured (issue 23, benchmarks/README.md "RL that reads away from ordinary chats"): the RL arithmetic default learns
-its sums as before and keeps the base model's ordinary answers within the interval of zero. Not here: which runs use
+Measured (issue 23, benchmarks/README.md "RL that reads away from ordinary chats" and "DPO and the SFT demo with A
+fixed"): the RL arithmetic default learns its sums as before and the DPO default its own kinds of pairs, and both keep
+the base model's ordinary answers within the interval of zero. Not here: which runs use
 it and on which task's chats (training/lora_a.py), the local backend's fixing of A (backends/local.py `fix_lora_a`).
 """
 
