@@ -15,7 +15,9 @@ import random
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -266,3 +268,16 @@ def write_result(name: str, payload: dict[str, Any]) -> Path:
     partial.replace(path)
     print(f"\nwrote {path.relative_to(REPO)}")
     return path
+
+
+def run_once_and_append(prefix: str, results: Path, run: Callable[[dict[str, str], Path], dict]) -> None:
+    """One run per call: a fresh studio home, the settings from argv[1] ("key=value,key=value"), `run`'s result
+    printed and appended to the JSON list in `results`."""
+    home = Path(tempfile.mkdtemp(prefix=prefix))
+    os.environ["COOKBOOK_HOME"] = str(home)
+    (spec,) = sys.argv[1:] or [""]
+    settings = dict(item.split("=", 1) for item in spec.split(",") if item)
+    result = run(settings, home)
+    print(json.dumps(result, indent=1), flush=True)
+    previous = json.loads(results.read_text()) if results.exists() else []
+    results.write_text(json.dumps([*previous, result], indent=1) + "\n")

@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -140,14 +138,7 @@ def run(settings: dict[str, str], home: Path) -> dict:
 
 
 def main() -> None:
-    home = Path(tempfile.mkdtemp(prefix="null-space-loops-"))
-    os.environ["COOKBOOK_HOME"] = str(home)
-    (spec,) = sys.argv[1:] or [""]
-    settings = dict(item.split("=", 1) for item in spec.split(",") if item)
-    result = run(settings, home)
-    print(json.dumps(result, indent=1), flush=True)
-    previous = json.loads(RESULTS.read_text()) if RESULTS.exists() else []
-    RESULTS.write_text(json.dumps([*previous, result], indent=1) + "\n")
+    common.run_once_and_append("null-space-loops-", RESULTS, run)
 
 
 if __name__ == "__main__":
