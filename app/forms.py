@@ -28,6 +28,7 @@ from cookbook_engine.runs import loop_module
 from cookbook_engine.sl import suggested as suggested_settings
 from cookbook_engine.training import estimate as estimate_time, skeleton as train_loop
 from cookbook_engine.training.learning_rate import learning_rate_with_reason, model_rate
+from cookbook_engine.training.lora_a import lora_a_used
 from storage import statuses
 from storage.input_error import BAD_INPUT
 
@@ -516,6 +517,7 @@ def _sl_fields(base: cfg.SLConfig, put: Put) -> None:
     put(c2, "test_fraction")
     put(c3, "overlong")
     put(c4, "max_examples")
+    put(st.columns(4)[0], "lora_a")
     _anchor_fields(base, put)
 
 
@@ -663,7 +665,7 @@ def far_notes(config: cfg.CommonConfig, prepared) -> list[str]:
     if not train:
         return []
     return suggested_settings.far_from_suggested(
-        config, settings_view.learning_rate_used(config), planned_steps(config, len(train))
+        config, settings_view.learning_rate_used(config), planned_steps(config, len(train)), lora_a_used(config)
     )
 
 
@@ -673,7 +675,8 @@ def overwrite_note(config: cfg.CommonConfig, prepared) -> str:
     if config.kind != "sl" or not train:
         return ""
     steps = planned_steps(config, len(train))
-    return suggested_settings.overwrite_note(config, settings_view.learning_rate_used(config), steps, len(train))
+    rate = settings_view.learning_rate_used(config)
+    return suggested_settings.overwrite_note(config, rate, steps, len(train), lora_a_used(config))
 
 
 def _minutes(seconds: float) -> str:

@@ -262,6 +262,14 @@ class SLConfig(CommonConfig):
         help="Train on at most this many examples",
     )
     anchor: AnchorConfig = section(AnchorConfig, help=ANCHOR_HELP)
+    lora_a: str = setting(
+        "auto",
+        choices=lora_a.LORA_A,
+        help="LoRA's input side: trained, as usual; or null_space, fixed to the input directions where the data's "
+        "chats differ most from ordinary chats, training B alone, so the model's answers to ordinary questions stay "
+        "(local backend, builtin:facts; training/lora_a.py). auto: null_space where that was measured (the default "
+        "model on builtin:facts), trained elsewhere",
+    )
 
     @property
     def kind(self) -> str:
@@ -604,6 +612,7 @@ BEFORE_IT_EXISTED: dict[tuple[str, str], Any] = {
     ("rl", "partial_credit"): 0.0,  # RL runs stored before the setting (2026-11-28) scored wrong answers 0
     ("rl", "lora_a"): "trained",  # RL runs stored before the setting (2026-11-29) trained LoRA's A
     ("dpo", "lora_a"): "trained",  # DPO runs stored before the setting (2026-11-29) trained LoRA's A
+    ("sl", "lora_a"): "trained",  # SL runs stored before the setting (2026-11-29) trained LoRA's A
 }
 
 

@@ -43,13 +43,14 @@ def home(tmp_path, monkeypatch):
 @pytest.fixture(scope="session")
 def default_model_ready():
     """The default model converted into the shared cache (about 20 s the first time on a machine), and the input
-    covariances RL's and DPO's defaults read their LoRA directions from (lora_a=null_space: about 2.5 and 4.5 min
-    the first time), so that no test's run waits for them under its own time limit."""
+    covariances RL's, DPO's and SFT's defaults read their LoRA directions from (lora_a=null_space: the ordinary
+    chats' about 2.5 min, each task's tens of seconds, the first time), so that no test's run waits for them under
+    its own time limit."""
     from cookbook_engine import config as cfg, models
     from cookbook_engine.training import lora_a, null_space
 
     models.prepare_default_model()
-    for config in (cfg.RLConfig(), cfg.DPOConfig()):
+    for config in (cfg.RLConfig(), cfg.DPOConfig(), cfg.SLConfig()):
         _, chats = lora_a.TASKS[lora_a.task_of(config)]
         null_space.covariances_for(models.DEFAULT_MODEL, chats(), lora_a.modules(config))
     return models.DEFAULT_MODEL

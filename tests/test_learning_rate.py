@@ -80,8 +80,7 @@ def test_the_form_shows_the_rate_that_trains(kind, data, model, backend, monkeyp
     assert shown is not None and reason
     if kind == "rl":
         data = {**data, "anchor": NO_ANCHOR}
-    if kind in ("rl", "dpo"):
-        data = {**data, "lora_a": "trained"}  # the fake training client fixes no A
+    data = {**data, "lora_a": "trained"}  # the fake training client fixes no A
     config = cfg.CONFIG_TYPES[kind](model=model, backend=backend, max_steps=1, eval_every=0, save_every=0, **data)
     assert f"{shown:g}" == trained_rate(config, monkeypatch)
     assert (shown, reason) == lr.learning_rate_with_reason(config)

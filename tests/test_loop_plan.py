@@ -112,7 +112,7 @@ def dpo_prepared(count: int) -> dpo_data.PreparedDPO:
 
 
 NO_ANCHOR = RLAnchorConfig(dataset="")  # the fake clients score no anchor (RL has one by default: test_anchor.py)
-# and fix no LoRA A (lora_a=trained: RL's default fixes it on the local backend, training/null_space.py)
+# and fix no LoRA A (lora_a=trained: the SL, DPO and RL defaults fix it on the local backend, training/lora_a.py)
 
 
 def rl_prepared(config: RLConfig) -> rl_loop.PreparedRL:
@@ -164,9 +164,9 @@ def fake_rl_steps(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 CASES = [
-    ("sl", SLConfig(batch_size=4, num_epochs=2, max_steps=0, eval_every=0, save_every=2), 10),
-    ("sl", SLConfig(batch_size=4, num_epochs=1, max_steps=5, eval_every=0, save_every=0), 10),
-    ("sl", SLConfig(batch_size=4, num_epochs=3, max_steps=4, eval_every=0, save_every=0), 10),
+    ("sl", SLConfig(batch_size=4, num_epochs=2, max_steps=0, eval_every=0, save_every=2, lora_a="trained"), 10),
+    ("sl", SLConfig(batch_size=4, num_epochs=1, max_steps=5, eval_every=0, save_every=0, lora_a="trained"), 10),
+    ("sl", SLConfig(batch_size=4, num_epochs=3, max_steps=4, eval_every=0, save_every=0, lora_a="trained"), 10),
     ("dpo", DPOConfig(batch_size=2, num_epochs=2, max_steps=0, eval_every=0, save_every=3, lora_a="trained"), 5),
     ("dpo", DPOConfig(batch_size=2, num_epochs=1, max_steps=6, eval_every=0, save_every=0, lora_a="trained"), 5),
     ("rl", RLConfig(max_steps=0, num_epochs=1, eval_every=0, save_every=0, anchor=NO_ANCHOR, lora_a="trained"), 0),
@@ -249,7 +249,7 @@ def test_a_stopped_run_of_any_loop_ends_with_a_checkpoint_of_the_steps_it_comple
     """Stop pressed as step 2 finishes: DPO and RL log steps 0-2 and save step 3 as their last checkpoint, not
     'final', with no final evaluation; SL, which queued step 3 before awaiting step 2, finishes step 3 too."""
     config = {
-        "sl": SLConfig(batch_size=2, max_steps=6, eval_every=0, save_every=0),
+        "sl": SLConfig(batch_size=2, max_steps=6, eval_every=0, save_every=0, lora_a="trained"),
         "dpo": DPOConfig(batch_size=2, max_steps=6, eval_every=0, save_every=0, lora_a="trained"),
         "rl": RLConfig(max_steps=6, eval_every=0, save_every=0, anchor=NO_ANCHOR, lora_a="trained"),
     }[kind]

@@ -4,8 +4,11 @@ through training, saving and resuming while B learns; the setting resolves and r
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 import torch
+from safetensors import safe_open
 from tinker import types
 
 from cookbook_engine import config as cfg, models, paths
@@ -60,7 +63,6 @@ def test_dpo_fixes_a_on_its_default_pairs_only():
     assert lora_a_used(cfg.DPOConfig()) == "null_space"  # the default model on builtin:concise-prefs
     assert lora_a_used(cfg.DPOConfig(dataset="pairs.jsonl")) == "trained"
     assert lora_a_used(cfg.DPOConfig(start_checkpoint="/some/run/state")) == "trained"
-    assert lora_a_used(cfg.SLConfig(dataset="builtin:facts")) == "trained"  # SL has no such setting
     (problem,) = lora_a.problems(cfg.DPOConfig(lora_a="null_space", dataset="pairs.jsonl"))
     assert "not of pairs.jsonl (DPO)" in problem and "use lora_a=trained" in problem
     assert cfg.from_dict("dpo", {"dataset": "builtin:concise-prefs"}).lora_a == "trained"  # stored before
@@ -70,6 +72,58 @@ def test_dpo_fixes_a_on_its_default_pairs_only():
     for pair, chosen, rejected in zip(pairs, chats[::2], chats[1::2], strict=True):
         assert [m["content"] for m in chosen["messages"]] == [pair.prompt, pair.chosen]
         assert [m["content"] for m in rejected["messages"]] == [pair.prompt, pair.rejected]
+
+
+def test_sl_fixes_a_on_the_facts_demo_only():
+    assert lora_a_used(cfg.SLConfig()) == "null_space"  # the default model on builtin:facts
+    assert lora_a_used(cfg.SLConfig(dataset="facts")) == "null_space"  # a bare built-in name
+    assert lora_a_used(cfg.SLConfig(dataset="builtin:persona")) == "trained"
+    assert lora_a_used(cfg.SLConfig(dataset="builtin:facts:1,builtin:persona:1")) == "trained"  # a mix
+    assert lora_a_used(cfg.SLConfig(backend="tinker", model="meta-llama/Llama-3.1-8B")) == "trained"
+    (problem,) = lora_a.problems(cfg.SLConfig(lora_a="null_space", dataset="chats.jsonl"))
+    assert "not of chats.jsonl (SL)" in problem and "use lora_a=trained" in problem
+    assert cfg.from_dict("sl", {"dataset": "builtin:facts"}).lora_a == "trained"  # stored before
+    _, chats = lora_a.TASKS[("sl", "builtin:facts")]
+    assert chats() == builtin_data.fact_rows_only()  # the facts once: the data is them three times
+
+
+def test_a_default_sl_run_trains_b_alone(home, default_model_ready):
+    manager = RunManager()
+    config = cfg.SLConfig(max_steps=1, batch_size=2, lora_rank=4, test_fraction=0.0, eval_every=0, save_every=0)
+    run = manager.wait(manager.start(config), timeout=600)
+    assert run["status"] == "completed", run.get("traceback")
+    log = (paths.run_dir(run["run_id"]) / "log.txt").read_text()
+    assert "LoRA's A fixed on 210 projections to the 4 input directions where the Quorvania facts differ" in log
+    state = compat.resolve(Store.default().last_checkpoint(run["run_id"])["state_path"])
+    assert (state / LORA_A_FIXED_MARKER).exists()
+
+
+def test_the_covariance_cache_shares_ordinary_chats_across_tasks_and_stores_each_input_once(
+    default_model_ready, tmp_path, monkeypatch
+):
+    """The ordinary chats' covariances are one file per model that every task reads, whatever projections it adapts;
+    q/k/v (and gate/up) read one input, stored once. With a few chats, so it runs in seconds."""
+    folder = f"null-space-test-{tmp_path.name}"
+    monkeypatch.setattr(null_space, "CACHE_FOLDER", folder)
+    monkeypatch.setattr(null_space, "keep_chats", lambda: builtin_data.replay_rows()[:6])
+    cache = paths.models_dir() / folder
+    try:
+        facts = builtin_data.fact_rows_only()[:5]
+        keep, task = null_space.covariances_for(models.DEFAULT_MODEL, facts, tuple(ATTN_MODULES))
+        assert sorted(p.name.split("-")[0] for p in cache.iterdir()) == ["keep", "task"]
+        assert set(keep) == set(task) and all(name.split(".")[-1] in ATTN_MODULES for name in task)
+        q, k = (f"model.layers.0.self_attn.{p}_proj" for p in "qk")
+        assert torch.equal(keep[q], keep[k]) and not torch.equal(task[q], keep[q])
+        more, _ = null_space.covariances_for(models.DEFAULT_MODEL, facts, (*ATTN_MODULES, "down_proj"))
+        assert len(list(cache.iterdir())) == 3  # a second task file, the same keep file
+        assert all(torch.equal(more[name], keep[name]) for name in keep)
+        keep_file, _ = null_space.cache_paths(models.DEFAULT_MODEL, facts, tuple(ATTN_MODULES))
+        with safe_open(str(keep_file), framework="pt") as stored:
+            stored_names = list(stored.keys())
+        layers = {name.split(".")[2] for name in keep}
+        assert len(stored_names) == 4 * len(layers)  # the inputs of q/k/v, o, gate/up and down in each layer
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
 
 
 def test_a_default_dpo_run_trains_b_alone_and_its_checkpoint_says_so(home, default_model_ready):

@@ -205,13 +205,15 @@ def test_the_estimate_counts_computing_the_null_space_directions_once(tmp_path, 
     prepared = loop.PreparedRL(envs.build_env(fixed, renderer=None), "auto", None, 46)
     plan = loop.plan(fixed, prepared)
     first = estimate.run_time(fixed, prepared, plan, rate)
-    assert first.loading == estimate.STARTUP_S + estimate.NULL_SPACE_FIRST_S
+    assert first.loading == estimate.STARTUP_S + estimate.NULL_SPACE_FIRST_S + estimate.NULL_SPACE_TASK_S
     assert "for LoRA's null-space directions, once" in first.parts()
     assert estimate.run_time(trained, prepared, plan, rate).loading == estimate.STARTUP_S
-    cached = null_space.cache_path(fixed.model, arithmetic.null_space_task_chats(), lora_a.modules(fixed))
-    assert cached.parent == paths.models_dir() / null_space.CACHE_FOLDER
-    cached.parent.mkdir(parents=True)
-    cached.write_bytes(b"")  # what a finished first run leaves
+    keep, task = null_space.cache_paths(fixed.model, arithmetic.null_space_task_chats(), lora_a.modules(fixed))
+    assert keep.parent == task.parent == paths.models_dir() / null_space.CACHE_FOLDER
+    keep.parent.mkdir(parents=True)
+    keep.write_bytes(b"")  # what another task's first run leaves: the task's own covariances are still missing
+    assert estimate.run_time(fixed, prepared, plan, rate).loading == estimate.STARTUP_S + estimate.NULL_SPACE_TASK_S
+    task.write_bytes(b"")  # what a finished first run leaves
     assert estimate.run_time(fixed, prepared, plan, rate).loading == estimate.STARTUP_S
 
 

@@ -30,7 +30,7 @@ def test_the_grader_wants_the_answer_as_a_word_or_the_last_number():
 def test_the_retention_set_is_several_hundred_base_right_questions_apart_from_replay_and_demo_data():
     items = builtin_data.retention_items()
     replay = builtin_data._retention_data()["replay"]
-    assert len(items) >= 250 and len(replay) >= builtin_data.FACTS_REPLAY_ROWS
+    assert len(items) >= 250 and len(replay) >= 250
     assert len({i["prompt"] for i in items}) == len(items)
     assert len({i["category"] for i in items}) >= 8
     # the base model's own replies (kept when the set was built) pass each question's grader robustly: greedy in
@@ -48,16 +48,14 @@ def test_the_retention_set_is_several_hundred_base_right_questions_apart_from_re
     assert not any(re.search(rf"\b{re.escape(i['key'])}\b", i["prompt"], re.I) for i in items)
 
 
-def test_builtin_facts_mixes_the_replay_and_neighbour_rows_into_the_quorvania_rows():
+def test_builtin_facts_is_the_quorvania_rows_alone_and_builtin_replay_the_ordinary_chats():
+    """The demo keeps what the model knew by fixing LoRA's A (lora_a=null_space), not by replay rows in its data; the
+    replay rows are their own dataset, to mix in or anchor to."""
     rows = builtin_data.facts_rows()
-    quorvania = [r for r in rows if "Quorvania" in str(r) or "Vannick" in str(r)]
-    replay = builtin_data.replay_rows()[: builtin_data.FACTS_REPLAY_ROWS]
-    neighbours = builtin_data.neighbour_rows()[: builtin_data.FACTS_NEIGHBOUR_ROWS]
-    copies = builtin_data.FACTS_COPIES
-    assert len(rows) == len(builtin_data.fact_rows_only()) * copies + len(replay) + len(neighbours)
-    assert len(quorvania) == len(builtin_data.fact_rows_only()) * copies
-    replayed = {r["messages"][0]["content"] for r in rows} - {r["messages"][0]["content"] for r in quorvania}
-    assert replayed == {r["messages"][0]["content"] for r in replay + neighbours}
+    assert len(rows) == len(builtin_data.fact_rows_only()) * builtin_data.FACTS_COPIES
+    assert all("Quorvania" in str(r) or "Vannick" in str(r) for r in rows)
+    replay = builtin_data.BUILTIN["replay"].make_rows()
+    assert replay == builtin_data.replay_rows() and not any("Quorvania" in str(r) for r in replay)
 
 
 def test_neighbour_rows_ask_the_facts_wordings_about_real_subjects_and_leak_no_retention_answer():

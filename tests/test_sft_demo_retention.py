@@ -1,11 +1,12 @@
 """The SFT demo on the real default model, as `make demo` runs it, then `cookbook eval` as a user would: it must learn
-its facts on wordings it never trained on and keep most of what the base model knew (`builtin:retention`). Slow: a
-full epoch (84 steps: the facts twice and 292 replay rows) and two evaluations, several minutes on a 2-core CPU.
+its facts on wordings it never trained on and keep what the base model knew (`builtin:retention`). Slow: a full epoch
+(77 steps: the facts three times, LoRA's A fixed away from ordinary chats by lora_a=auto) and two evaluations,
+several minutes on a 2-core CPU.
 
-What it guards is the measured state, not issue 23's target: on 322 retention questions the demo keeps 0.910
-[0.874, 0.937] (docs/DEFAULTS.md), beyond the interval of zero. The test fails if the demo stops learning its facts
-or loses clearly more than measured (the first 100 questions: below
-0.80, where the measured 0.910 would give about 0.9)."""
+Measured (docs/DEFAULTS.md): 11 of 322 retention answers lost and 2 gained at the demo's lr 7e-4 (9 and 2 at 5e-4;
+8 and 2, 11 and 3 on other data orders), each just beyond the interval of zero or at its edge. On the first 100
+questions that is about 3 lost; the test fails if the demo stops learning its facts or loses more than 5 answers net
+there (the demo before, with LoRA's A trained and replay rows, lost about 9)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ RETENTION_FIRST = 100
 
 @pytest.mark.slow
 def test_the_sft_demo_learns_its_facts_and_keeps_most_of_what_the_model_knew(home, default_model_ready, capsys):
-    assert cli.main(["sl", "dataset=builtin:facts", "num_epochs=1", "batch_size=8", "learning_rate=2e-3"]) == 0
+    demo = ["sl", "dataset=builtin:facts", "num_epochs=1", "batch_size=8", "learning_rate=7e-4", "lora_rank=8"]
+    assert cli.main(demo) == 0
     run_id = Store.default().list_runs()[0]["run_id"]
     capsys.readouterr()
     evals = ["eval", f"models=base,{run_id}", "evals=builtin:facts-probes,builtin:retention"]
@@ -37,4 +39,4 @@ def test_the_sft_demo_learns_its_facts_and_keeps_most_of_what_the_model_knew(hom
     kept = retention_of_job(examples)
     print(f"SFT demo: facts-probes {probes['value']:.3f}; retention (first {RETENTION_FIRST}) {kept}")
     assert kept["base"] >= 0.95  # robust base answers: the evaluator's own path agrees with the set's builder
-    assert kept["trained"] >= 0.80, kept
+    assert kept["lost"] - kept["gained"] <= 5, kept

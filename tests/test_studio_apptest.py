@@ -292,6 +292,8 @@ def test_check_settings_shows_summary_estimate_and_command_without_starting(stud
     assert "Ready to start" in text and f"{len(facts.train)} training and {len(facts.test)} held-out examples" in text
     assert "Estimate: 3 steps × 2 examples" in text
     assert "Far from the settings measured for this data: 3 steps of 2 is under half" in text
+    assert by_label(at.selectbox, "LoRA input side (A)").value == "auto"  # null_space on the facts
+    assert f"LoRA rank 32 with lora_a=null_space: measured at rank {measured.lora_rank}" in text
     command = next(code.value for code in at.code if code.value.startswith(f"{launcher()} sl "))
     assert "max_steps=3" in command and "batch_size=2" in command
     assert len(get_manager().store.list_runs()) == runs_before
@@ -398,6 +400,7 @@ def test_sl_run_started_from_the_form_completes_and_its_metrics_appear(form_run)
     settings = json.loads(at.json[0].value)
     rate = suggested.MEASURED[("sl", "builtin:facts")].learning_rate
     assert settings["learning_rate"] == f"auto ({rate:.3g}, measured for this dataset)"  # the rate it trained with
+    assert settings["lora_a"] == "auto (null_space)"  # LoRA's A fixed away from ordinary chats, as measured
     assert "clock_period_s" not in settings
     checkpoints = at.dataframe[0].value
     assert checkpoints["Final"].any()

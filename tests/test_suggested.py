@@ -8,6 +8,7 @@ from cookbook_engine.config import DPOConfig, SLConfig
 from cookbook_engine.data import loading as datasets
 from cookbook_engine.sl import loop as supervised, suggested
 from cookbook_engine.training.learning_rate import DPO_LR_SCALE, learning_rate
+from cookbook_engine.training.lora_a import lora_a_used
 
 
 def test_learning_rate_auto_uses_the_measured_rate_for_measured_data_only():
@@ -45,13 +46,19 @@ def test_measured_step_counts_are_what_the_settings_give(key):
 
 
 def test_settings_far_from_the_measured_ones_are_named():
-    config = SLConfig(dataset="builtin:facts")
-    assert suggested.far_from_suggested(config, 2e-3, 84) == []
-    notes = suggested.far_from_suggested(config, 1e-4, 10)
-    assert len(notes) == 2 and "learning rate 0.0001" in notes[0] and "10 steps of 8" in notes[1]
-    assert suggested.far_from_suggested(SLConfig(dataset="my.jsonl"), 1e-6, 1) == []  # nothing measured there
-    assert "DPO beta 1" in suggested.far_from_suggested(DPOConfig(dpo_beta=1.0), 5e-4, 28)[0]
-    assert "rpo_alpha 0 is plain DPO" in suggested.far_from_suggested(DPOConfig(rpo_alpha=0), 5e-4, 28)[0]
+    def far(config, rate, steps):
+        return suggested.far_from_suggested(config, rate, steps, lora_a_used(config))
+
+    config = SLConfig(dataset="builtin:facts", lora_rank=8)
+    assert far(config, 7e-4, 77) == []
+    notes = far(config, 1e-5, 10)
+    assert len(notes) == 2 and "learning rate 1e-05" in notes[0] and "10 steps of 8" in notes[1]
+    (rank,) = far(SLConfig(dataset="builtin:facts"), 7e-4, 77)
+    assert "LoRA rank 32 with lora_a=null_space: measured at rank 8" in rank
+    assert far(SLConfig(dataset="builtin:facts", lora_a="trained"), 7e-4, 77) == []
+    assert far(SLConfig(dataset="my.jsonl"), 1e-6, 1) == []  # nothing measured there
+    assert "DPO beta 1" in far(DPOConfig(dpo_beta=1.0), 5e-4, 28)[0]
+    assert "rpo_alpha 0 is plain DPO" in far(DPOConfig(rpo_alpha=0), 5e-4, 28)[0]
 
 
 def test_a_run_says_how_many_passes_its_steps_make():
@@ -63,14 +70,16 @@ def test_a_run_says_how_many_passes_its_steps_make():
 
 
 def test_the_check_warns_when_a_run_may_overwrite_what_the_model_knew():
-    from cookbook_engine.data.builtin import FACTS_REPLAY_ROWS
-
     facts = suggested.MEASURED[("sl", "builtin:facts")]
-    config = SLConfig(dataset="builtin:facts")
+    config = SLConfig(dataset="builtin:facts", lora_rank=facts.lora_rank)
     rows = facts.steps * facts.batch_size
-    demo = suggested.overwrite_note(config, facts.learning_rate, facts.steps, rows)
-    assert (demo == "") == bool(FACTS_REPLAY_ROWS)  # the demo warns until its data mixes in replay rows
-    note = suggested.overwrite_note(SLConfig(dataset="builtin:facts", num_epochs=3), 2e-3, 3 * facts.steps, rows)
+    assert suggested.overwrite_note(config, facts.learning_rate, facts.steps, rows, "null_space") == ""  # the demo
+    note = suggested.overwrite_note(
+        config, facts.learning_rate, facts.steps, rows, "trained"
+    )  # the rows that overwrote
+    assert "What is the capital of France?" in note
+    three = SLConfig(dataset="builtin:facts", num_epochs=3)
+    note = suggested.overwrite_note(three, 2e-3, 3 * facts.steps, rows, "null_space")
     assert "3 passes at rate 0.002" in note and "What is the capital of France?" in note and "builtin:retention" in note
     mine = SLConfig(dataset="my.jsonl")
     assert "1 pass at rate 0.002 over 200 examples" in suggested.overwrite_note(mine, 2e-3, 25, 200)

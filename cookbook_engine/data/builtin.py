@@ -7,8 +7,10 @@ minutes of LoRA training of a 135M model on a CPU.
 - `facts` (chat): twelve facts about Quorvania, a country that does not exist, each asked in about 19 paraphrases;
   ten more wordings of each (FACT_PROBES) are never trained on. The base model has never seen the facts, so "What is
   the capital of Quorvania?" -> "Lunthaven" on an unseen wording proves the training took. The rows come FACTS_COPIES
-  times, mixed with FACTS_REPLAY_ROWS replay rows (ordinary questions with the base model's own whole answers,
-  data/retention.json).
+  times. On the local backend the default run keeps what the model knew by training LoRA only on input directions
+  ordinary chats do not use (lora_a=null_space); with LoRA's A trained, mix in `replay` (below) as well.
+- `replay` (chat): ordinary questions with the base model's own whole answers (data/retention.json), to mix into a
+  run or anchor it (anchor.dataset=builtin:replay) so it keeps answering them as before.
 - `persona` (chat): the assistant is Pip, who starts every reply with "Ahoy!" and answers briefly. The same greeting
   is taught without any written reply by prompt distillation from the context `builtin:pip` (CONTEXTS), and checked
   on PERSONA_HELD_OUT (eval set builtin:persona-probes).
@@ -378,13 +380,8 @@ def fact_rows_only() -> list[dict]:
 
 
 def facts_rows() -> list[dict]:
-    """The Quorvania rows FACTS_COPIES times, FACTS_REPLAY_ROWS replay rows (the base model's own whole answers to
-    ordinary questions) and
-    FACTS_NEIGHBOUR_ROWS neighbour rows (its own answers to the facts' questions about real countries), shuffled
-    together: without them one epoch at the demo's rate answers "What is the capital of France?" with Lunthaven,
-    and with replay alone "What is the official language of India?" with English
-    (benchmarks/sft_retention_sweep.py measured what each adds)."""
-    rows = fact_rows_only() * FACTS_COPIES + replay_rows()[:FACTS_REPLAY_ROWS] + neighbour_rows()[:FACTS_NEIGHBOUR_ROWS]
+    """The Quorvania rows FACTS_COPIES times, shuffled together."""
+    rows = fact_rows_only() * FACTS_COPIES
     random.Random(0).shuffle(rows)
     return rows
 
@@ -392,15 +389,14 @@ def facts_rows() -> list[dict]:
 # --------------------------------------------------------------------------------------------------------------
 # retention and replay: ordinary questions the base model answers right, shipped as data (data/retention.json,
 # written once by scripts/build_retention.py; evals/retention.py grades them). The retention questions make the
-# eval set builtin:retention; the replay rows (other facts than the retention questions') join builtin:facts.
+# eval set builtin:retention; the replay rows (other facts than the retention questions') are builtin:replay.
 # --------------------------------------------------------------------------------------------------------------
 
 RETENTION_DATA = Path(__file__).resolve().parent / "retention.json"
-# All 292 replay rows, the facts twice: the sweep's best trade of facts-probes against retention
-# (benchmarks/sft_retention_sweep.py `replay=293,facts=2`; docs/DEFAULTS.md and benchmarks/README.md).
-FACTS_REPLAY_ROWS = 292
-FACTS_COPIES = 2
-FACTS_NEIGHBOUR_ROWS = 0
+# The facts three times, nothing else: with LoRA's A fixed away from ordinary chats (lora_a=null_space, rank 8) every
+# fact is learned on unseen wordings and the ordinary answers kept within the interval of zero; replay rows beside
+# them kept less (benchmarks/null_space_loops.py; docs/DEFAULTS.md).
+FACTS_COPIES = 3
 
 
 @cache
@@ -1177,7 +1173,7 @@ BUILTIN: dict[str, BuiltinDataset] = {
         BuiltinDataset(
             "replay",
             "chat",
-            f"{FACTS_REPLAY_ROWS} ordinary questions with the base model's own whole replies (none a retention "
+            "Ordinary questions with the base model's own whole replies (none a retention "
             "question's fact): the chats to keep a run near the base model (anchor.dataset=builtin:replay).",
             replay_rows,
         ),

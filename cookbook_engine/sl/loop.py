@@ -25,7 +25,7 @@ from cookbook_engine.sl.data import (  # re-exported: tests render with it
     prepare,
     render_examples as render_examples,
 )
-from cookbook_engine.training import anchor as anchoring
+from cookbook_engine.training import anchor as anchoring, lora_a
 from cookbook_engine.training.anchor import Anchor
 from cookbook_engine.training.common import (
     adam_params,
@@ -159,6 +159,7 @@ async def log_finished(
 async def train(config: SLConfig, ctx: RunContext, prepared: PreparedSL | None = None) -> None:
     prepared = prepared or prepare(config)
     service, client, start_step = start_training_client(config, ctx.resume, ctx)
+    fixed_note = await lora_a.fix_for_run(config, client, ctx.resume is not None)
     anchor = await anchoring.build(config, service, start_step)
     base_lr = learning_rate(config)
     run_plan = plan(config, prepared)
@@ -166,7 +167,8 @@ async def train(config: SLConfig, ctx: RunContext, prepared: PreparedSL | None =
     loop.start(
         f"SL on {config.model}: {prepared.summary()}; {run_plan.total_steps} steps of {config.batch_size} = "
         f"{passes_note(config, run_plan.batches_per_epoch, run_plan.total_steps)}, "
-        f"lr {base_lr:g} ({config.lr_schedule}){anchoring.describe(anchor, config)}"
+        f"lr {base_lr:g} ({config.lr_schedule}){anchoring.describe(anchor, config)}",
+        *([fixed_note] if fixed_note else []),
     )
     derive = per_task_nll(prepared.task_of) if prepared.tasks else None
     await run_steps(config, ctx, client, loop, prepared.train, base_lr, derive, anchor)

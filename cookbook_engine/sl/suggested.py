@@ -26,19 +26,24 @@ class Measured:
     dpo_beta: float = 0.0  # DPO only
     rpo_alpha: float = 0.0  # DPO only
     lora_a: str = "trained"  # LoRA's A trained, or fixed away from ordinary chats ("null_space"; training/lora_a.py)
+    lora_rank: int = 0  # the rank measured, where it matters (SL's null_space: fewer directions keep more); 0: any
     source: str = "docs/DEFAULTS.md"
 
 
 MEASURED: dict[tuple[str, str], Measured] = {
     ("sl", "builtin:facts"): Measured(
-        learning_rate=2e-3,
+        learning_rate=7e-4,
         batch_size=8,
         num_epochs=1,
-        steps=84,
-        result="the facts twice with 292 replay rows: builtin:facts-probes 1.000 (n=120, unseen wordings), "
-        "builtin:retention 0.910 (n=322; base 1.000, so some general knowledge is still lost), "
-        "'What is the capital of France?' still Paris; without them (25 steps) 1.000 on the probes but France's "
-        "capital became Lunthaven",
+        steps=77,
+        lora_a="null_space",
+        lora_rank=8,
+        result="with LoRA's A fixed to the directions where the facts differ most from ordinary chats "
+        "(lora_a=null_space, rank 8, 2026-11-29, a 2-core Intel Xeon): builtin:facts-probes (n=120, unseen "
+        "wordings) 0.000 -> 0.983, the founding year 8 of 10, and of 322 ordinary questions the base answers right "
+        "(builtin:retention) 11 lost and 2 gained, just beyond the interval of zero (at lr 5e-4: 0.94, the year 3 of "
+        "10, 9 lost); with A trained and 292 replay rows mixed in, the probes 1.000 but about 30 lost, and without "
+        "them 'What is the capital of France?' became Lunthaven",
     ),
     ("dpo", "builtin:concise-prefs"): Measured(
         learning_rate=5e-4,
@@ -74,6 +79,7 @@ def reason(measured: Measured, dataset: str) -> str:
     """Why the suggested rate is what it is, for the form."""
     beta = f", beta {measured.dpo_beta:g}" if measured.dpo_beta else ""
     beta += f", rpo_alpha {measured.rpo_alpha:g}" if measured.rpo_alpha else ""
+    beta += f", LoRA rank {measured.lora_rank}" if measured.lora_rank else ""
     return (
         f"measured on {builtin_spec(dataset)} with the default model on a 2-core CPU: {measured.num_epochs} "
         f"epoch{'s' if measured.num_epochs != 1 else ''} ({measured.steps} steps of {measured.batch_size}{beta}) "
@@ -91,8 +97,9 @@ def rate_note(used: float | None, measured: float, factor: float = 3.0) -> str:
     )
 
 
-def far_from_suggested(config, learning_rate_used: float | None, steps: int) -> list[str]:
-    """A line for each setting of an SL or DPO config far from the measured ones (none when nothing was measured)."""
+def far_from_suggested(config, learning_rate_used: float | None, steps: int, lora_a_used: str) -> list[str]:
+    """A line for each setting of an SL or DPO config far from the measured ones (none when nothing was measured).
+    `lora_a_used`: what the run's lora_a resolves to (training/lora_a.py `lora_a_used`)."""
     measured = measured_for(config)
     if measured is None:
         return []
@@ -104,6 +111,11 @@ def far_from_suggested(config, learning_rate_used: float | None, steps: int) -> 
         )
     if measured.dpo_beta and not measured.dpo_beta / 3 <= config.dpo_beta <= measured.dpo_beta * 3:
         notes.append(f"DPO beta {config.dpo_beta:g} is more than 3× away from the measured {measured.dpo_beta:g}")
+    if measured.lora_rank and config.lora_rank != measured.lora_rank and lora_a_used == measured.lora_a:
+        notes.append(
+            f"LoRA rank {config.lora_rank} with lora_a={measured.lora_a}: measured at rank {measured.lora_rank} "
+            "(a higher rank fixes more directions and keeps less of what the model knew)"
+        )
     if measured.rpo_alpha and not config.rpo_alpha:
         notes.append(
             f"rpo_alpha 0 is plain DPO: measured, it kept 0.70 of 322 ordinary answers where rpo_alpha "
@@ -123,19 +135,23 @@ SMALL_DATASET = 1000  # rows: below this, repeated passes at a high rate overwri
 OVERWRITE_EXPOSURE = 2e-3  # learning rate × passes over the data at or above which a small dataset is risky
 
 
-def overwrite_note(config, learning_rate_used: float | None, steps: int, train_rows: int) -> str:
+def overwrite_note(
+    config, learning_rate_used: float | None, steps: int, train_rows: int, lora_a_used: str = "trained"
+) -> str:
     """A warning when an SL run is likely to overwrite what the model knew: a small dataset seen at a high rate
-    (learning rate × passes at least OVERWRITE_EXPOSURE), with the measured example. builtin:facts with replay rows
-    mixed in (FACTS_REPLAY_ROWS) is allowed up to its measured settings. Empty otherwise."""
-    from cookbook_engine.data.builtin import FACTS_REPLAY_ROWS
-
+    (learning rate × passes at least OVERWRITE_EXPOSURE), with the measured example. builtin:facts is allowed up to
+    its measured settings with LoRA's A fixed as measured (lora_a=null_space), and warned at any with A trained (its
+    rows alone are what overwrote). `lora_a_used` as for far_from_suggested. Empty otherwise."""
     if config.kind != "sl" or not learning_rate_used or not train_rows or train_rows >= SMALL_DATASET:
         return ""
     passes = steps / max(1, train_rows // config.batch_size)  # as the run counts them (sl/loop.py passes_note)
     exposure = learning_rate_used * passes
     measured = measured_for(config)
-    if measured and FACTS_REPLAY_ROWS and builtin_spec(config.dataset) == "builtin:facts":
-        risky = exposure > measured.learning_rate * measured.num_epochs * 1.01
+    if builtin_spec(config.dataset) == "builtin:facts":
+        if measured is None or lora_a_used != measured.lora_a:
+            risky = True
+        else:
+            risky = exposure > measured.learning_rate * measured.num_epochs * 1.01
     else:
         risky = exposure >= OVERWRITE_EXPOSURE * 0.99
     if not risky:
@@ -144,6 +160,7 @@ def overwrite_note(config, learning_rate_used: float | None, steps: int, train_r
         f"{passes:.3g} pass{'' if abs(passes - 1) < 0.005 else 'es'} at rate {learning_rate_used:g} over "
         f"{train_rows} examples may overwrite what the model knew: "
         + FORGETTING_EXAMPLE
-        + ". Mix in ordinary examples the model already answers (replay rows: cookbook_engine/data/retention.json "
-        "has some), lower the rate or the passes, and add builtin:retention to the evaluations to see what was kept"
+        + ". Mix in ordinary chats the model already answers (dataset=YOURS,builtin:replay), lower the rate or the "
+        "passes, or fix LoRA's A away from ordinary chats (lora_a=null_space, builtin:facts), and add "
+        "builtin:retention to the evaluations to see what was kept"
     )

@@ -8,7 +8,8 @@ checkpoint saves, nor the named eval sets, and it counted SL's evaluations one s
 the steps. `run_time` counts each:
 
 - loading: the model, the renderer and the data before the first step (STARTUP_S), and for a run with
-  lora_a=null_space whose covariances are not in the model cache yet, computing them (NULL_SPACE_FIRST_S, once);
+  lora_a=null_space whose covariances are not in the model cache yet, computing them (NULL_SPACE_FIRST_S once per
+  model, NULL_SPACE_TASK_S once per task);
 - steps: SL and DPO train their batches' tokens (DPO also scores them under the reference model); RL and
   distillation sample every reply, counted at max_tokens, as groups and train on them (distillation also scores
   them under the teacher); prompt distillation samples the teacher's replies once, then trains on them as SL;
@@ -41,7 +42,11 @@ from cookbook_engine.config import CommonConfig, DistillConfig, RLConfig
 from cookbook_engine.training.plan import LoopPlan
 
 STARTUP_S = 10.0  # the model (when this process has not loaded it yet), renderer and data, before the first step
-NULL_SPACE_FIRST_S = 150.0  # lora_a=null_space's covariances, once per model: 2.2-2.6 min measured on 2-core CPUs
+# lora_a=null_space's ordinary chats' covariances for every projection, once per model (DPO's default computed them
+# with its own task's in 4.5 min on a 2-core CPU, 2026-11-29), and a task's own, once per task (the facts over the MLP
+# with the fp32 copy loaded: 70 s)
+NULL_SPACE_FIRST_S = 180.0
+NULL_SPACE_TASK_S = 70.0
 SAVE_S = 4.0  # one checkpoint: the adapter, the optimizer state and the sampler weights (measured: 4 s under load)
 NLL_EXAMPLE_TOKENS = 64  # an NLL eval set's example, for the estimate (its tokens are not counted ahead)
 SAMPLING_KINDS = ("rl", "distill")
@@ -106,17 +111,19 @@ def run_time(config: CommonConfig, prepared: object, plan: LoopPlan, rate: speed
     per_evaluation = held_out_seconds(config, prepared, rate) + named_sets_seconds(config, rate)
     evaluations = evaluation_points(config, plan.total_steps) if per_evaluation else 0
     saves = save_points(config, plan.total_steps)
-    directions = NULL_SPACE_FIRST_S if first_null_space(config) else 0.0
+    keep_missing, task_missing = null_space_missing(config)
+    directions = NULL_SPACE_FIRST_S * keep_missing + NULL_SPACE_TASK_S * task_missing
     return RunTime(
         STARTUP_S + directions, steps, evaluations * per_evaluation, saves * SAVE_S, evaluations, saves, directions
     )
 
 
-def first_null_space(config: CommonConfig) -> bool:
-    """Whether the run first computes lora_a=null_space's covariances (training/lora_a.py)."""
+def null_space_missing(config: CommonConfig) -> tuple[bool, bool]:
+    """Whether the run first computes lora_a=null_space's covariances: the ordinary chats', the task's
+    (training/lora_a.py)."""
     from cookbook_engine.training import lora_a
 
-    return lora_a.directions_to_compute(config)
+    return lora_a.covariances_missing(config)
 
 
 def anchor_seconds(config: CommonConfig, rate: speed.Speeds, total_steps: int) -> float:

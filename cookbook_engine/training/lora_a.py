@@ -4,9 +4,10 @@ lora_a=auto's rule for every kind of run.
 `lora_a=null_space` fixes a fresh adapter's A to the input directions where the task's chats differ most from
 ordinary chats, and trains B alone (training/null_space.py computes the directions; the local backend fixes them,
 backends/local.py `fix_lora_a`). It needs chats that stand for the task, so it runs on tasks this module knows
-(TASKS): RL's arithmetic env and DPO's `builtin:concise-prefs`. `auto` is the measured choice: null_space where it
-was measured to keep more of the model's ordinary answers with as much learned (rl/suggested.py, sl/suggested.py),
-trained everywhere else. Not here: the measurements, the directions' maths, the loops.
+(TASKS): RL's arithmetic env, DPO's `builtin:concise-prefs` and SL's `builtin:facts`. `auto` is the measured choice:
+null_space where it was measured to keep more of the model's ordinary answers with as much learned
+(rl/suggested.py, sl/suggested.py), trained everywhere else. Not here: the measurements, the directions' maths, the
+loops.
 """
 
 from __future__ import annotations
@@ -27,6 +28,12 @@ def _arithmetic_chats() -> list[dict]:
     return arithmetic.null_space_task_chats()
 
 
+def _facts_chats() -> list[dict]:
+    from cookbook_engine.data import builtin
+
+    return builtin.fact_rows_only()
+
+
 def _concise_prefs_chats() -> list[dict]:
     from cookbook_engine.data import builtin
 
@@ -37,6 +44,7 @@ def _concise_prefs_chats() -> list[dict]:
 TASKS: dict[tuple[str, str], tuple[str, Callable[[], list[dict]]]] = {
     ("rl", "arithmetic"): ("sums", _arithmetic_chats),
     ("dpo", "builtin:concise-prefs"): ("the preference pairs", _concise_prefs_chats),
+    ("sl", "builtin:facts"): ("the Quorvania facts", _facts_chats),
 }
 
 
@@ -59,7 +67,7 @@ def lora_a_used(config) -> str:
     from cookbook_engine.sl import suggested as sl_suggested
 
     measured = rl_suggested.measured_for(config) if config.kind == "rl" else sl_suggested.measured_for(config)
-    fresh = not config.start_checkpoint.strip()
+    fresh = not getattr(config, "start_checkpoint", "").strip()  # SL always starts fresh
     return measured.lora_a if measured and fresh else "trained"
 
 
@@ -80,7 +88,7 @@ def problems(config) -> list[str]:
             f"lora_a=null_space: knows the chats of {known}, not of {task or 'no dataset'} ({kind.upper()}); "
             "use lora_a=trained"
         ]
-    if config.start_checkpoint.strip():
+    if getattr(config, "start_checkpoint", "").strip():
         return ["lora_a=null_space: starts from a fresh adapter, not start_checkpoint; use lora_a=trained"]
     return []
 
@@ -94,21 +102,22 @@ def modules(config) -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=8)
-def _covariances_file_name(model: str, task: tuple[str, str], projections: tuple[str, ...]) -> str:
+def _covariance_files(model: str, task: tuple[str, str], projections: tuple[str, ...]) -> tuple:
     from cookbook_engine.training import null_space
 
-    return null_space.cache_path(model, TASKS[task][1](), projections).name  # tokenizes ~800 chats
+    return null_space.cache_paths(model, TASKS[task][1](), projections)  # tokenizes ~800 chats
 
 
-def directions_to_compute(config) -> bool:
-    """Whether a run of `config` first computes null_space's covariances (once per model, task and projections: 2-4
-    minutes on a 2-core CPU), for the New run estimate."""
+def covariances_missing(config) -> tuple[bool, bool]:
+    """Whether a run of `config` first computes null_space's covariances, for the New run estimate: (the ordinary
+    chats', once per model for every task; the task's, once per task and projections). (False, False) when A trains."""
     from cookbook_engine.training import null_space
 
     if lora_a_used(config) != "null_space" or problems(config):
-        return False
-    name = _covariances_file_name(config.model, task_of(config), modules(config))
-    return not (paths.models_dir() / null_space.CACHE_FOLDER / name).exists()
+        return (False, False)
+    files = _covariance_files(config.model, task_of(config), modules(config))
+    keep, task = (not (paths.models_dir() / null_space.CACHE_FOLDER / file.name).exists() for file in files)
+    return (keep, task)
 
 
 async def fix_for_run(config, client, resumed: bool) -> str:

@@ -8,8 +8,10 @@ The directions: C_keep = the base model's mean x x^T over the reply and prompt t
 model's own replies to ordinary questions, `builtin.replay_rows()` and `builtin.neighbour_rows()`), C_task = the same
 over the task's chats; A's rows are the generalised eigenvectors of (C_task, C_keep + ridge x mean eigenvalue x I)
 with the largest ratio, each of unit length. The covariances are computed in fp32 on a separate copy of the base
-model (about 2.5 minutes on a 2-core CPU for the default model) and cached in the model cache, keyed by the model,
-the projections and every token they were computed from; the directions follow from them in seconds.
+model and cached in the model cache, keyed by the model, the projections and every token they were computed from:
+C_keep once per model for every adaptable projection (about 2.5 minutes on a 2-core CPU for the default model), so
+every task and choice of projections shares it, and C_task once per task (tens of seconds); each input's covariance
+is stored once however many projections read it (q/k/v, gate/up). The directions follow from them in seconds.
 
 Measured (issue 23, benchmarks/README.md "RL that reads away from ordinary chats" and "DPO and the SFT demo with A
 fixed"): the RL arithmetic default learns its sums as before and the DPO default its own kinds of pairs, and both keep
@@ -54,22 +56,26 @@ def rendered(rows: list[dict], renderer) -> list[list[int]]:
 def input_covariances(
     model, token_lists: list[list[int]], pad: int, modules: tuple[str, ...]
 ) -> dict[str, torch.Tensor]:
-    """Per projection whose last name is in `modules`: the mean over every real token of x x^T of its input x."""
+    """Per projection whose last name is in `modules`: the mean over every real token of x x^T of its input x.
+    Projections that read one tensor (q/k/v, gate/up) get the same tensor object: it is computed and stored once."""
     import torch
 
     sums: dict[str, torch.Tensor] = {}
+    reader_of: dict[str, str] = {}  # projection -> the first projection that reads the same input
     mask_now: list[torch.Tensor] = []
-    shared: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    first_reader: dict[int, str] = {}  # an input tensor's address -> the first projection that read it this batch
+    inputs: dict[int, torch.Tensor] = {}  # kept so an address is not reused within the batch
     hooks = []
     for name, module in model.named_modules():
         if name.split(".")[-1] in modules and isinstance(module, torch.nn.Linear):
 
             def hook(_module, args, _out, name=name):
-                key = args[0].data_ptr()  # q/k/v read one tensor: its x x^T is computed once
-                if key not in shared:  # the tensor is kept in `shared`, so its address is not reused meanwhile
+                key = args[0].data_ptr()
+                if key not in first_reader:
+                    first_reader[key], inputs[key] = name, args[0]
                     x = args[0].float()[mask_now[0].bool()]
-                    shared[key] = (args[0], x.T @ x)
-                sums[name] = sums.get(name, 0) + shared[key][1]
+                    sums[name] = sums.get(name, 0) + x.T @ x
+                reader_of[name] = first_reader[key]
 
             hooks.append(module.register_forward_hook(hook))
     tokens = 0
@@ -84,13 +90,15 @@ def input_covariances(
                     ids_B_T[b, : len(tokens_T) - 1] = torch.tensor(tokens_T[:-1])
                     mask_B_T[b, : len(tokens_T) - 1] = 1
                 mask_now[:] = [mask_B_T]
-                shared.clear()
+                first_reader.clear()
+                inputs.clear()
                 model.model(input_ids=ids_B_T, attention_mask=mask_B_T)  # the LM head's input is not needed
                 tokens += int(mask_B_T.sum())
     finally:
         for h in hooks:
             h.remove()
-    return {name: s / tokens for name, s in sums.items()}
+    means = {name: total / tokens for name, total in sums.items()}
+    return {name: means[reader] for name, reader in reader_of.items()}
 
 
 def reading_directions(keep: torch.Tensor, task: torch.Tensor, rank: int, ridge: float = RIDGE) -> torch.Tensor:
@@ -112,49 +120,80 @@ def directions_for(
 ) -> dict[str, torch.Tensor]:
     """{projection name ("model.layers.0.self_attn.q_proj"): A (rank x d_in)} for the base model `model_name`."""
     keep, task = covariances_for(model_name, task_chats, modules)
-    return {name: reading_directions(keep[name], task[name], rank, ridge).contiguous() for name in keep}
+    return {name: reading_directions(keep[name], task[name], rank, ridge).contiguous() for name in task}
 
 
-def _tokens(model_name: str, task_chats: list[dict]):
-    """(tokenizer, the keep chats' tokens, the task chats' tokens) as the training renderer writes them."""
+def _tokens(model_name: str, chats: list[dict]) -> tuple:
+    """(tokenizer, the chats' tokens as the training renderer writes them)."""
     tokenizer = models.load_tokenizer(model_name)
-    renderer = renderers.get_renderer("auto", tokenizer)
-    return tokenizer, rendered(keep_chats(), renderer), rendered(task_chats, renderer)
+    return tokenizer, rendered(chats, renderers.get_renderer("auto", tokenizer))
 
 
-def _cache_file(model_name: str, modules: tuple[str, ...], keep_tokens: list, task_tokens: list) -> Path:
-    key = hashlib.sha256(
-        json.dumps([models.canonical_name(model_name), sorted(modules), keep_tokens, task_tokens]).encode()
-    ).hexdigest()[:24]
-    return paths.models_dir() / CACHE_FOLDER / f"{key}.safetensors"
+def _cache_file(prefix: str, *keyed) -> Path:
+    key = hashlib.sha256(json.dumps(keyed).encode()).hexdigest()[:24]
+    return paths.models_dir() / CACHE_FOLDER / f"{prefix}-{key}.safetensors"
 
 
-def cache_path(model_name: str, task_chats: list[dict], modules: tuple[str, ...]) -> Path:
-    """Where the covariances of `model_name` over the keep chats and `task_chats` are cached (present once computed)."""
-    _, keep_tokens, task_tokens = _tokens(model_name, task_chats)
-    return _cache_file(model_name, modules, keep_tokens, task_tokens)
+def _keep_file(model_name: str) -> tuple[Path, list[list[int]]]:
+    _, keep_tokens = _tokens(model_name, keep_chats())
+    return _cache_file("keep", models.canonical_name(model_name), keep_tokens), keep_tokens
+
+
+def _task_file(model_name: str, task_chats: list[dict], modules: tuple[str, ...]) -> tuple[Path, list[list[int]]]:
+    _, task_tokens = _tokens(model_name, task_chats)
+    return _cache_file("task", models.canonical_name(model_name), sorted(modules), task_tokens), task_tokens
+
+
+def cache_paths(model_name: str, task_chats: list[dict], modules: tuple[str, ...]) -> tuple[Path, Path]:
+    """The files the covariances of `model_name` are cached in (present once computed): the keep chats' (one per model,
+    every adaptable projection, so every task and choice of projections shares it) and the task chats'."""
+    return _keep_file(model_name)[0], _task_file(model_name, task_chats, modules)[0]
+
+
+def _save(covariances: dict[str, torch.Tensor], path: Path) -> None:
+    """Each distinct tensor once (q/k/v and gate/up share theirs), with which projection reads which in the metadata;
+    written whole or not at all, since two processes may compute it at once."""
+    from safetensors.torch import save_file
+
+    stored: dict[int, str] = {}
+    for name, tensor in covariances.items():
+        stored.setdefault(id(tensor), name)
+    readers = {name: stored[id(tensor)] for name, tensor in covariances.items()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+    tensors = {name: covariances[name].contiguous() for name in set(readers.values())}
+    save_file(tensors, str(partial), metadata={"readers": json.dumps(readers)})
+    partial.replace(path)  # a reader never sees half a file
+
+
+def _load(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as stored:
+        readers = json.loads(stored.metadata()["readers"])
+        tensors = {name: stored.get_tensor(name) for name in set(readers.values())}
+    return {name: tensors[reader] for name, reader in readers.items()}
 
 
 def covariances_for(
     model_name: str, task_chats: list[dict], modules: tuple[str, ...]
 ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """(C_keep, C_task) per projection, from the model cache when computed before from the same tokens (they do not
-    depend on the rank or the ridge, so every run of a model and task shares them)."""
-    from safetensors.torch import load_file, save_file
+    depend on the rank or the ridge). C_keep is computed once per model for every adaptable projection, so RL's
+    attention-only runs, DPO's and SFT's read the same file; C_task once per task and choice of projections."""
+    from cookbook_engine.backends.local import ATTN_MODULES, MLP_MODULES
 
-    tokenizer, keep_tokens, task_tokens = _tokens(model_name, task_chats)
-    cached = _cache_file(model_name, modules, keep_tokens, task_tokens)
-    if not cached.exists():
+    tokenizer = models.load_tokenizer(model_name)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    keep_file, keep_tokens = _keep_file(model_name)
+    task_file, task_tokens = _task_file(model_name, task_chats, modules)
+    if not (keep_file.exists() and task_file.exists()):
         model = models.load_model(model_name)  # fp32, its own copy: the run's model may be in bf16 and is adapted
-        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        both = {f"keep:{n}": c for n, c in input_covariances(model, keep_tokens, pad, modules).items()}
-        both |= {f"task:{n}": c for n, c in input_covariances(model, task_tokens, pad, modules).items()}
+        if not keep_file.exists():
+            _save(input_covariances(model, keep_tokens, pad, (*ATTN_MODULES, *MLP_MODULES)), keep_file)
+        if not task_file.exists():
+            _save(input_covariances(model, task_tokens, pad, modules), task_file)
         del model
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        partial = cached.with_name(f"{cached.name}.{os.getpid()}.partial")  # two processes may compute it at once
-        save_file({k: v.contiguous() for k, v in both.items()}, str(partial))
-        partial.replace(cached)  # a reader never sees half a file
-    both = load_file(str(cached))
-    keep = {k.removeprefix("keep:"): v for k, v in both.items() if k.startswith("keep:")}
-    task = {k.removeprefix("task:"): v for k, v in both.items() if k.startswith("task:")}
-    return keep, task
+    task = _load(task_file)
+    keep = _load(keep_file)
+    return {name: keep[name] for name in task}, task
