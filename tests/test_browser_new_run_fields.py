@@ -235,3 +235,13 @@ def test_dpos_lora_input_side_starts_on_auto_and_resolves_to_null_space(studio, 
     page.get_by_role("button", name="Check settings").click()
     page.get_by_text("Ready to start").wait_for(timeout=60_000)
     shot(page, "new-run-dpo-lora-a")
+
+
+def test_sls_lora_input_side_starts_on_auto_and_the_check_names_the_measured_rank(studio, page):  # noqa: F811
+    """SL's 'LoRA input side (A)' starts on auto (null_space for the default model on builtin:facts, the default
+    data); Check reads "Ready to start" and names LoRA rank 32 as far from the measured rank 8 (sl/suggested.py)."""
+    lora_input_side(page, studio, "Supervised (SL)")
+    page.get_by_role("button", name="Check settings").click()
+    page.get_by_text("Ready to start").wait_for(timeout=60_000)
+    page.get_by_text("LoRA rank 32 with lora_a=null_space: measured at rank 8", exact=False).first.wait_for()
+    shot(page, "new-run-sl-lora-a")

@@ -122,6 +122,11 @@ def test_the_covariance_cache_shares_ordinary_chats_across_tasks_and_stores_each
             stored_names = list(stored.keys())
         layers = {name.split(".")[2] for name in keep}
         assert len(stored_names) == 4 * len(layers)  # the inputs of q/k/v, o, gate/up and down in each layer
+        solved = null_space.directions_for(models.DEFAULT_MODEL, facts, 2, tuple(ATTN_MODULES))
+        again = null_space.directions_for(models.DEFAULT_MODEL, facts, 2, tuple(ATTN_MODULES))  # from the file
+        assert len(list(cache.glob("directions-*"))) == 1 and set(again) == set(solved) == set(task)
+        assert all(torch.equal(again[name], solved[name]) and solved[name].shape[0] == 2 for name in solved)
+        assert torch.equal(solved[q], null_space.reading_directions(keep[q], task[q], 2))
     finally:
         shutil.rmtree(cache, ignore_errors=True)
 

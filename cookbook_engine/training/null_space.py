@@ -118,9 +118,24 @@ def reading_directions(keep: torch.Tensor, task: torch.Tensor, rank: int, ridge:
 def directions_for(
     model_name: str, task_chats: list[dict], rank: int, modules: tuple[str, ...], ridge: float = RIDGE
 ) -> dict[str, torch.Tensor]:
-    """{projection name ("model.layers.0.self_attn.q_proj"): A (rank x d_in)} for the base model `model_name`."""
+    """{projection name ("model.layers.0.self_attn.q_proj"): A (rank x d_in)} for the base model `model_name`.
+    Projections that read one input (q/k/v, gate/up) share their covariances, so their directions are solved once;
+    the result is cached beside the covariances (solving takes about 40 s for all seven projections of the default
+    model, mostly the MLP's down projection), keyed by them, the rank and the ridge."""
+    keep_file, _ = _keep_file(model_name)
+    task_file, _ = _task_file(model_name, task_chats, modules)
+    cached = _cache_file("directions", keep_file.name, task_file.name, rank, ridge)
+    if cached.exists():
+        return _load(cached)
     keep, task = covariances_for(model_name, task_chats, modules)
-    return {name: reading_directions(keep[name], task[name], rank, ridge).contiguous() for name in task}
+    solved: dict[tuple[int, int], torch.Tensor] = {}
+    for name in task:
+        inputs = (id(keep[name]), id(task[name]))
+        if inputs not in solved:
+            solved[inputs] = reading_directions(keep[name], task[name], rank, ridge).contiguous()
+    directions = {name: solved[(id(keep[name]), id(task[name]))] for name in task}
+    _save(directions, cached)
+    return directions
 
 
 def _tokens(model_name: str, chats: list[dict]) -> tuple:
