@@ -11,7 +11,8 @@ with the largest ratio, each of unit length. The covariances are computed in fp3
 model and cached in the model cache, keyed by the model, the projections and every token they were computed from:
 C_keep once per model for every adaptable projection (about 2.5 minutes on a 2-core CPU for the default model), so
 every task and choice of projections shares it, and C_task once per task (tens of seconds); each input's covariance
-is stored once however many projections read it (q/k/v, gate/up). The directions follow from them in seconds.
+is stored once however many projections read it (q/k/v, gate/up). The directions follow from them (about 40 s for
+all seven projections, once per rank: cached too).
 
 Measured (issue 23, benchmarks/README.md "RL that reads away from ordinary chats" and "DPO and the SFT demo with A
 fixed"): the RL arithmetic default learns its sums as before and the DPO default its own kinds of pairs, and both keep
