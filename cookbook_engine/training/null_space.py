@@ -22,6 +22,7 @@ it and on which task's chats (training/lora_a.py), the local backend's fixing of
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -139,10 +140,16 @@ def directions_for(
     return directions
 
 
-def _tokens(model_name: str, chats: list[dict]) -> tuple:
-    """(tokenizer, the chats' tokens as the training renderer writes them)."""
-    tokenizer = models.load_tokenizer(model_name)
-    return tokenizer, rendered(chats, renderers.get_renderer("auto", tokenizer))
+@functools.lru_cache(maxsize=4)
+def _tokenizer(model_name: str):
+    """The model's tokenizer, loaded once per process: every cache file's name tokenizes the chats it covers."""
+    return models.load_tokenizer(model_name)
+
+
+def _tokens(model_name: str, chats: list[dict]) -> list[list[int]]:
+    """The chats' tokens as the training renderer writes them."""
+    tokenizer = _tokenizer(model_name)
+    return rendered(chats, renderers.get_renderer("auto", tokenizer))
 
 
 def _cache_file(prefix: str, *keyed) -> Path:
@@ -151,12 +158,12 @@ def _cache_file(prefix: str, *keyed) -> Path:
 
 
 def _keep_file(model_name: str) -> tuple[Path, list[list[int]]]:
-    _, keep_tokens = _tokens(model_name, keep_chats())
+    keep_tokens = _tokens(model_name, keep_chats())
     return _cache_file("keep", models.canonical_name(model_name), keep_tokens), keep_tokens
 
 
 def _task_file(model_name: str, task_chats: list[dict], modules: tuple[str, ...]) -> tuple[Path, list[list[int]]]:
-    _, task_tokens = _tokens(model_name, task_chats)
+    task_tokens = _tokens(model_name, task_chats)
     return _cache_file("task", models.canonical_name(model_name), sorted(modules), task_tokens), task_tokens
 
 
@@ -199,7 +206,7 @@ def covariances_for(
     attention-only runs, DPO's and SFT's read the same file; C_task once per task and choice of projections."""
     from cookbook_engine.backends.local import ATTN_MODULES, MLP_MODULES
 
-    tokenizer = models.load_tokenizer(model_name)
+    tokenizer = _tokenizer(model_name)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     keep_file, keep_tokens = _keep_file(model_name)
     task_file, task_tokens = _task_file(model_name, task_chats, modules)
