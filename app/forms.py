@@ -10,6 +10,7 @@ show the equivalent `cookbook ...` command. Starting hands the config to the Run
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -77,17 +78,24 @@ def base_config(kind: str) -> cfg.CommonConfig:
     run's settings, else the defaults; while they stay on the page it stays what they were drawn from (the widgets
     hold what was entered since), so no widget is reset under the user's hands."""
     starts = st.session_state.setdefault(state_keys.NEW_RUN_STARTS, {})
+    from_defaults = st.session_state.setdefault(state_keys.NEW_RUN_FROM_DEFAULTS, set())
     if kind not in starts or key(kind, "model") not in st.session_state:  # every kind's form draws the model picker
         draft = st.session_state.get(state_keys.NEW_RUN_DRAFTS, {}).get(kind)
-        starts[kind] = draft if draft is not None else _duplicate_or_defaults(kind)
+        duplicate = st.session_state.get(state_keys.NEW_RUN_BASE)
+        from_defaults.discard(kind)
+        if draft is not None:
+            starts[kind] = draft
+        elif duplicate and duplicate["kind"] == kind:
+            starts[kind] = cfg.from_dict(kind, duplicate["config"])
+        else:
+            starts[kind] = cfg.CONFIG_TYPES[kind]()
+            from_defaults.add(kind)
     return starts[kind]
 
 
-def _duplicate_or_defaults(kind: str) -> cfg.CommonConfig:
-    duplicate = st.session_state.get(state_keys.NEW_RUN_BASE)
-    if duplicate and duplicate["kind"] == kind:
-        return cfg.from_dict(kind, duplicate["config"])
-    return cfg.CONFIG_TYPES[kind]()
+def drawn_from_defaults(kind: str) -> bool:
+    """Whether the form for `kind` was drawn from the defaults (not a draft the user left, nor a duplicated run)."""
+    return kind in st.session_state.get(state_keys.NEW_RUN_FROM_DEFAULTS, set())
 
 
 def remember(kind: str, config: cfg.CommonConfig) -> None:
@@ -97,9 +105,13 @@ def remember(kind: str, config: cfg.CommonConfig) -> None:
 
 
 def edited(kind: str) -> bool:
-    """Whether the form holds for `kind` anything other than the defaults."""
+    """Whether the form holds for `kind` anything other than the defaults (with the rank measured for its data)."""
     draft = st.session_state.get(state_keys.NEW_RUN_DRAFTS, {}).get(kind)
-    return draft is not None and draft != cfg.CONFIG_TYPES[kind]()
+    if draft is None:
+        return False
+    defaults = cfg.CONFIG_TYPES[kind]()
+    rank = rank_measured_for(draft)  # where the form starts the rank at the measured one (measured_rank)
+    return draft != (dataclasses.replace(defaults, lora_rank=rank) if rank else defaults)
 
 
 def start_over(kind: str | None = None) -> None:
@@ -187,6 +199,27 @@ def suggested_rate(kind: str, choice: ModelChoice, data: dict) -> tuple[float | 
         return None, ""
     draft = cfg.CONFIG_TYPES[kind](model=choice.model, backend=choice.backend, **{**data, "learning_rate": None})
     return learning_rate_with_reason(draft)
+
+
+def measured_rank(kind: str, choice: ModelChoice, data: dict, k: Callable) -> dict:
+    """The LoRA rank select's start where a rank was measured for this data (the SFT demo's facts: rank 8, with A
+    fixed) and the form was drawn from the defaults (not a draft the user left, nor a duplicated run): the select
+    shows the measured rank, keyed by it, so it is drawn anew when the data changes to or from such a dataset.
+    Nothing (the usual select) elsewhere."""
+    if not drawn_from_defaults(kind) or choice.error:
+        return {}
+    rank = rank_measured_for(cfg.CONFIG_TYPES[kind](model=choice.model, backend=choice.backend, **data))
+    if rank is None:
+        return {}
+    return {"index": list(cfg.LORA_RANKS).index(rank), "key": k(f"rank-measured-{rank}")}
+
+
+def rank_measured_for(config: cfg.CommonConfig) -> int | None:
+    """The LoRA rank measured for this SL config's data, model and lora_a (sl/suggested.py), or None."""
+    measured = suggested_settings.measured_for(config) if config.kind == "sl" else None
+    if measured is None or not measured.lora_rank or lora_a_used(config) != measured.lora_a:
+        return None
+    return measured.lora_rank
 
 
 def headline(reason: str) -> str:
@@ -438,7 +471,7 @@ def settings_form(
         put(c2, "renderer", options=renderers.renderer_names())
         st.markdown("**Optimization**")
         c1, c2, c3, c4 = st.columns(4)
-        put(c1, "lora_rank")
+        put(c1, "lora_rank", **measured_rank(kind, choice, data, k))
         # empty = learning_rate=auto: the engine uses the suggested rate; 0 or less is refused by the check
         put(
             c2,

@@ -62,7 +62,8 @@ def setting_input(where: Any, config: Any, name: str, key_of: Callable[[str], st
     if widget.kind == "select":
         options = list(kwargs.pop("options", None) or spec.choices or spec.options)
         fallback = options.index(leaf.default) if leaf.default in options else 0
-        return where.selectbox(label, options, index=options.index(value) if value in options else fallback, **kwargs)
+        index = kwargs.pop("index", options.index(value) if value in options else fallback)  # an override may set it
+        return where.selectbox(label, options, index=index, **kwargs)
     if widget.kind != "number":
         raise ValueError(f"{name}: the form has no {widget.kind!r} widget")
     number = float if leaf.kind is float else int

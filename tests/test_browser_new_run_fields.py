@@ -237,11 +237,22 @@ def test_dpos_lora_input_side_starts_on_auto_and_resolves_to_null_space(studio, 
     shot(page, "new-run-dpo-lora-a")
 
 
-def test_sls_lora_input_side_starts_on_auto_and_the_check_names_the_measured_rank(studio, page):  # noqa: F811
+def test_sls_lora_input_side_starts_on_auto_at_the_measured_rank_and_the_check_names_another(studio, page):  # noqa: F811
     """SL's 'LoRA input side (A)' starts on auto (null_space for the default model on builtin:facts, the default
-    data); Check reads "Ready to start" and names LoRA rank 32 as far from the measured rank 8 (sl/suggested.py)."""
+    data) and LoRA rank on 8, the rank measured for it; Check reads "Ready to start" with lora_rank=8 in the command.
+    Picking rank 32, Check names it as far from the measured rank 8 (sl/suggested.py)."""
     lora_input_side(page, studio, "Supervised (SL)")
+    assert page.get_by_label("LoRA rank", exact=True).input_value() == "8"
     page.get_by_role("button", name="Check settings").click()
     page.get_by_text("Ready to start").wait_for(timeout=60_000)
-    page.get_by_text("LoRA rank 32 with lora_a=null_space: measured at rank 8", exact=False).first.wait_for()
+    page.get_by_text("lora_rank=8").first.wait_for()
+    assert page.get_by_text("measured at rank 8", exact=False).count() == 0
     shot(page, "new-run-sl-lora-a")
+    box = page.locator("[data-testid=stSelectbox]").filter(has_text="LoRA rank").first
+    options = page.get_by_role("option")
+    open_list(box.locator("input"), options)
+    options.filter(has_text=re.compile("^32$")).click()
+    wait_idle(page)
+    page.get_by_role("button", name="Check settings").click()
+    page.get_by_text("LoRA rank 32 with lora_a=null_space: measured at rank 8", exact=False).first.wait_for()
+    shot(page, "new-run-sl-rank-32")

@@ -117,14 +117,15 @@ def test_the_covariance_cache_shares_ordinary_chats_across_tasks_and_stores_each
         more, _ = null_space.covariances_for(models.DEFAULT_MODEL, facts, (*ATTN_MODULES, "down_proj"))
         assert len(list(cache.iterdir())) == 3  # a second task file, the same keep file
         assert all(torch.equal(more[name], keep[name]) for name in keep)
-        keep_file, _ = null_space.cache_paths(models.DEFAULT_MODEL, facts, tuple(ATTN_MODULES))
+        keep_file, _, directions_file = null_space.cache_paths(models.DEFAULT_MODEL, facts, tuple(ATTN_MODULES), 2)
+        assert not directions_file.exists()
         with safe_open(str(keep_file), framework="pt") as stored:
             stored_names = list(stored.keys())
         layers = {name.split(".")[2] for name in keep}
         assert len(stored_names) == 4 * len(layers)  # the inputs of q/k/v, o, gate/up and down in each layer
         solved = null_space.directions_for(models.DEFAULT_MODEL, facts, 2, tuple(ATTN_MODULES))
         again = null_space.directions_for(models.DEFAULT_MODEL, facts, 2, tuple(ATTN_MODULES))  # from the file
-        assert len(list(cache.glob("directions-*"))) == 1 and set(again) == set(solved) == set(task)
+        assert list(cache.glob("directions-*")) == [directions_file] and set(again) == set(solved) == set(task)
         assert all(torch.equal(again[name], solved[name]) and solved[name].shape[0] == 2 for name in solved)
         assert torch.equal(solved[q], null_space.reading_directions(keep[q], task[q], 2))
     finally:

@@ -205,15 +205,20 @@ def test_the_estimate_counts_computing_the_null_space_directions_once(tmp_path, 
     prepared = loop.PreparedRL(envs.build_env(fixed, renderer=None), "auto", None, 46)
     plan = loop.plan(fixed, prepared)
     first = estimate.run_time(fixed, prepared, plan, rate)
-    assert first.loading == estimate.STARTUP_S + estimate.NULL_SPACE_FIRST_S + estimate.NULL_SPACE_TASK_S
+    solve = estimate.NULL_SPACE_SOLVE_S["attention"]  # RL's default adapts the attention projections only
+    assert first.loading == estimate.STARTUP_S + estimate.NULL_SPACE_FIRST_S + estimate.NULL_SPACE_TASK_S + solve
     assert "for LoRA's null-space directions, once" in first.parts()
     assert estimate.run_time(trained, prepared, plan, rate).loading == estimate.STARTUP_S
-    keep, task = null_space.cache_paths(fixed.model, arithmetic.null_space_task_chats(), lora_a.modules(fixed))
-    assert keep.parent == task.parent == paths.models_dir() / null_space.CACHE_FOLDER
+    task_chats = arithmetic.null_space_task_chats()
+    keep, task, directions = null_space.cache_paths(fixed.model, task_chats, lora_a.modules(fixed), fixed.lora_rank)
+    assert keep.parent == task.parent == directions.parent == paths.models_dir() / null_space.CACHE_FOLDER
     keep.parent.mkdir(parents=True)
     keep.write_bytes(b"")  # what another task's first run leaves: the task's own covariances are still missing
-    assert estimate.run_time(fixed, prepared, plan, rate).loading == estimate.STARTUP_S + estimate.NULL_SPACE_TASK_S
-    task.write_bytes(b"")  # what a finished first run leaves
+    loading = estimate.run_time(fixed, prepared, plan, rate).loading
+    assert loading == estimate.STARTUP_S + estimate.NULL_SPACE_TASK_S + solve
+    task.write_bytes(b"")  # what a first run at another rank leaves: this rank's directions are still missing
+    assert estimate.run_time(fixed, prepared, plan, rate).loading == estimate.STARTUP_S + solve
+    directions.write_bytes(b"")  # what a finished first run leaves
     assert estimate.run_time(fixed, prepared, plan, rate).loading == estimate.STARTUP_S
 
 

@@ -274,6 +274,35 @@ def test_home_shows_what_the_code_sandbox_isolates(home, monkeypatch):
 # ---------------------------------------------------------------------------------------------- new run
 
 
+def test_sl_rank_starts_at_the_rank_measured_for_the_data_and_a_duplicate_keeps_its_own(studio_home):
+    """The facts' measured rank (8, with A fixed) is where the select starts; other data starts at the default 32;
+    a duplicated run's rank 32 on the facts stays 32 (the user's choice, not the form's)."""
+    at = open_page("new_run")
+    measured = suggested.MEASURED[("sl", "builtin:facts")]
+    assert by_label(at.selectbox, "LoRA rank").value == measured.lora_rank
+    at.run()  # drawn again from what the form holds: still its defaults, so nothing offers to reset them
+    assert "Reset to defaults" not in [button.label for button in at.button]
+    by_label(at.selectbox, "Dataset").set_value("persona").run()
+    assert by_label(at.selectbox, "LoRA rank").value == SLConfig.lora_rank == 32
+    by_label(at.selectbox, "Dataset").set_value("facts").run()
+    assert by_label(at.selectbox, "LoRA rank").value == measured.lora_rank
+    config = SLConfig(dataset="builtin:facts", lora_rank=32, name="rank-32")
+    get_manager().store.create_run(
+        "sl-rank-32",
+        name="rank-32",
+        kind="sl",
+        backend="local",
+        base_model=models.DEFAULT_MODEL,
+        config=dataclasses.asdict(config),
+        log_dir=studio_home / "runs" / "sl-rank-32",
+        status="completed",
+    )
+    at = open_page("run", run="sl-rank-32")
+    click(at, "Duplicate")
+    assert "Settings copied from run" in shown_text(at)
+    assert by_label(at.selectbox, "LoRA rank").value == 32
+
+
 def test_check_settings_shows_summary_estimate_and_command_without_starting(studio_home):
     runs_before = len(get_manager().store.list_runs())
     at = open_page("new_run")
@@ -293,6 +322,11 @@ def test_check_settings_shows_summary_estimate_and_command_without_starting(stud
     assert "Estimate: 3 steps × 2 examples" in text
     assert "Far from the settings measured for this data: 3 steps of 2 is under half" in text
     assert by_label(at.selectbox, "LoRA input side (A)").value == "auto"  # null_space on the facts
+    assert by_label(at.selectbox, "LoRA rank").value == measured.lora_rank  # the rank measured for the facts
+    assert "LoRA rank" not in text.partition("Far from the settings measured")[2]
+    by_label(at.selectbox, "LoRA rank").set_value(32)
+    click(at, "Check settings")
+    text = shown_text(at)
     assert f"LoRA rank 32 with lora_a=null_space: measured at rank {measured.lora_rank}" in text
     command = next(code.value for code in at.code if code.value.startswith(f"{launcher()} sl "))
     assert "max_steps=3" in command and "batch_size=2" in command

@@ -9,7 +9,7 @@ the steps. `run_time` counts each:
 
 - loading: the model, the renderer and the data before the first step (STARTUP_S), and for a run with
   lora_a=null_space whose covariances are not in the model cache yet, computing them (NULL_SPACE_FIRST_S once per
-  model, NULL_SPACE_TASK_S once per task);
+  model, NULL_SPACE_TASK_S once per task) and solving their directions (NULL_SPACE_SOLVE_S once per task and rank);
 - steps: SL and DPO train their batches' tokens (DPO also scores them under the reference model); RL and
   distillation sample every reply, counted at max_tokens, as groups and train on them (distillation also scores
   them under the teacher); prompt distillation samples the teacher's replies once, then trains on them as SL;
@@ -47,6 +47,10 @@ STARTUP_S = 10.0  # the model (when this process has not loaded it yet), rendere
 # with the fp32 copy loaded: 70 s)
 NULL_SPACE_FIRST_S = 180.0
 NULL_SPACE_TASK_S = 70.0
+# and the directions solved from them, once per task, projections and rank (an eigendecomposition per distinct input:
+# the MLP's down projection reads 1536 wide, the rest 576; measured alone on the 2-core Intel Xeon, 2026-11-29: all
+# seven projections 38.5 s, attention only 4.1 s)
+NULL_SPACE_SOLVE_S = {"mlp": 40.0, "attention": 4.0}
 SAVE_S = 4.0  # one checkpoint: the adapter, the optimizer state and the sampler weights (measured: 4 s under load)
 NLL_EXAMPLE_TOKENS = 64  # an NLL eval set's example, for the estimate (its tokens are not counted ahead)
 SAMPLING_KINDS = ("rl", "distill")
@@ -111,19 +115,22 @@ def run_time(config: CommonConfig, prepared: object, plan: LoopPlan, rate: speed
     per_evaluation = held_out_seconds(config, prepared, rate) + named_sets_seconds(config, rate)
     evaluations = evaluation_points(config, plan.total_steps) if per_evaluation else 0
     saves = save_points(config, plan.total_steps)
-    keep_missing, task_missing = null_space_missing(config)
-    directions = NULL_SPACE_FIRST_S * keep_missing + NULL_SPACE_TASK_S * task_missing
+    directions = null_space_seconds(config)
     return RunTime(
         STARTUP_S + directions, steps, evaluations * per_evaluation, saves * SAVE_S, evaluations, saves, directions
     )
 
 
-def null_space_missing(config: CommonConfig) -> tuple[bool, bool]:
-    """Whether the run first computes lora_a=null_space's covariances: the ordinary chats', the task's
+def null_space_seconds(config: CommonConfig) -> float:
+    """What a run with lora_a=null_space computes before its first step and the model cache does not hold yet: the
+    ordinary chats' covariances, the task's and the directions solved from them for the run's rank
     (training/lora_a.py)."""
+    from cookbook_engine.rl.suggested import train_mlp_used
     from cookbook_engine.training import lora_a
 
-    return lora_a.covariances_missing(config)
+    keep, task, directions = lora_a.null_space_missing(config)
+    solve = NULL_SPACE_SOLVE_S["mlp" if train_mlp_used(config) else "attention"]
+    return NULL_SPACE_FIRST_S * keep + NULL_SPACE_TASK_S * task + solve * directions
 
 
 def anchor_seconds(config: CommonConfig, rate: speed.Speeds, total_steps: int) -> float:

@@ -102,22 +102,24 @@ def modules(config) -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=8)
-def _covariance_files(model: str, task: tuple[str, str], projections: tuple[str, ...]) -> tuple:
+def _cache_files(model: str, task: tuple[str, str], projections: tuple[str, ...], rank: int) -> tuple:
     from cookbook_engine.training import null_space
 
-    return null_space.cache_paths(model, TASKS[task][1](), projections)  # tokenizes ~800 chats
+    return null_space.cache_paths(model, TASKS[task][1](), projections, rank)  # tokenizes ~800 chats
 
 
-def covariances_missing(config) -> tuple[bool, bool]:
-    """Whether a run of `config` first computes null_space's covariances, for the New run estimate: (the ordinary
-    chats', once per model for every task; the task's, once per task and projections). (False, False) when A trains."""
+def null_space_missing(config) -> tuple[bool, bool, bool]:
+    """What a run of `config` computes first for null_space, for the New run estimate: (the ordinary chats'
+    covariances, once per model for every task; the task's, once per task and projections; the directions, once per
+    task, projections and rank). All False when A trains."""
     from cookbook_engine.training import null_space
 
     if lora_a_used(config) != "null_space" or problems(config):
-        return (False, False)
-    files = _covariance_files(config.model, task_of(config), modules(config))
-    keep, task = (not (paths.models_dir() / null_space.CACHE_FOLDER / file.name).exists() for file in files)
-    return (keep, task)
+        return (False, False, False)
+    files = _cache_files(config.model, task_of(config), modules(config), config.lora_rank)
+    folder = paths.models_dir() / null_space.CACHE_FOLDER  # now: a test or user may have moved the model cache
+    keep, task, directions = (not (folder / file.name).exists() for file in files)
+    return (keep, task, directions)
 
 
 async def fix_for_run(config, client, resumed: bool) -> str:

@@ -124,12 +124,11 @@ def directions_for(
     Projections that read one input (q/k/v, gate/up) share their covariances, so their directions are solved once;
     the result is cached beside the covariances (solving takes about 40 s for all seven projections of the default
     model, mostly the MLP's down projection), keyed by them, the rank and the ridge."""
-    keep_file, _ = _keep_file(model_name)
-    task_file, _ = _task_file(model_name, task_chats, modules)
-    cached = _cache_file("directions", keep_file.name, task_file.name, rank, ridge)
+    keep_input, task_input = _inputs(model_name, task_chats, modules)  # tokenized once (each is a second)
+    cached = _directions_file(keep_input[0], task_input[0], rank, ridge)
     if cached.exists():
         return _load(cached)
-    keep, task = covariances_for(model_name, task_chats, modules)
+    keep, task = _covariances(model_name, keep_input, task_input, modules)
     solved: dict[tuple[int, int], torch.Tensor] = {}
     for name in task:
         inputs = (id(keep[name]), id(task[name]))
@@ -157,20 +156,32 @@ def _cache_file(prefix: str, *keyed) -> Path:
     return paths.models_dir() / CACHE_FOLDER / f"{prefix}-{key}.safetensors"
 
 
-def _keep_file(model_name: str) -> tuple[Path, list[list[int]]]:
+CachedInput = tuple[Path, list[list[int]]]  # a covariance file and the tokens it is computed from
+
+
+def _inputs(model_name: str, task_chats: list[dict], modules: tuple[str, ...]) -> tuple[CachedInput, CachedInput]:
+    """The keep chats' covariance file and tokens (one file per model, every adaptable projection, so every task and
+    choice of projections shares it), and the task chats' (per task and projections)."""
+    model = models.canonical_name(model_name)
     keep_tokens = _tokens(model_name, keep_chats())
-    return _cache_file("keep", models.canonical_name(model_name), keep_tokens), keep_tokens
-
-
-def _task_file(model_name: str, task_chats: list[dict], modules: tuple[str, ...]) -> tuple[Path, list[list[int]]]:
     task_tokens = _tokens(model_name, task_chats)
-    return _cache_file("task", models.canonical_name(model_name), sorted(modules), task_tokens), task_tokens
+    return (
+        (_cache_file("keep", model, keep_tokens), keep_tokens),
+        (_cache_file("task", model, sorted(modules), task_tokens), task_tokens),
+    )
 
 
-def cache_paths(model_name: str, task_chats: list[dict], modules: tuple[str, ...]) -> tuple[Path, Path]:
-    """The files the covariances of `model_name` are cached in (present once computed): the keep chats' (one per model,
-    every adaptable projection, so every task and choice of projections shares it) and the task chats'."""
-    return _keep_file(model_name)[0], _task_file(model_name, task_chats, modules)[0]
+def _directions_file(keep_file: Path, task_file: Path, rank: int, ridge: float) -> Path:
+    return _cache_file("directions", keep_file.name, task_file.name, rank, ridge)
+
+
+def cache_paths(
+    model_name: str, task_chats: list[dict], modules: tuple[str, ...], rank: int, ridge: float = RIDGE
+) -> tuple[Path, Path, Path]:
+    """The files a run's directions come from, each present once computed: the keep chats' covariances, the task
+    chats' and the directions solved from them for this rank and ridge."""
+    (keep_file, _), (task_file, _) = _inputs(model_name, task_chats, modules)
+    return keep_file, task_file, _directions_file(keep_file, task_file, rank, ridge)
 
 
 def _save(covariances: dict[str, torch.Tensor], path: Path) -> None:
@@ -204,12 +215,17 @@ def covariances_for(
     """(C_keep, C_task) per projection, from the model cache when computed before from the same tokens (they do not
     depend on the rank or the ridge). C_keep is computed once per model for every adaptable projection, so RL's
     attention-only runs, DPO's and SFT's read the same file; C_task once per task and choice of projections."""
+    return _covariances(model_name, *_inputs(model_name, task_chats, modules), modules)
+
+
+def _covariances(
+    model_name: str, keep_input: CachedInput, task_input: CachedInput, modules: tuple[str, ...]
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     from cookbook_engine.backends.local import ATTN_MODULES, MLP_MODULES
 
     tokenizer = _tokenizer(model_name)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    keep_file, keep_tokens = _keep_file(model_name)
-    task_file, task_tokens = _task_file(model_name, task_chats, modules)
+    (keep_file, keep_tokens), (task_file, task_tokens) = keep_input, task_input
     if not (keep_file.exists() and task_file.exists()):
         model = models.load_model(model_name)  # fp32, its own copy: the run's model may be in bf16 and is adapted
         if not keep_file.exists():
