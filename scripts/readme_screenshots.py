@@ -85,6 +85,7 @@ def main() -> int:
         wait_idle(page)
         page.get_by_role("button", name="Check settings").click()  # the form as a newcomer finds it, checked
         page.get_by_text("Ready to start").wait_for(timeout=120_000)
+        page.get_by_text("cookbook sl", exact=False).last.wait_for()  # the equivalent command, drawn last
         wait_idle(page)
         page.screenshot(path=str(options.out / "new-run.png"))
         page.set_viewport_size({"width": 1440, "height": 1000})
