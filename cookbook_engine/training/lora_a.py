@@ -117,7 +117,7 @@ def null_space_missing(config) -> tuple[bool, bool, bool]:
     if lora_a_used(config) != "null_space" or problems(config):
         return (False, False, False)
     files = _cache_files(config.model, task_of(config), modules(config), config.lora_rank)
-    folder = paths.models_dir() / null_space.CACHE_FOLDER  # now: a test or user may have moved the model cache
+    folder = paths.models_dir() / null_space.CACHE_FOLDER  # read now: the cached paths may predate a moved cache
     keep, task, directions = (not (folder / file.name).exists() for file in files)
     return (keep, task, directions)
 
