@@ -215,11 +215,8 @@ def measured_rank(kind: str, choice: ModelChoice, data: dict, k: Callable) -> di
 
 
 def rank_measured_for(config: cfg.CommonConfig) -> int | None:
-    """The LoRA rank measured for this SL config's data, model and lora_a (sl/suggested.py), or None."""
-    measured = suggested_settings.measured_for(config) if config.kind == "sl" else None
-    if measured is None or not measured.lora_rank or lora_a_used(config) != measured.lora_a:
-        return None
-    return measured.lora_rank
+    """The LoRA rank measured for this config's data (sl/suggested.py), or None."""
+    return suggested_settings.rank_for(config, lora_a_used(config))
 
 
 def headline(reason: str) -> str:

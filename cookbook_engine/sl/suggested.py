@@ -75,6 +75,15 @@ def measured_for(config) -> Measured | None:
     return MEASURED.get((config.kind, builtin_spec(getattr(config, "dataset", ""))))
 
 
+def rank_for(config, lora_a_used: str) -> int | None:
+    """The LoRA rank measured for this SL config's data and model with the lora_a it resolves to (`lora_a_used`, from
+    the caller: training/lora_a imports this module), or None where none was measured."""
+    measured = measured_for(config) if config.kind == "sl" else None
+    if measured is None or not measured.lora_rank or lora_a_used != measured.lora_a:
+        return None
+    return measured.lora_rank
+
+
 def reason(measured: Measured, dataset: str) -> str:
     """Why the suggested rate is what it is, for the form."""
     beta = f", beta {measured.dpo_beta:g}" if measured.dpo_beta else ""
