@@ -750,10 +750,14 @@ def estimate(config: cfg.CommonConfig, prepared: object) -> str:
         run_time = run_time.scaled(corrected.ratio)
         learned = f", scaled {corrected.describe()}"
     seconds = run_time.total
+    skipped = speed.skipped_because(config.model)
+    waiting = (
+        f"measured once nothing else computes ({skipped})" if skipped else "being measured: check again in a minute"
+    )
     if not rate.measured_at:
         return (
             f"{text}; roughly {_minutes(seconds)} on an idle 2-core CPU ({run_time.parts()}{learned}; this "
-            "machine's own speed is being measured: check again in a minute)."
+            f"machine's own speed is {waiting})."
         )
     measured = datetime.fromtimestamp(rate.measured_at).strftime("%H:%M")
     busy = sum(r["status"] in statuses.ACTIVE for r in state.store().list_runs())

@@ -4,8 +4,11 @@ steps: the New run form's estimate and the run pages' elapsed time and ETA come 
 `calibrate(model)` times a few seconds of real work on the local backend (a LoRA forward/backward, a no-grad
 forward, a short sampled reply) and caches the speeds per model in the model cache, so the estimate reflects this
 machine when it was measured (the work's own compute time, without the time it waited for other runs to take
-their turn); `speeds(model)` returns the cached ones (or the figures measured on
-an idle 2-core CPU when there are none yet, marked as such). `step_seconds()` and `eta_seconds()` correct the
+their turn); `speeds(model)` returns the cached ones (or the figures measured on an idle 2-core CPU when there are
+none yet, marked as such). A calibration during which other work used the CPU (another process computing, whether
+or not it takes the compute lease) caches nothing: its figures would be the machine's speed under that load for the
+next six hours (measured: 66 training tokens/s beside a CLI run, 221 alone, and an estimate of 27.7 min for a
+4.5-min run), so the previous ones stay and it tries again later. `step_seconds()` and `eta_seconds()` correct the
 estimate live from the steps a run has finished. `process_usage()` reads a run process's CPU and memory use.
 
 Not here: the UI (app/forms.py formats the estimate), or timing hosted (Tinker) runs before they start.
@@ -35,6 +38,8 @@ CALIBRATION_REPEATS = 3  # each speed is the median of this many timings
 RECENT_STEPS = 5  # "s per step" is the median of the last few step times
 ETA_STEPS = 20  # the time left comes from the mean of the last this many (see eta_seconds)
 MEASUREMENT_MAX_AGE_S = 6 * 3600.0  # a machine's load changes: measure again after this long
+OTHERS_CPU_SHARE_MAX = 0.25  # of the machine's cores, used by other processes while calibrating: more is not idle
+RETRY_AFTER_BUSY_S = 600.0  # a calibration skipped for other work tries again after this long
 log = logging.getLogger(__name__)
 
 
@@ -54,6 +59,7 @@ class Speeds:
 IDLE_2_CORE = Speeds(train_tok_s=120.0, eval_tok_s=300.0, sample_tok_s=60.0)  # DESIGN.md's measured figures
 
 _calibrating: dict[str, threading.Thread] = {}
+_busy: dict[str, tuple[float, str]] = {}  # model -> (when, why) its last calibration was skipped for other work
 _lock = threading.Lock()
 
 
@@ -72,14 +78,16 @@ def speeds(model: str = models.DEFAULT_MODEL) -> Speeds:
         return IDLE_2_CORE
 
 
-def calibrate(model: str = models.DEFAULT_MODEL) -> Speeds:
+def calibrate(model: str = models.DEFAULT_MODEL) -> Speeds | None:
     """Measure the speeds now (a few seconds; the model worker is shared, so it waits behind running work) and
-    cache them for `model`."""
+    cache them for `model`; None (nothing cached, the previous figures stay) when other work used the CPU meanwhile
+    (`skipped_because(model)` says what)."""
     from tinker import types
 
     from cookbook_engine.backends import service_client
 
     service = service_client("local")
+    sharing = MachineSharing()
     trainer = service.create_lora_training_client(base_model=model, rank=32, train_unembed=False).result()
     tokens_T = list(range(10, 10 + CALIBRATION_TOKENS))
     datum = types.Datum(
@@ -112,9 +120,76 @@ def calibrate(model: str = models.DEFAULT_MODEL) -> Speeds:
     finally:
         if hasattr(trainer, "close"):
             trainer.close()
+    busy = sharing.others_note()
+    key = models.canonical_name(model)
+    if busy:
+        _busy[key] = (time.time(), busy)
+        log.info("not caching the speeds measured for %s: %s", model, busy)
+        return None
+    _busy.pop(key, None)
     measured = Speeds(round(train, 1), round(evaluation, 1), round(sample, 1), time.time())
     _cache_file(model).write_text(json.dumps(asdict(measured)) + "\n")
     return measured
+
+
+class MachineSharing:
+    """Whether other work used this machine's CPU from its creation until `others_note()`: another process's turns
+    on the compute lease (a CLI run, `cookbook serve`, the studio's run processes), or any other process's CPU time
+    above OTHERS_CPU_SHARE_MAX of the cores (what the lease cannot see: a process with the lease off, a build, a
+    browser). Read from the kernel's counters, so it holds whoever the other work is."""
+
+    def __init__(self) -> None:
+        import psutil
+
+        from cookbook_engine import compute_lease
+
+        self._lease = compute_lease.lease()
+        self._waited = self._lease.waited_seconds
+        self._wall = time.monotonic()
+        self._machine = _busy_cpu_seconds()
+        self._own = sum(psutil.Process().cpu_times()[:2])
+
+    def others_note(self) -> str:
+        """'' when nothing else used the CPU, else what did (for the log and the New run form)."""
+        import psutil
+
+        waited = self._lease.waited_seconds - self._waited
+        if waited > 0:
+            return f"another process computed for {waited:.1f} s of it (the compute lease)"
+        wall = max(1e-6, time.monotonic() - self._wall)
+        others = _busy_cpu_seconds() - self._machine - (sum(psutil.Process().cpu_times()[:2]) - self._own)
+        share = others / (wall * len(_our_cpus()))
+        if share > OTHERS_CPU_SHARE_MAX:
+            return f"other processes used {share:.0%} of the CPU meanwhile"
+        return ""
+
+
+def _our_cpus() -> list[int]:
+    """The cores this process may run on (all of them unless its affinity says otherwise)."""
+    import os
+
+    import psutil
+
+    everyone = len(psutil.cpu_times(percpu=True))
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else range(everyone)
+    return [cpu for cpu in allowed if cpu < everyone] or list(range(everyone))
+
+
+def _busy_cpu_seconds() -> float:
+    """CPU seconds spent computing (user, nice, system, interrupts) on the cores this process may use, summed; idle,
+    waiting for disk and time taken by the hypervisor (steal) are not this machine's other work."""
+    import psutil
+
+    per_cpu = psutil.cpu_times(percpu=True)
+    fields = ("user", "nice", "system", "irq", "softirq")
+    return sum(getattr(per_cpu[cpu], field, 0.0) for cpu in _our_cpus() for field in fields)
+
+
+def skipped_because(model: str = models.DEFAULT_MODEL) -> str | None:
+    """Why the last calibration of `model` in this process cached nothing (other work ran), while that is recent
+    enough that it waits before trying again; else None."""
+    when, why = _busy.get(models.canonical_name(model), (0.0, ""))
+    return why if time.time() - when < RETRY_AFTER_BUSY_S else None
 
 
 def _median_rate(measure: Callable[[], float], times: int = CALIBRATION_REPEATS) -> float:
@@ -145,14 +220,15 @@ def _seconds(future) -> float:
 
 
 def calibrate_in_background(model: str = models.DEFAULT_MODEL) -> bool:
-    """Start calibrating `model` on a background thread unless it was measured in the last few hours or is being
-    measured; True while a calibration runs (the estimate keeps the previous figures meanwhile)."""
+    """Start calibrating `model` on a background thread unless it was measured in the last few hours, is being
+    measured, or was skipped for other work in the last RETRY_AFTER_BUSY_S; True while a calibration runs (the
+    estimate keeps the previous figures meanwhile)."""
     key = models.canonical_name(model)
     with _lock:
         thread = _calibrating.get(key)
         if thread is not None and thread.is_alive():
             return True
-        if time.time() - speeds(model).measured_at < MEASUREMENT_MAX_AGE_S:
+        if time.time() - speeds(model).measured_at < MEASUREMENT_MAX_AGE_S or skipped_because(model):
             return False
         thread = threading.Thread(target=_calibrate_quietly, args=(model,), name=f"calibrate:{key}", daemon=True)
         _calibrating[key] = thread

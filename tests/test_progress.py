@@ -341,3 +341,31 @@ def test_an_evaluation_followed_without_a_terminal_writes_plain_lines_not_a_redr
     assert "\r" not in err.getvalue()
     assert lines[0] == "evaluating base on builtin:arithmetic"
     assert 2 <= len(lines) <= 13 and lines[-1].startswith("examples 600/600 (100%)")
+
+
+def test_the_forms_estimate_says_why_this_machines_speed_is_not_measured_yet(monkeypatch):
+    """A calibration skipped for other work leaves the idle-machine figures; the form says so rather than 'check again
+    in a minute' (it tries again only after speed.RETRY_AFTER_BUSY_S)."""
+    from app import forms, state
+    from cookbook_engine import config as cfg
+    from cookbook_engine.rl import envs, loop
+
+    monkeypatch.setattr(speed, "speeds", lambda model: speed.IDLE_2_CORE)
+    monkeypatch.setattr(
+        speed, "_busy", {speed.models.canonical_name(speed.models.DEFAULT_MODEL): (9e18, "it was busy")}
+    )
+
+    class Store:
+        def list_runs(self):
+            return []
+
+        def step_speeds(self, **similar):
+            return []
+
+    monkeypatch.setattr(state, "store", lambda: Store())
+    config = cfg.parse_overrides("rl", ["env=arithmetic", "max_steps=2", "groups_per_batch=2", "group_size=2"])
+    prepared = loop.PreparedRL(envs.build_env(config, renderer=None), "auto", None, 0)
+    text = forms.estimate(config, prepared)
+    assert "on an idle 2-core CPU" in text and "measured once nothing else computes (it was busy)" in text
+    monkeypatch.setattr(speed, "_busy", {})
+    assert "being measured: check again in a minute" in forms.estimate(config, prepared)
