@@ -10,7 +10,6 @@ show the equivalent `cookbook ...` command. Starting hands the config to the Run
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ from cookbook_engine.runs import loop_module
 from cookbook_engine.sl import suggested as suggested_settings
 from cookbook_engine.training import estimate as estimate_time, skeleton as train_loop
 from cookbook_engine.training.learning_rate import learning_rate_with_reason, model_rate
-from cookbook_engine.training.lora_a import lora_a_used
+from cookbook_engine.training.lora_a import lora_a_used, rank_note
 from storage import statuses
 from storage.input_error import BAD_INPUT
 
@@ -78,24 +77,16 @@ def base_config(kind: str) -> cfg.CommonConfig:
     run's settings, else the defaults; while they stay on the page it stays what they were drawn from (the widgets
     hold what was entered since), so no widget is reset under the user's hands."""
     starts = st.session_state.setdefault(state_keys.NEW_RUN_STARTS, {})
-    from_defaults = st.session_state.setdefault(state_keys.NEW_RUN_FROM_DEFAULTS, set())
     if kind not in starts or key(kind, "model") not in st.session_state:  # every kind's form draws the model picker
         draft = st.session_state.get(state_keys.NEW_RUN_DRAFTS, {}).get(kind)
         duplicate = st.session_state.get(state_keys.NEW_RUN_BASE)
-        from_defaults.discard(kind)
         if draft is not None:
             starts[kind] = draft
         elif duplicate and duplicate["kind"] == kind:
             starts[kind] = cfg.from_dict(kind, duplicate["config"])
         else:
             starts[kind] = cfg.CONFIG_TYPES[kind]()
-            from_defaults.add(kind)
     return starts[kind]
-
-
-def drawn_from_defaults(kind: str) -> bool:
-    """Whether the form for `kind` was drawn from the defaults (not a draft the user left, nor a duplicated run)."""
-    return kind in st.session_state.get(state_keys.NEW_RUN_FROM_DEFAULTS, set())
 
 
 def remember(kind: str, config: cfg.CommonConfig) -> None:
@@ -105,13 +96,9 @@ def remember(kind: str, config: cfg.CommonConfig) -> None:
 
 
 def edited(kind: str) -> bool:
-    """Whether the form holds for `kind` anything other than the defaults (with the rank measured for its data)."""
+    """Whether the form holds for `kind` anything other than the defaults."""
     draft = st.session_state.get(state_keys.NEW_RUN_DRAFTS, {}).get(kind)
-    if draft is None:
-        return False
-    defaults = cfg.CONFIG_TYPES[kind]()
-    rank = rank_measured_for(draft)  # where the form starts the rank at the measured one (measured_rank)
-    return draft != (dataclasses.replace(defaults, lora_rank=rank) if rank else defaults)
+    return draft is not None and draft != cfg.CONFIG_TYPES[kind]()
 
 
 def start_over(kind: str | None = None) -> None:
@@ -201,22 +188,13 @@ def suggested_rate(kind: str, choice: ModelChoice, data: dict) -> tuple[float | 
     return learning_rate_with_reason(draft)
 
 
-def measured_rank(kind: str, choice: ModelChoice, data: dict, k: Callable) -> dict:
-    """The LoRA rank select's start where a rank was measured for this data (the SFT demo's facts: rank 8, with A
-    fixed) and the form was drawn from the defaults (not a draft the user left, nor a duplicated run): the select
-    shows the measured rank, keyed by it, so it is drawn anew when the data changes to or from such a dataset.
-    Nothing (the usual select) elsewhere."""
-    if not drawn_from_defaults(kind) or choice.error:
+def rank_auto_label(kind: str, choice: ModelChoice, data: dict) -> dict:
+    """The LoRA rank select's auto option, named with the rank it resolves to for this data (the SFT demo's facts: 8,
+    measured with A fixed; elsewhere 32), so a newcomer sees the number a run will train."""
+    if choice.error:
         return {}
-    rank = rank_measured_for(cfg.CONFIG_TYPES[kind](model=choice.model, backend=choice.backend, **data))
-    if rank is None:
-        return {}
-    return {"index": list(cfg.LORA_RANKS).index(rank), "key": k(f"rank-measured-{rank}")}
-
-
-def rank_measured_for(config: cfg.CommonConfig) -> int | None:
-    """The LoRA rank measured for this config's data (sl/suggested.py), or None."""
-    return suggested_settings.rank_for(config, lora_a_used(config))
+    draft = cfg.CONFIG_TYPES[kind](model=choice.model, backend=choice.backend, **{**data, "lora_rank": None})
+    return {"auto_label": rank_note(draft)}
 
 
 def headline(reason: str) -> str:
@@ -468,7 +446,7 @@ def settings_form(
         put(c2, "renderer", options=renderers.renderer_names())
         st.markdown("**Optimization**")
         c1, c2, c3, c4 = st.columns(4)
-        put(c1, "lora_rank", **measured_rank(kind, choice, data, k))
+        put(c1, "lora_rank", **rank_auto_label(kind, choice, data))
         # empty = learning_rate=auto: the engine uses the suggested rate; 0 or less is refused by the check
         put(
             c2,

@@ -2,10 +2,11 @@
 choices) and their presentation (app/setting_widgets.py: widget, label, key).
 
 `setting_input(where, config, name, key_of)` draws one setting: a number input with the setting's bounds, step and
-help, a selectbox of its choices, a multiselect of its options (kept comma-separated), a checkbox, an auto/on/off
-selectbox (a bool that may be auto), a text input or a text area, labelled and keyed as setting_widgets.py says, and
-returns the value entered. `form_settings(cls, mode)` names the settings a kind's form should offer, so a test can
-hold the form to it. Where the form lays the widgets out is app/forms.py's business, not this module's.
+help, a selectbox of its choices (auto first where the setting may be auto), a multiselect of its options (kept
+comma-separated), a checkbox, an auto/on/off selectbox (a bool that may be auto), a text input or a text area,
+labelled and keyed as setting_widgets.py says, and returns the value entered. `form_settings(cls, mode)` names the
+settings a kind's form should offer, so a test can hold the form to it. Where the form lays the widgets out is
+app/forms.py's business, not this module's.
 """
 
 from __future__ import annotations
@@ -61,9 +62,12 @@ def setting_input(where: Any, config: Any, name: str, key_of: Callable[[str], st
         return ",".join(picked)
     if widget.kind == "select":
         options = list(kwargs.pop("options", None) or spec.choices or spec.options)
+        auto = kwargs.pop("auto_label", "auto")  # what auto resolves to now, e.g. "auto (8)"
+        if leaf.optional:  # auto (None) first, as key=auto on the command line
+            options = [None, *options]
+            kwargs.setdefault("format_func", lambda option: auto if option is None else str(option))
         fallback = options.index(leaf.default) if leaf.default in options else 0
-        index = kwargs.pop("index", options.index(value) if value in options else fallback)  # an override may set it
-        return where.selectbox(label, options, index=index, **kwargs)
+        return where.selectbox(label, options, index=options.index(value) if value in options else fallback, **kwargs)
     if widget.kind != "number":
         raise ValueError(f"{name}: the form has no {widget.kind!r} widget")
     number = float if leaf.kind is float else int

@@ -14,7 +14,7 @@ from cookbook_engine import config as cfg
 from cookbook_engine.models import ModelError
 from cookbook_engine.rl.suggested import train_mlp_used
 from cookbook_engine.training.learning_rate import learning_rate, measured_rate
-from cookbook_engine.training.lora_a import lora_a_used
+from cookbook_engine.training.lora_a import lora_a_used, rank_note
 
 REPO = Path(__file__).resolve().parent.parent
 # Settings a kind or backend ignores, left out of what a person reads.
@@ -48,6 +48,8 @@ def shown_settings(kind: str, settings: dict) -> dict:
         measured_for = "this env" if config.kind == "rl" else "this dataset"
         whose = f"measured for {measured_for}" if measured_rate(config) else "the model's suggested rate"
         shown["learning_rate"] = f"auto ({used:.3g}, {whose})" if used else "auto"
+    if config.lora_rank is None:
+        shown["lora_rank"] = rank_note(config)
     if getattr(config, "lora_a", None) == "auto":
         shown["lora_a"] = f"auto ({lora_a_used(config)})"
     if config.train_mlp is None:

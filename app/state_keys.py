@@ -20,7 +20,6 @@ FORM_GENERATION = "form_generation"  # bumped to give the New run form's widgets
 NEW_RUN_KIND = "new_run_kind"  # the algorithm the New run form showed last, shown again when the page opens
 NEW_RUN_DRAFTS = "new_run_drafts"  # {kind: config}: what the New run form held last for each algorithm
 NEW_RUN_STARTS = "new_run_starts"  # {kind: config}: what the form's widgets for each algorithm were drawn from
-NEW_RUN_FROM_DEFAULTS = "new_run_from_defaults"  # {kind}: the algorithms whose form was drawn from the defaults
 CHAT_HISTORY = "chat-history"  # the chat page's conversation (app/conversation.py)
 CHAT_TARGET_REQUEST = "chat_target_request"  # a run id: the Run page's "Chat with it" asks the chat page for it
 CHAT_URL_RUN = "chat-url-run"  # the run id of the chat page's ?run= that its pickers already took

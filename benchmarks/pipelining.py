@@ -131,11 +131,12 @@ def run_manual_loop(config, await_each_request: bool) -> dict:
     from cookbook_engine.backends import service_client
     from cookbook_engine.sl.loop import batch_at, plan_steps, prepare
     from cookbook_engine.training.common import adam_params
+    from cookbook_engine.training.lora_a import rank_used
 
     prepared = prepare(config)
     batches_per_epoch, total = plan_steps(config, len(prepared.train))
     service = service_client("clocked", clocked=config.clocked)
-    client = service.create_lora_training_client(config.model, rank=config.lora_rank, seed=config.seed).result()
+    client = service.create_lora_training_client(config.model, rank=rank_used(config), seed=config.seed).result()
 
     async def loop():
         for step in range(total):

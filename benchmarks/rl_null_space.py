@@ -31,9 +31,10 @@ def a_moved(home: Path, config) -> float:
     from cookbook_engine.backends import compat, local
     from cookbook_engine.rl import arithmetic
     from cookbook_engine.training import null_space
+    from cookbook_engine.training.lora_a import rank_used
 
     directions = null_space.directions_for(
-        config.model, arithmetic.null_space_task_chats(), config.lora_rank, tuple(local.ATTN_MODULES)
+        config.model, arithmetic.null_space_task_chats(), rank_used(config), tuple(local.ATTN_MODULES)
     )
     newest = max((home / "checkpoints").rglob(compat.ADAPTER_WEIGHTS), key=lambda p: p.stat().st_mtime)
     state, _ = local.read_adapter_folder(newest.parent)

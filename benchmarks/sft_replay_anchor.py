@@ -36,6 +36,7 @@ from cookbook_engine.data import builtin as builtin_data
 from cookbook_engine.sl.data import render_examples
 from cookbook_engine.training.common import adam_params, lr_multiplier, tokenizer_for
 from cookbook_engine.training.learning_rate import learning_rate
+from cookbook_engine.training.lora_a import rank_used
 
 
 def anchored_loss(is_replay_D: list[bool], base_logprobs: dict[int, torch.Tensor], coef: float, ce: float):
@@ -64,7 +65,7 @@ def train(coef: float, ce: float) -> tuple[Path, float]:
     facts_D = render_examples([row["messages"] for row in facts_rows], renderer, config)[0]
     replay_D = render_examples([row["messages"] for row in replay_rows], renderer, config)[0]
     service = service_client("local", device=config.device, dtype=config.dtype)
-    client = service.create_lora_training_client(config.model, rank=config.lora_rank, seed=config.seed).result()
+    client = service.create_lora_training_client(config.model, rank=rank_used(config), seed=config.seed).result()
     base_logprobs = {}
     for start in range(0, len(replay_D), 16):  # the fresh adapter is zero: these are the base model's
         chunk = replay_D[start : start + 16]

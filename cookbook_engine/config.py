@@ -95,12 +95,13 @@ class CommonConfig:
         "default model); role_colon for base models without one.",
     )
     name: str = setting("", help="Shown in the studio; defaults to the run id")
-    lora_rank: int = setting(
-        32,
+    lora_rank: int | None = setting(
+        None,
         min=1,
         max=512,
         options=LORA_RANKS,
-        help="Rank of the LoRA adapter",
+        help=f"Rank of the LoRA adapter; auto = the rank measured for built-in data with the run's lora_a (the SFT "
+        f"demo's facts: 8), else {lora_a.DEFAULT_LORA_RANK}",
     )
     train_attn: bool = setting(
         True, help="LoRA on the attention projections (q, k, v, o); a run from a checkpoint keeps the checkpoint's"
@@ -670,6 +671,12 @@ def usage(kind: str) -> str:
             + ", ".join(f"{old} ({new})" for old, new in ALIASES.items() if new in field_names(cls)),
         ]
     )
+
+
+def lora_layers_used(config: CommonConfig) -> dict[str, Any]:
+    """The LoRA adapter a run of `config` trains, with its auto settings resolved (lora_rank, train_mlp): what a
+    checkpoint of it holds, for the next stage that starts from it (lineage.py)."""
+    return {"lora_rank": lora_a.rank_used(config), "train_attn": config.train_attn, "train_mlp": train_mlp_used(config)}
 
 
 def validate(config: CommonConfig) -> list[str]:

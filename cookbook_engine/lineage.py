@@ -77,7 +77,6 @@ def next_stage(kind: str, run: dict, state_path: str) -> dict:
     learns from that checkpoint as its teacher. Whole, so that `config.from_dict` reads today's defaults for what it
     does not carry, not what runs stored before a setting existed trained with."""
     from cookbook_engine import config as cfg
-    from cookbook_engine.rl.suggested import train_mlp_used
 
     if kind not in NEXT_KINDS:
         raise ValueError(f"next stage {kind!r}: choose one of {', '.join(NEXT_KINDS)}")
@@ -89,9 +88,7 @@ def next_stage(kind: str, run: dict, state_path: str) -> dict:
         "model": run["base_model"],
         "backend": run["backend"],
         "renderer": config.get("renderer", "auto"),
-        "lora_rank": config.get("lora_rank", 32),
-        "train_attn": config.get("train_attn", True),  # the checkpoint's LoRA layers (runs before the setting: all)
-        "train_mlp": train_mlp_used(parent),  # as the parent trained: its train_mlp=auto resolved for its kind
+        **cfg.lora_layers_used(parent),  # the checkpoint's LoRA layers: its auto settings resolved as it trained
         **({"teacher": state_path} if kind == "distill" else {"start_checkpoint": state_path}),
         "name": "",
     }

@@ -90,6 +90,7 @@ def estimate(
 ) -> MemoryNeed:
     """What `config` needs on top of what this process holds now (`model_loaded`: it already has the model)."""
     from cookbook_engine.backends.local import MAX_TOKENS_PER_MICROBATCH
+    from cookbook_engine.training.lora_a import rank_used
 
     tokens = min(MAX_TOKENS_PER_MICROBATCH, _largest_batch_tokens(config, prepared))
     per_token = FP32 * (
@@ -105,7 +106,7 @@ def estimate(
     lora_per_rank = shape.layers * (
         4 * shape.hidden + 2 * (shape.hidden + shape.kv_width) + 3 * (shape.hidden + shape.intermediate)
     )
-    adapter = ADAM_COPIES * FP32 * config.lora_rank * lora_per_rank
+    adapter = ADAM_COPIES * FP32 * rank_used(config) * lora_per_rank
     return MemoryNeed(
         0 if model_loaded else shape.parameters * dtype_bytes,
         0 if model_loaded else RUNTIME_BYTES,

@@ -59,7 +59,6 @@ class Speeds:
 IDLE_2_CORE = Speeds(train_tok_s=120.0, eval_tok_s=300.0, sample_tok_s=60.0)  # DESIGN.md's measured figures
 
 _calibrating: dict[str, threading.Thread] = {}
-_busy: dict[str, tuple[float, str]] = {}  # model -> (when, why) its last calibration was skipped for other work
 _lock = threading.Lock()
 
 
@@ -121,12 +120,11 @@ def calibrate(model: str = models.DEFAULT_MODEL) -> Speeds | None:
         if hasattr(trainer, "close"):
             trainer.close()
     busy = sharing.others_note()
-    key = models.canonical_name(model)
     if busy:
-        _busy[key] = (time.time(), busy)
+        _skip_file(model).write_text(json.dumps({"at": time.time(), "why": busy}) + "\n")
         log.info("not caching the speeds measured for %s: %s", model, busy)
         return None
-    _busy.pop(key, None)
+    _skip_file(model).unlink(missing_ok=True)
     measured = Speeds(round(train, 1), round(evaluation, 1), round(sample, 1), time.time())
     _cache_file(model).write_text(json.dumps(asdict(measured)) + "\n")
     return measured
@@ -185,10 +183,20 @@ def _busy_cpu_seconds() -> float:
     return sum(getattr(per_cpu[cpu], field, 0.0) for cpu in _our_cpus() for field in fields)
 
 
+def _skip_file(model: str) -> Path:
+    """Where a skipped calibration is remembered, beside the speeds, so every process on the machine (each studio the
+    browser tests start, a restarted studio) waits RETRY_AFTER_BUSY_S rather than measuring again at once."""
+    return _cache_file(model).with_suffix(".skipped.json")
+
+
 def skipped_because(model: str = models.DEFAULT_MODEL) -> str | None:
-    """Why the last calibration of `model` in this process cached nothing (other work ran), while that is recent
-    enough that it waits before trying again; else None."""
-    when, why = _busy.get(models.canonical_name(model), (0.0, ""))
+    """Why the last calibration of `model` cached nothing (other work ran), while that is recent enough that it
+    waits before trying again; else None."""
+    try:
+        skipped = json.loads(_skip_file(model).read_text())
+        when, why = float(skipped["at"]), str(skipped["why"])
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
     return why if time.time() - when < RETRY_AFTER_BUSY_S else None
 
 

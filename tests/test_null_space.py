@@ -4,6 +4,7 @@ through training, saving and resuming while B learns; the setting resolves and r
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -18,6 +19,7 @@ from cookbook_engine.data import builtin as builtin_data
 from cookbook_engine.renderers import get_renderer
 from cookbook_engine.rl import arithmetic
 from cookbook_engine.runs import RunManager
+from cookbook_engine.sl import suggested
 from cookbook_engine.training import lora_a, null_space
 from cookbook_engine.training.common import datum_from_tokens
 from cookbook_engine.training.lora_a import lora_a_used
@@ -87,15 +89,20 @@ def test_sl_fixes_a_on_the_facts_demo_only():
     assert chats() == builtin_data.fact_rows_only()  # the facts once: the data is them three times
 
 
-def test_a_default_sl_run_trains_b_alone(home, default_model_ready):
+def test_a_default_sl_run_trains_b_alone_at_the_rank_measured_for_its_data(home, default_model_ready):
+    """`cookbook sl` on the facts with no rank set trains the measured rank (8: lora_rank=auto), as the New run form
+    and `make demo` do, not the 32 the other data get."""
     manager = RunManager()
-    config = cfg.SLConfig(max_steps=1, batch_size=2, lora_rank=4, test_fraction=0.0, eval_every=0, save_every=0)
+    config = cfg.SLConfig(max_steps=1, batch_size=2, test_fraction=0.0, eval_every=0, save_every=0)
     run = manager.wait(manager.start(config), timeout=600)
     assert run["status"] == "completed", run.get("traceback")
     log = (paths.run_dir(run["run_id"]) / "log.txt").read_text()
-    assert "LoRA's A fixed on 210 projections to the 4 input directions where the Quorvania facts differ" in log
+    rank = suggested.MEASURED[("sl", "builtin:facts")].lora_rank
+    assert f"LoRA rank auto ({rank}, measured for this data)" in log
+    assert f"LoRA's A fixed on 210 projections to the {rank} input directions where the Quorvania facts differ" in log
     state = compat.resolve(Store.default().last_checkpoint(run["run_id"])["state_path"])
     assert (state / LORA_A_FIXED_MARKER).exists()
+    assert json.loads((state / "adapter_config.json").read_text())["r"] == rank
 
 
 def test_the_covariance_cache_shares_ordinary_chats_across_tasks_and_stores_each_input_once(

@@ -210,7 +210,9 @@ def test_the_estimate_counts_computing_the_null_space_directions_once(tmp_path, 
     assert "for LoRA's null-space directions, once" in first.parts()
     assert estimate.run_time(trained, prepared, plan, rate).loading == estimate.STARTUP_S
     task_chats = arithmetic.null_space_task_chats()
-    keep, task, directions = null_space.cache_paths(fixed.model, task_chats, lora_a.modules(fixed), fixed.lora_rank)
+    keep, task, directions = null_space.cache_paths(
+        fixed.model, task_chats, lora_a.modules(fixed), lora_a.rank_used(fixed)
+    )
     assert keep.parent == task.parent == directions.parent == paths.models_dir() / null_space.CACHE_FOLDER
     keep.parent.mkdir(parents=True)
     keep.write_bytes(b"")  # what another task's first run leaves: the task's own covariances are still missing
@@ -343,7 +345,7 @@ def test_an_evaluation_followed_without_a_terminal_writes_plain_lines_not_a_redr
     assert 2 <= len(lines) <= 13 and lines[-1].startswith("examples 600/600 (100%)")
 
 
-def test_the_forms_estimate_says_why_this_machines_speed_is_not_measured_yet(monkeypatch):
+def test_the_forms_estimate_says_why_this_machines_speed_is_not_measured_yet(monkeypatch, tmp_path):
     """A calibration skipped for other work leaves the idle-machine figures; the form says so rather than 'check again
     in a minute' (it tries again only after speed.RETRY_AFTER_BUSY_S)."""
     from app import forms, state
@@ -351,9 +353,8 @@ def test_the_forms_estimate_says_why_this_machines_speed_is_not_measured_yet(mon
     from cookbook_engine.rl import envs, loop
 
     monkeypatch.setattr(speed, "speeds", lambda model: speed.IDLE_2_CORE)
-    monkeypatch.setattr(
-        speed, "_busy", {speed.models.canonical_name(speed.models.DEFAULT_MODEL): (9e18, "it was busy")}
-    )
+    monkeypatch.setattr(speed, "_cache_file", lambda model: tmp_path / "speed.json")
+    (tmp_path / "speed.skipped.json").write_text('{"at": 9e18, "why": "it was busy"}')
 
     class Store:
         def list_runs(self):
@@ -367,5 +368,5 @@ def test_the_forms_estimate_says_why_this_machines_speed_is_not_measured_yet(mon
     prepared = loop.PreparedRL(envs.build_env(config, renderer=None), "auto", None, 0)
     text = forms.estimate(config, prepared)
     assert "on an idle 2-core CPU" in text and "measured once nothing else computes (it was busy)" in text
-    monkeypatch.setattr(speed, "_busy", {})
+    (tmp_path / "speed.skipped.json").unlink()
     assert "being measured: check again in a minute" in forms.estimate(config, prepared)

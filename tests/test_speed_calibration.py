@@ -32,10 +32,9 @@ while time.time() < end:
 
 @pytest.fixture
 def cache_file(tmp_path, monkeypatch):
-    """The calibration's cache in a temporary folder, and no skipped calibration remembered from another test."""
+    """The calibration's cache (and its note of a skipped calibration) in a temporary folder."""
     path = tmp_path / "speed.json"
     monkeypatch.setattr(speed, "_cache_file", lambda model: path)
-    monkeypatch.setattr(speed, "_busy", {})
     return path
 
 

@@ -35,6 +35,7 @@ from cookbook_engine.config import SLConfig
 from cookbook_engine.data.loading import load_chat_dataset
 from cookbook_engine.runs import get_manager
 from cookbook_engine.sl import suggested
+from cookbook_engine.training.lora_a import DEFAULT_LORA_RANK
 from cookbook_engine.training.run_logger import RunLogger
 
 REPO = Path(__file__).resolve().parent.parent
@@ -274,18 +275,20 @@ def test_home_shows_what_the_code_sandbox_isolates(home, monkeypatch):
 # ---------------------------------------------------------------------------------------------- new run
 
 
-def test_sl_rank_starts_at_the_rank_measured_for_the_data_and_a_duplicate_keeps_its_own(studio_home):
-    """The facts' measured rank (8, with A fixed) is where the select starts; other data starts at the default 32;
-    a duplicated run's rank 32 on the facts stays 32 (the user's choice, not the form's)."""
+def test_sl_rank_is_auto_named_with_the_rank_measured_for_the_data_and_a_duplicate_keeps_its_own(studio_home):
+    """lora_rank=auto trains the facts' measured rank (8, with A fixed) and other data's 32: the select's auto option
+    says which, as the data changes; a duplicated run's rank 32 on the facts stays 32 (the user's choice)."""
     at = open_page("new_run")
     measured = suggested.MEASURED[("sl", "builtin:facts")]
-    assert by_label(at.selectbox, "LoRA rank").value == measured.lora_rank
+    rank = by_label(at.selectbox, "LoRA rank")
+    assert rank.value is None and rank.options[0] == f"auto ({measured.lora_rank}, measured for this data)"
     at.run()  # drawn again from what the form holds: still its defaults, so nothing offers to reset them
     assert "Reset to defaults" not in [button.label for button in at.button]
     by_label(at.selectbox, "Dataset").set_value("persona").run()
-    assert by_label(at.selectbox, "LoRA rank").value == SLConfig.lora_rank == 32
+    rank = by_label(at.selectbox, "LoRA rank")
+    assert rank.value is None and rank.options[0] == f"auto ({DEFAULT_LORA_RANK})"
     by_label(at.selectbox, "Dataset").set_value("facts").run()
-    assert by_label(at.selectbox, "LoRA rank").value == measured.lora_rank
+    assert by_label(at.selectbox, "LoRA rank").options[0] == f"auto ({measured.lora_rank}, measured for this data)"
     config = SLConfig(dataset="builtin:facts", lora_rank=32, name="rank-32")
     get_manager().store.create_run(
         "sl-rank-32",
@@ -322,7 +325,7 @@ def test_check_settings_shows_summary_estimate_and_command_without_starting(stud
     assert "Estimate: 3 steps × 2 examples" in text
     assert "Far from the settings measured for this data: 3 steps of 2 is under half" in text
     assert by_label(at.selectbox, "LoRA input side (A)").value == "auto"  # null_space on the facts
-    assert by_label(at.selectbox, "LoRA rank").value == measured.lora_rank  # the rank measured for the facts
+    assert by_label(at.selectbox, "LoRA rank").value is None  # auto: the rank measured for the facts
     assert "LoRA rank" not in text.partition("Far from the settings measured")[2]
     by_label(at.selectbox, "LoRA rank").set_value(32)
     click(at, "Check settings")

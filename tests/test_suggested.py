@@ -53,7 +53,8 @@ def test_settings_far_from_the_measured_ones_are_named():
     assert far(config, 7e-4, 77) == []
     notes = far(config, 1e-5, 10)
     assert len(notes) == 2 and "learning rate 1e-05" in notes[0] and "10 steps of 8" in notes[1]
-    (rank,) = far(SLConfig(dataset="builtin:facts"), 7e-4, 77)
+    assert far(SLConfig(dataset="builtin:facts"), 7e-4, 77) == []  # lora_rank=auto: the measured rank
+    (rank,) = far(SLConfig(dataset="builtin:facts", lora_rank=32), 7e-4, 77)
     assert "LoRA rank 32 with lora_a=null_space: measured at rank 8" in rank
     assert far(SLConfig(dataset="builtin:facts", lora_a="trained"), 7e-4, 77) == []
     assert far(SLConfig(dataset="my.jsonl"), 1e-6, 1) == []  # nothing measured there
@@ -86,3 +87,24 @@ def test_the_check_warns_when_a_run_may_overwrite_what_the_model_knew():
     assert suggested.overwrite_note(mine, 5e-4, 25, 200) == ""  # a low rate
     assert suggested.overwrite_note(mine, 2e-3, 250, 2000) == ""  # a large dataset
     assert suggested.overwrite_note(DPOConfig(), 2e-3, 100, 200) == ""  # SL only
+
+
+def test_lora_rank_auto_trains_the_rank_measured_for_the_data_and_32_elsewhere():
+    """One rule for the CLI, sweeps and the form (training/lora_a.rank_used): a set rank wins; auto is the facts'
+    measured rank only with the lora_a it was measured with, on the local default model."""
+    from cookbook_engine import config as cfg
+    from cookbook_engine.training.lora_a import DEFAULT_LORA_RANK, rank_note, rank_used
+
+    facts = suggested.MEASURED[("sl", "builtin:facts")]
+    assert cfg.parse_overrides("sl", ["lora_rank=auto"]).lora_rank is None and SLConfig().lora_rank is None
+    assert rank_used(SLConfig(dataset="builtin:facts")) == facts.lora_rank == 8
+    assert rank_note(SLConfig(dataset="builtin:facts")) == "auto (8, measured for this data)"
+    assert (
+        rank_used(SLConfig(dataset="builtin:facts", lora_rank=16)) == 16 and rank_note(SLConfig(lora_rank=16)) == "16"
+    )
+    assert rank_used(SLConfig(dataset="builtin:facts", lora_a="trained")) == DEFAULT_LORA_RANK  # measured with A fixed
+    assert rank_used(SLConfig(dataset="builtin:persona")) == DEFAULT_LORA_RANK
+    assert rank_note(SLConfig(dataset="builtin:persona")) == f"auto ({DEFAULT_LORA_RANK})"
+    assert rank_used(SLConfig(dataset="builtin:facts", backend="tinker", model="meta-llama/Llama-3.1-8B")) == 32
+    assert rank_used(DPOConfig()) == rank_used(cfg.RLConfig()) == DEFAULT_LORA_RANK
+    assert cfg.from_dict("sl", {"dataset": "builtin:facts", "lora_rank": 32}).lora_rank == 32  # a stored run's own

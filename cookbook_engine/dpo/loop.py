@@ -248,7 +248,8 @@ async def train(config: DPOConfig, ctx: RunContext, prepared: PreparedDPO | None
     loop.start(
         f"DPO on {config.model}: {prepared.summary()}; {run_plan.total_steps} steps of {config.batch_size} "
         f"pairs = {passes_note(config, run_plan.batches_per_epoch, run_plan.total_steps)}, "
-        f"beta {config.dpo_beta:g}{rpo}, lr {base_lr:g} ({config.lr_schedule}); reference "
+        f"beta {config.dpo_beta:g}{rpo}, lr {base_lr:g} ({config.lr_schedule}), LoRA rank "
+        f"{lora_a.rank_note(config)}; reference "
         f"{config.start_checkpoint or 'the base model'}{anchoring.describe(anchor, config)}",
         *([fixed_note] if fixed_note else []),
     )

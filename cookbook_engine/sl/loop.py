@@ -167,7 +167,8 @@ async def train(config: SLConfig, ctx: RunContext, prepared: PreparedSL | None =
     loop.start(
         f"SL on {config.model}: {prepared.summary()}; {run_plan.total_steps} steps of {config.batch_size} = "
         f"{passes_note(config, run_plan.batches_per_epoch, run_plan.total_steps)}, "
-        f"lr {base_lr:g} ({config.lr_schedule}){anchoring.describe(anchor, config)}",
+        f"lr {base_lr:g} ({config.lr_schedule}), LoRA rank {lora_a.rank_note(config)}"
+        f"{anchoring.describe(anchor, config)}",
         *([fixed_note] if fixed_note else []),
     )
     derive = per_task_nll(prepared.task_of) if prepared.tasks else None

@@ -120,7 +120,7 @@ def far_from_suggested(config, learning_rate_used: float | None, steps: int, lor
         )
     if measured.dpo_beta and not measured.dpo_beta / 3 <= config.dpo_beta <= measured.dpo_beta * 3:
         notes.append(f"DPO beta {config.dpo_beta:g} is more than 3× away from the measured {measured.dpo_beta:g}")
-    if measured.lora_rank and config.lora_rank != measured.lora_rank and lora_a_used == measured.lora_a:
+    if measured.lora_rank and config.lora_rank not in (None, measured.lora_rank) and lora_a_used == measured.lora_a:
         notes.append(
             f"LoRA rank {config.lora_rank} with lora_a={measured.lora_a}: measured at rank {measured.lora_rank} "
             "(a higher rank fixes more directions and keeps less of what the model knew)"

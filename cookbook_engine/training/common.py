@@ -14,6 +14,7 @@ from cookbook_engine import models
 from cookbook_engine.backends import compat, service_client
 from cookbook_engine.config import CommonConfig
 from cookbook_engine.rl.suggested import train_mlp_used
+from cookbook_engine.training import lora_a
 
 if TYPE_CHECKING:
     from cookbook_engine.backends.protocol import ServiceClient, TrainingClient
@@ -98,7 +99,7 @@ def start_training_client(
         client, first_step = (
             service.create_lora_training_client(
                 config.model,
-                rank=config.lora_rank,
+                rank=lora_a.rank_used(config),
                 seed=config.seed,
                 train_mlp=train_mlp_used(config),
                 train_attn=config.train_attn,

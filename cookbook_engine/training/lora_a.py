@@ -20,6 +20,7 @@ from collections.abc import Callable
 from cookbook_engine import paths
 
 LORA_A = ("auto", "trained", "null_space")  # the choices of the lora_a setting; auto: lora_a_used
+DEFAULT_LORA_RANK = 32  # lora_rank=auto where no rank was measured for the data (rank_used)
 
 
 def _arithmetic_chats() -> list[dict]:
@@ -71,6 +72,29 @@ def lora_a_used(config) -> str:
     return measured.lora_a if measured and fresh else "trained"
 
 
+def rank_used(config) -> int:
+    """The LoRA rank a run of `config` trains: a set lora_rank wins; auto is the rank measured for this SL config's
+    data with the lora_a it resolves to (sl/suggested.py: the facts with A fixed, 8), else DEFAULT_LORA_RANK."""
+    if config.lora_rank is not None:
+        return config.lora_rank
+    return _measured_rank(config) or DEFAULT_LORA_RANK
+
+
+def _measured_rank(config) -> int | None:
+    from cookbook_engine.sl import suggested as sl_suggested
+
+    return sl_suggested.rank_for(config, lora_a_used(config))
+
+
+def rank_note(config) -> str:
+    """The words for the rank a run trains, for its log, its settings and the form's auto option: "16" where set,
+    "auto (8, measured for this data)", "auto (32)"."""
+    if config.lora_rank is not None:
+        return str(config.lora_rank)
+    measured = _measured_rank(config)
+    return f"auto ({measured}, measured for this data)" if measured else f"auto ({rank_used(config)})"
+
+
 def problems(config) -> list[str]:
     """lora_a=null_space needs what it reads from: this machine's weights (the local backend, or the clocked one that
     wraps it; the tinker SDK has no call that fixes A), a task whose chats it knows and a fresh adapter."""
@@ -116,7 +140,7 @@ def null_space_missing(config) -> tuple[bool, bool, bool]:
 
     if lora_a_used(config) != "null_space" or problems(config):
         return (False, False, False)
-    files = _cache_files(config.model, task_of(config), modules(config), config.lora_rank)
+    files = _cache_files(config.model, task_of(config), modules(config), rank_used(config))
     folder = paths.models_dir() / null_space.CACHE_FOLDER  # read now: the cached paths may predate a moved cache
     keep, task, directions = (not (folder / file.name).exists() for file in files)
     return (keep, task, directions)
@@ -133,10 +157,10 @@ async def fix_for_run(config, client, resumed: bool) -> str:
     words, chats = TASKS[task_of(config)]
     started = time.perf_counter()
     directions = await asyncio.to_thread(
-        null_space.directions_for, config.model, chats(), config.lora_rank, modules(config)
+        null_space.directions_for, config.model, chats(), rank_used(config), modules(config)
     )
     fixed = await asyncio.to_thread(lambda: client.fix_lora_a(directions).result())
     return (
-        f"LoRA's A fixed on {fixed} projections to the {config.lora_rank} input directions where {words} differ "
+        f"LoRA's A fixed on {fixed} projections to the {rank_used(config)} input directions where {words} differ "
         f"most from ordinary chats; only B trains (lora_a=null_space, {time.perf_counter() - started:.0f} s)"
     )
