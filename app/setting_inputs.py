@@ -62,12 +62,13 @@ def setting_input(where: Any, config: Any, name: str, key_of: Callable[[str], st
         return ",".join(picked)
     if widget.kind == "select":
         options = list(kwargs.pop("options", None) or spec.choices or spec.options)
-        auto = kwargs.pop("auto_label", "auto")  # what auto resolves to now, e.g. "auto (8)"
-        if leaf.optional:  # auto (None) first, as key=auto on the command line
-            options = [None, *options]
-            kwargs.setdefault("format_func", lambda option: auto if option is None else str(option))
+        if leaf.optional:  # "auto" first, as key=auto on the command line; it holds None (Streamlit's "no choice")
+            auto = kwargs.pop("auto_label", "auto")  # what auto resolves to now, e.g. "auto (8, measured)"
+            kwargs.setdefault("format_func", lambda option: auto if option == "auto" else str(option))
+            options, value = ["auto", *options], "auto" if value is None else value
         fallback = options.index(leaf.default) if leaf.default in options else 0
-        return where.selectbox(label, options, index=options.index(value) if value in options else fallback, **kwargs)
+        chosen = where.selectbox(label, options, index=options.index(value) if value in options else fallback, **kwargs)
+        return None if leaf.optional and chosen == "auto" else chosen
     if widget.kind != "number":
         raise ValueError(f"{name}: the form has no {widget.kind!r} widget")
     number = float if leaf.kind is float else int

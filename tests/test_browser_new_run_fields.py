@@ -246,7 +246,7 @@ def test_sls_lora_input_side_and_rank_start_on_auto_at_the_measured_rank_and_the
     start" with no lora_rank in the command (`cookbook sl` trains 8 on the facts itself). Picking rank 32, Check
     names it as far from the measured rank 8 (sl/suggested.py)."""
     lora_input_side(page, studio, "Supervised (SL)")
-    assert page.get_by_label("LoRA rank", exact=True).input_value() == "auto (8, measured for this data)"
+    assert page.get_by_label("LoRA rank", exact=True).input_value() == "auto (8, measured)"
     page.get_by_role("button", name="Check settings").click()
     page.get_by_text("Ready to start").wait_for(timeout=60_000)
     assert page.get_by_text("lora_rank=", exact=False).count() == 0

@@ -98,7 +98,7 @@ def test_a_default_sl_run_trains_b_alone_at_the_rank_measured_for_its_data(home,
     assert run["status"] == "completed", run.get("traceback")
     log = (paths.run_dir(run["run_id"]) / "log.txt").read_text()
     rank = suggested.MEASURED[("sl", "builtin:facts")].lora_rank
-    assert f"LoRA rank auto ({rank}, measured for this data)" in log
+    assert f"LoRA rank auto ({rank}, measured)" in log
     assert f"LoRA's A fixed on 210 projections to the {rank} input directions where the Quorvania facts differ" in log
     state = compat.resolve(Store.default().last_checkpoint(run["run_id"])["state_path"])
     assert (state / LORA_A_FIXED_MARKER).exists()

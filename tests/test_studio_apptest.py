@@ -281,14 +281,14 @@ def test_sl_rank_is_auto_named_with_the_rank_measured_for_the_data_and_a_duplica
     at = open_page("new_run")
     measured = suggested.MEASURED[("sl", "builtin:facts")]
     rank = by_label(at.selectbox, "LoRA rank")
-    assert rank.value is None and rank.options[0] == f"auto ({measured.lora_rank}, measured for this data)"
+    assert rank.value == "auto" and rank.options[0] == f"auto ({measured.lora_rank}, measured)"
     at.run()  # drawn again from what the form holds: still its defaults, so nothing offers to reset them
     assert "Reset to defaults" not in [button.label for button in at.button]
     by_label(at.selectbox, "Dataset").set_value("persona").run()
     rank = by_label(at.selectbox, "LoRA rank")
-    assert rank.value is None and rank.options[0] == f"auto ({DEFAULT_LORA_RANK})"
+    assert rank.value == "auto" and rank.options[0] == f"auto ({DEFAULT_LORA_RANK})"
     by_label(at.selectbox, "Dataset").set_value("facts").run()
-    assert by_label(at.selectbox, "LoRA rank").options[0] == f"auto ({measured.lora_rank}, measured for this data)"
+    assert by_label(at.selectbox, "LoRA rank").options[0] == f"auto ({measured.lora_rank}, measured)"
     config = SLConfig(dataset="builtin:facts", lora_rank=32, name="rank-32")
     get_manager().store.create_run(
         "sl-rank-32",
@@ -325,7 +325,7 @@ def test_check_settings_shows_summary_estimate_and_command_without_starting(stud
     assert "Estimate: 3 steps × 2 examples" in text
     assert "Far from the settings measured for this data: 3 steps of 2 is under half" in text
     assert by_label(at.selectbox, "LoRA input side (A)").value == "auto"  # null_space on the facts
-    assert by_label(at.selectbox, "LoRA rank").value is None  # auto: the rank measured for the facts
+    assert by_label(at.selectbox, "LoRA rank").value == "auto"  # auto: the rank measured for the facts
     assert "LoRA rank" not in text.partition("Far from the settings measured")[2]
     by_label(at.selectbox, "LoRA rank").set_value(32)
     click(at, "Check settings")

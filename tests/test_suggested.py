@@ -98,7 +98,7 @@ def test_lora_rank_auto_trains_the_rank_measured_for_the_data_and_32_elsewhere()
     facts = suggested.MEASURED[("sl", "builtin:facts")]
     assert cfg.parse_overrides("sl", ["lora_rank=auto"]).lora_rank is None and SLConfig().lora_rank is None
     assert rank_used(SLConfig(dataset="builtin:facts")) == facts.lora_rank == 8
-    assert rank_note(SLConfig(dataset="builtin:facts")) == "auto (8, measured for this data)"
+    assert rank_note(SLConfig(dataset="builtin:facts")) == "auto (8, measured)"
     assert (
         rank_used(SLConfig(dataset="builtin:facts", lora_rank=16)) == 16 and rank_note(SLConfig(lora_rank=16)) == "16"
     )

@@ -88,11 +88,11 @@ def _measured_rank(config) -> int | None:
 
 def rank_note(config) -> str:
     """The words for the rank a run trains, for its log, its settings and the form's auto option: "16" where set,
-    "auto (8, measured for this data)", "auto (32)"."""
+    "auto (8, measured)", "auto (32)"."""
     if config.lora_rank is not None:
         return str(config.lora_rank)
     measured = _measured_rank(config)
-    return f"auto ({measured}, measured for this data)" if measured else f"auto ({rank_used(config)})"
+    return f"auto ({measured}, measured)" if measured else f"auto ({rank_used(config)})"
 
 
 def problems(config) -> list[str]:
