@@ -179,22 +179,23 @@ def _suggestion(model: str, backend: str) -> ModelChoice:
     return ModelChoice(model, backend, rate, why)
 
 
+def auto_draft(kind: str, choice: ModelChoice, data: dict, setting: str) -> cfg.CommonConfig:
+    """The config these choices and data make with `setting` on auto, for asking what auto resolves to."""
+    return cfg.CONFIG_TYPES[kind](model=choice.model, backend=choice.backend, **{**data, setting: None})
+
+
 def suggested_rate(kind: str, choice: ModelChoice, data: dict) -> tuple[float | None, str]:
     """The rate learning_rate=auto trains with for these choices and why: the loops' own decision
     (learning_rate_with_reason); (None, "") while the model cannot be resolved (the model picker says why)."""
     if choice.suggested_lr is None:
         return None, ""
-    draft = cfg.CONFIG_TYPES[kind](model=choice.model, backend=choice.backend, **{**data, "learning_rate": None})
-    return learning_rate_with_reason(draft)
+    return learning_rate_with_reason(auto_draft(kind, choice, data, "learning_rate"))
 
 
 def rank_auto_label(kind: str, choice: ModelChoice, data: dict) -> dict:
     """The LoRA rank select's auto option, named with the rank it resolves to for this data (the SFT demo's facts: 8,
     measured with A fixed; elsewhere 32), so a newcomer sees the number a run will train."""
-    if choice.error:
-        return {}
-    draft = cfg.CONFIG_TYPES[kind](model=choice.model, backend=choice.backend, **{**data, "lora_rank": None})
-    return {"auto_label": rank_note(draft)}
+    return {} if choice.error else {"auto_label": rank_note(auto_draft(kind, choice, data, "lora_rank"))}
 
 
 def headline(reason: str) -> str:

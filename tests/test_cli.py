@@ -88,6 +88,7 @@ def test_a_cli_run_shows_up_live_in_another_process(home, default_model_ready, t
     assert process.returncode == 0, err
     assert "running" in statuses and seen_steps, "the run was not visible while it trained"
     assert "step 4/4 (100%)" in err and "\r" not in err  # stderr is no terminal: plain progress lines, no bar
+    assert "train_unembed" not in err  # the studio's own loops ask the local backend only for what it trains
     [run] = store.list_runs()
     assert run["status"] == "completed" and run["step"] == 4
     listing = json.loads(cookbook("runs", "--json", home=home).stdout)

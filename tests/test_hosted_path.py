@@ -68,8 +68,11 @@ def run_both(config) -> tuple[dict, dict]:
     manager, store = RunManager(), Store.default()
     metrics = []
     # train_mlp=auto resolves by backend (RL on the local default model: attention only, as measured; a hosted
-    # model: the MLP too), so both sides get the local side's resolution; dtype: serve's, for tinker
+    # model: the MLP too), so both sides get the local side's resolution; lora_a=auto fixes A on the local backend
+    # only (the SDK has no call for it), so both sides train A; dtype: serve's, for tinker
     config = dataclasses.replace(config, dtype="fp32", train_mlp=train_mlp_used(config))
+    if hasattr(config, "lora_a"):
+        config = dataclasses.replace(config, lora_a="trained")
     for backend in ("local", "tinker"):
         run_id = manager.start(dataclasses.replace(config, backend=backend))
         run = manager.wait(run_id, timeout=900)

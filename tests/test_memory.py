@@ -91,7 +91,7 @@ def test_the_estimate_covers_a_measured_full_micro_batch_without_asking_for_much
     assert result.returncode == 0, result.stderr[-2000:]
     peak = json.loads(result.stdout.strip().splitlines()[-1])
     shape = memory.model_shape(models.DEFAULT_MODEL)
-    config = cfg.parse_overrides("sl", ["batch_size=1", "max_length=4096"])
+    config = cfg.parse_overrides("sl", ["batch_size=1", "max_length=4096", "lora_rank=32"])  # as measured
 
     class Full:  # one example of a full micro-batch, as prepare() would give
         train = [type("D", (), {"model_input": type("M", (), {"length": 2048})()})()]

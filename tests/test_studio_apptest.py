@@ -438,6 +438,7 @@ def test_sl_run_started_from_the_form_completes_and_its_metrics_appear(form_run)
     rate = suggested.MEASURED[("sl", "builtin:facts")].learning_rate
     assert settings["learning_rate"] == f"auto ({rate:.3g}, measured for this dataset)"  # the rate it trained with
     assert settings["lora_a"] == "auto (null_space)"  # LoRA's A fixed away from ordinary chats, as measured
+    assert settings["lora_rank"] == "auto (8, measured)"  # the rank it trained, measured for the facts
     assert "clock_period_s" not in settings
     checkpoints = at.dataframe[0].value
     assert checkpoints["Final"].any()

@@ -103,6 +103,9 @@ def start_training_client(
                 seed=config.seed,
                 train_mlp=train_mlp_used(config),
                 train_attn=config.train_attn,
+                # the hosted service's default; this machine's backends have no LoRA on the unembedding (asking
+                # for it printed a warning on every run, `make demo` included)
+                train_unembed=config.backend == "tinker",
             ).result(),
             0,
         )
