@@ -108,3 +108,4 @@ def test_lora_rank_auto_trains_the_rank_measured_for_the_data_and_32_elsewhere()
     assert rank_used(SLConfig(dataset="builtin:facts", backend="tinker", model="meta-llama/Llama-3.1-8B")) == 32
     assert rank_used(DPOConfig()) == rank_used(cfg.RLConfig()) == DEFAULT_LORA_RANK
     assert cfg.from_dict("sl", {"dataset": "builtin:facts", "lora_rank": 32}).lora_rank == 32  # a stored run's own
+    assert rank_note(DPOConfig(start_checkpoint="/ckpt/sft/state")) == "the start checkpoint's"  # its saved rank

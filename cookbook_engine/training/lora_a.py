@@ -88,7 +88,9 @@ def _measured_rank(config) -> int | None:
 
 def rank_note(config) -> str:
     """The words for the rank a run trains, for its log, its settings and the form's auto option: "16" where set,
-    "auto (8, measured)", "auto (32)"."""
+    "auto (8, measured)", "auto (32)", "the start checkpoint's" (a run from one trains the rank it was saved with)."""
+    if getattr(config, "start_checkpoint", "").strip():
+        return "the start checkpoint's"
     if config.lora_rank is not None:
         return str(config.lora_rank)
     measured = _measured_rank(config)
