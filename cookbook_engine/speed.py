@@ -144,7 +144,8 @@ class MachineSharing:
         self._lease = compute_lease.lease()
         self._waited = self._lease.waited_seconds
         self._wall = time.monotonic()
-        self._machine = _busy_cpu_seconds()
+        self._cpus = _our_cpus()  # read once: the same cores before and after
+        self._machine = _busy_cpu_seconds(self._cpus)
         self._own = sum(psutil.Process().cpu_times()[:2])
 
     def others_note(self) -> str:
@@ -155,8 +156,8 @@ class MachineSharing:
         if waited > 0:
             return f"another process computed for {waited:.1f} s of it (the compute lease)"
         wall = max(1e-6, time.monotonic() - self._wall)
-        others = _busy_cpu_seconds() - self._machine - (sum(psutil.Process().cpu_times()[:2]) - self._own)
-        share = others / (wall * len(_our_cpus()))
+        others = _busy_cpu_seconds(self._cpus) - self._machine - (sum(psutil.Process().cpu_times()[:2]) - self._own)
+        share = others / (wall * len(self._cpus))
         if share > OTHERS_CPU_SHARE_MAX:
             return f"other processes used {share:.0%} of the CPU meanwhile"
         return ""
@@ -173,14 +174,14 @@ def _our_cpus() -> list[int]:
     return [cpu for cpu in allowed if cpu < everyone] or list(range(everyone))
 
 
-def _busy_cpu_seconds() -> float:
-    """CPU seconds spent computing (user, nice, system, interrupts) on the cores this process may use, summed; idle,
+def _busy_cpu_seconds(cpus: list[int]) -> float:
+    """CPU seconds spent computing (user, nice, system, interrupts) on `cpus`, summed; idle,
     waiting for disk and time taken by the hypervisor (steal) are not this machine's other work."""
     import psutil
 
     per_cpu = psutil.cpu_times(percpu=True)
     fields = ("user", "nice", "system", "irq", "softirq")
-    return sum(getattr(per_cpu[cpu], field, 0.0) for cpu in _our_cpus() for field in fields)
+    return sum(getattr(per_cpu[cpu], field, 0.0) for cpu in cpus for field in fields)
 
 
 def _skip_file(model: str) -> Path:
