@@ -9,7 +9,9 @@ retention answers lost and gained.
   own kinds, the kinds never trained and `retention`.
 
 Settings (key=value, comma-separated; one run per call): kind (sl | dpo), lora_a (null_space | trained | auto), rank
-(sl 8, dpo 32), seed (0), and any loop setting as set.KEY=VALUE (e.g. set.learning_rate=3e-4, set.train_attn=false).
+(sl 8, dpo 32), seed (0), keep_decay (the task's B decay where ordinary chats read A, training/lora_a.py KEEP_DECAY;
+the engine's own value unless set), and any loop setting as set.KEY=VALUE (e.g. set.learning_rate=3e-4,
+set.train_attn=false).
 The engine's LoRA alpha is 32 whatever the rank, so rank 8 scales B A by 4. Appends to results/null_space_loops.json
 (the runs before 2026-11-29 10:00 fixed A by wrapping the loop's client start, with the same directions, before SL and
 DPO had the setting). Run alone (6-15 minutes each on a 2-core CPU, plus about 3 minutes once per model for the
@@ -42,13 +44,24 @@ def accuracy_of(store, eval_id: str, eval_set: str) -> dict[str, float]:
     }
 
 
+def by_reference(store, eval_id: str, eval_set: str) -> dict[str, str]:
+    """The trained model's right answers per reference (for the facts: per fact, "8/10")."""
+    examples = store.examples(eval_id, eval_set)
+    trained = examples[examples["model"] != "base"]
+    counts = trained.groupby("reference")["correct"].agg(["sum", "count"])
+    return {str(ref): f"{int(row['sum'])}/{int(row['count'])}" for ref, row in counts.iterrows()}
+
+
 def run(settings: dict[str, str], home) -> dict:
     from cookbook_engine import cli
     from cookbook_engine.evals.retention import retention_of_job
+    from cookbook_engine.training import lora_a
     from storage import Store
     from storage.evals import EvalStore
 
     kind = settings.get("kind", "sl")
+    if "keep_decay" in settings:
+        lora_a.KEEP_DECAY[(kind, DATASET[kind])] = float(settings["keep_decay"])
     rank = int(settings.get("rank", "8" if kind == "sl" else "32"))
     name = f"{kind}-{time.strftime('%H%M%S')}"
     command = [kind, f"dataset={DATASET[kind]}", f"seed={settings.get('seed', '0')}", f"lora_rank={rank}"]
@@ -74,7 +87,9 @@ def run(settings: dict[str, str], home) -> dict:
         "settings": settings,
         "command": command,
         "train_minutes": round(minutes, 2),  # model load, directions (cached after the first run) and training
+        "keep_decay": lora_a.KEEP_DECAY.get((kind, DATASET[kind]), 0.0),
         "accuracy": {eval_set: accuracy_of(store, eval_id, eval_set) for eval_set in evals[:-1]},
+        "by_reference": {eval_set: by_reference(store, eval_id, eval_set) for eval_set in evals[:-1]},
         "retention": retention_of_job(retention),  # with the answers lost and gained
     }
 

@@ -268,8 +268,9 @@ class SLConfig(CommonConfig):
         choices=lora_a.LORA_A,
         help="LoRA's input side: trained, as usual; or null_space, fixed to the input directions where the data's "
         "chats differ most from ordinary chats, training B alone, so the model's answers to ordinary questions stay "
-        "(local backend, builtin:facts; training/lora_a.py). auto: null_space where that was measured (the default "
-        "model on builtin:facts), trained elsewhere",
+        "(local backend, builtin:facts; B also decays where ordinary chats still read those directions; "
+        "training/lora_a.py). auto: null_space where that was measured (the default model on builtin:facts), "
+        "trained elsewhere",
     )
 
     @property

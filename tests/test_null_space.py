@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 
 import pytest
 import torch
@@ -41,6 +42,18 @@ def test_directions_read_where_the_task_varies_and_ordinary_chats_do_not():
     unused = mixing[:, 10:]  # the two directions ordinary chats leave empty
     assert torch.allclose((directions @ unused).norm(dim=1), torch.ones(2), atol=1e-3)
     assert float((directions @ keep @ directions.T).diagonal().max()) < 1e-3 * float(keep_spectrum.max())
+
+
+def test_the_keep_decay_matrix_is_what_ordinary_chats_read_of_each_direction_as_a_share_of_the_task():
+    d = 6
+    keep = torch.diag(torch.tensor([5.0, 4, 3, 0.2, 0.1, 0.0]))  # ordinary chats barely use the last three axes
+    task = torch.eye(d)
+    directions = null_space.reading_directions(keep, task, rank=3)
+    matrix = null_space.keep_decay_matrix(keep, task, directions)
+    assert matrix.shape == (3, 3)
+    # the directions are the axes ordinary chats use least, most unused first: their shares 0.0, 0.1, 0.2 of the task's
+    assert torch.allclose(matrix.diagonal(), torch.tensor([0.0, 0.1, 0.2]), atol=1e-3)
+    assert torch.allclose(matrix, matrix.diagonal().diag(), atol=1e-3)
 
 
 def test_lora_a_auto_is_null_space_only_where_measured_and_refuses_where_it_cannot_run():
@@ -100,9 +113,32 @@ def test_a_default_sl_run_trains_b_alone_at_the_rank_measured_for_its_data(home,
     rank = suggested.MEASURED[("sl", "builtin:facts")].lora_rank
     assert f"LoRA rank auto ({rank}, measured)" in log
     assert f"LoRA's A fixed on 210 projections to the {rank} input directions where the Quorvania facts differ" in log
+    decay = lora_a.KEEP_DECAY[("sl", "builtin:facts")]
+    assert f"decaying where ordinary chats still read those directions (keep decay {decay:g})" in log
     state = compat.resolve(Store.default().last_checkpoint(run["run_id"])["state_path"])
     assert (state / LORA_A_FIXED_MARKER).exists()
     assert json.loads((state / "adapter_config.json").read_text())["r"] == rank
+
+
+def test_a_resumed_default_sl_run_keeps_its_a_and_decays_b_as_its_first_part_did(home, default_model_ready):
+    manager = RunManager()
+    config = cfg.SLConfig(max_steps=6, batch_size=2, test_fraction=0.0, eval_every=0, save_every=0)
+    run_id = manager.start(config)
+    store = Store.default()
+    deadline = time.time() + 600
+    while (store.get_run(run_id)["step"] or 0) < 2 and time.time() < deadline:
+        time.sleep(0.2)
+    manager.cancel(run_id)
+    assert manager.wait(run_id, timeout=300)["status"] == "cancelled"
+    manager.resume(run_id)
+    run = manager.wait(run_id, timeout=600)
+    assert run["status"] == "completed", run.get("traceback")
+    log = (paths.run_dir(run_id) / "log.txt").read_text()
+    decay = lora_a.KEEP_DECAY[("sl", "builtin:facts")]
+    assert (
+        "LoRA's A stays fixed (its checkpoint's); only B trains, decaying where ordinary chats still read those "
+        f"directions (keep decay {decay:g})" in log
+    )
 
 
 def test_the_covariance_cache_shares_ordinary_chats_across_tasks_and_stores_each_input_once(
@@ -224,6 +260,42 @@ def test_a_fixed_a_stays_fixed_through_steps_saving_and_resuming_while_b_learns(
     assert any(not torch.equal(state[k], v) for k, v in b.items())  # while B went on learning
     client.close()
     resumed.close()
+
+
+def test_b_decays_by_the_rate_times_b_at_its_matrix_after_each_step_once_a_is_fixed(service, home):
+    client = service.create_lora_training_client(models.DEFAULT_MODEL, rank=4, seed=0, train_mlp=False).result()
+    worker = client._worker
+    names = [
+        name.removeprefix("base_model.model.")
+        for name, module in worker.model.named_modules()
+        if hasattr(module, "lora_A") and client.adapter in module.lora_A
+    ]
+    decay = {name: torch.diag(torch.tensor([0.0, 1.0, 10.0, 100.0])) for name in names}
+    with pytest.raises(ValueError, match="fix LoRA's A first"):
+        client.decay_lora_b(decay).result()
+    client.fix_lora_a(None).result()
+    renderer = get_renderer("auto", client.get_tokenizer())
+    chat = [{"role": "user", "content": "What is 38 + 24?"}, {"role": "assistant", "content": "62"}]
+    client.forward_backward([datum_from_tokens(*renderer.build_supervised_example(chat))], "cross_entropy").result()
+    client.optim_step(types.AdamParams(learning_rate=1e-2)).result()  # B learns (it starts at zero)
+
+    def b():
+        state = worker.call(lambda: worker.adapter_state(client.adapter))
+        return {k: v for k, v in state.items() if ".lora_B." in k}
+
+    before = b()
+    assert client.decay_lora_b(decay).result() == len(names)
+    client.optim_step(types.AdamParams(learning_rate=1e-3)).result()  # no gradient: Adam moves nothing, B decays
+    after = b()
+    shrink = 1 / torch.tensor([1.0, 1 + 1e-3, 1 + 1e-2, 1 + 1e-1])  # column i: 1 / (1 + lr x decay[i, i])
+    for key, value in before.items():
+        assert float(value.abs().sum()) > 0, key
+        assert torch.allclose(after[key], value * shrink, atol=1e-8), key
+    client.optim_step(types.AdamParams(learning_rate=1.0)).result()  # lr x 100 >> 2: a plain step would overshoot
+    for key, value in b().items():
+        expected = after[key] / torch.tensor([1.0, 2.0, 11.0, 101.0])
+        assert torch.allclose(value, expected, atol=1e-8), key  # shrinks toward zero, never past it
+    client.close()
 
 
 def test_fixing_a_after_an_optimizer_step_is_refused(service, home):

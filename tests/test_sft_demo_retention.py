@@ -3,10 +3,10 @@ its facts on wordings it never trained on and keep what the base model knew (`bu
 (77 steps: the facts three times, LoRA's A fixed away from ordinary chats by lora_a=auto) and two evaluations,
 several minutes on a 2-core CPU.
 
-Measured (docs/DEFAULTS.md): 11 of 322 retention answers lost and 2 gained at the demo's lr 7e-4 (9 and 2 at 5e-4;
-8 and 2, 11 and 3 on other data orders), each just beyond the interval of zero or at its edge. On the first 100
-questions that is about 3 lost; the test fails if the demo stops learning its facts or loses more than 5 answers net
-there (the demo before, with LoRA's A trained and replay rows, lost about 9)."""
+Measured (docs/DEFAULTS.md, 2026-12-01, a 2-core AMD EPYC, fp32): with B decayed where ordinary chats read LoRA's
+fixed A (the demo's keep decay 2000), 7 and 10 of 322 retention answers lost on two data orders, 1 and 1 of them among
+the first 100; without the decay 12 and 12, 4 and 4 among the first 100. The test fails if the demo stops learning its
+facts or loses more than 3 answers net on the first 100 (so it fails without the decay)."""
 
 from __future__ import annotations
 
@@ -39,4 +39,4 @@ def test_the_sft_demo_learns_its_facts_and_keeps_most_of_what_the_model_knew(hom
     kept = retention_of_job(examples)
     print(f"SFT demo: facts-probes {probes['value']:.3f}; retention (first {RETENTION_FIRST}) {kept}")
     assert kept["base"] >= 0.95  # robust base answers: the evaluator's own path agrees with the set's builder
-    assert kept["lost"] - kept["gained"] <= 5, kept
+    assert kept["lost"] - kept["gained"] <= 3, kept

@@ -399,6 +399,10 @@ class ClockedTrainingClient:
         """The local client's (training/null_space.py); asked before a run's first step, so it does not wait."""
         return self.local.fix_lora_a(directions)
 
+    def decay_lora_b(self, decay) -> LocalFuture:
+        """The local client's (training/null_space.py `keep_decay_matrices`); asked before a run's first step."""
+        return self.local.decay_lora_b(decay)
+
     def get_info(self) -> types.GetInfoResponse:
         return self.local.get_info()
 

@@ -106,6 +106,8 @@ class ModelWorker:
         self.tokenizer = models.load_tokenizer(base_model)
         self.adapters: dict[str, dict] = {}  # adapter name -> lora settings
         self.fixed_a: set[str] = set()  # adapters whose A is fixed (fix_lora_a): their optimizer holds B alone
+        # adapter -> (its B matrices, their M_P): after each optimizer step B <- B (I + lr x M)^-1 (decay_lora_b)
+        self.b_decay: dict[str, tuple[list[torch.nn.Parameter], torch.Tensor]] = {}
         self._sampler_snapshot: object | None = None  # identity of the weights now in the sampler slot
         self.busy_seconds = 0.0
         self._stopping = False
@@ -254,6 +256,7 @@ class ModelWorker:
             finally:
                 del self.adapters[name]
                 self.fixed_a.discard(name)
+                self.b_decay.pop(name, None)
                 self._settle_active_adapter()
 
     def _settle_active_adapter(self) -> None:
@@ -302,6 +305,38 @@ class ModelWorker:
                 fixed += 1
         self.fixed_a.add(name)
         return fixed
+
+    def decay_lora_b(self, name: str, decay: dict[str, torch.Tensor]) -> int:
+        """From now on, after each optimizer step of adapter `name` at rate lr, B <- B (I + lr x M)^-1 for each adapted
+        projection, M = decay[projection] (keyed by the base model's projection names, rank x rank, symmetric and
+        positive semi-definite: training/null_space.py `keep_decay_matrices`). That is decoupled weight decay on B
+        weighted by M (B - lr x B @ M for small steps) taken as a proximal step, so it never overshoots zero however
+        large lr x M is. Needs a fixed A (M is about A's directions). Returns how many projections decay."""
+        if name not in self.fixed_a:
+            raise ValueError("decay_lora_b: fix LoRA's A first (the decay is about A's fixed directions)")
+        weights, matrices = [], []
+        for module_name, module in self.model.named_modules():
+            if hasattr(module, "lora_B") and name in module.lora_B:
+                weight = module.lora_B[name].weight  # d_out x rank
+                matrix = decay[module_name.removeprefix("base_model.model.")]
+                rank = weight.shape[1]
+                if matrix.shape != (rank, rank):
+                    raise ValueError(f"decay_lora_b: {module_name} wants {rank} x {rank}, got {tuple(matrix.shape)}")
+                weights.append(weight)
+                matrices.append(matrix.to(device=weight.device, dtype=torch.float64))
+        self.b_decay[name] = (weights, torch.stack(matrices)) if weights else ([], torch.zeros(0))
+        return len(weights)
+
+    def apply_b_decay(self, name: str, learning_rate: float) -> None:
+        """One step of decay_lora_b's decay (no-op for an adapter without one)."""
+        if name not in self.b_decay or not self.b_decay[name][0]:
+            return
+        weights, matrices_P = self.b_decay[name]
+        eye = torch.eye(matrices_P.shape[-1], dtype=matrices_P.dtype, device=matrices_P.device)
+        shrink_P = torch.linalg.inv(eye + learning_rate * matrices_P)  # one batched solve for every projection
+        with torch.no_grad():
+            for weight, shrink in zip(weights, shrink_P, strict=True):
+                weight.copy_(weight @ shrink.to(weight.dtype))
 
     def adapter_state(self, name: str) -> dict[str, torch.Tensor]:
         """The adapter's weights in PEFT's saved format (keys without the adapter name), copied."""
@@ -975,6 +1010,13 @@ class LocalTrainingClient:
             raise ValueError("fix_lora_a: this client has taken optimizer steps with A trained; fix A before the first")
         return self._worker.fix_lora_a(self.adapter, directions)
 
+    def decay_lora_b(self, decay: dict[str, torch.Tensor]) -> LocalFuture:
+        """Not in the tinker SDK: after each optim_step from now on, B <- B (I + lr x decay[projection])^-1, about
+        B - lr x B @ decay[projection] (training/null_space.py `keep_decay_matrices`: B shrinks fastest where ordinary
+        chats read A's fixed directions). A must be fixed first. The future's result is the number of projections
+        that decay."""
+        return self._submit(lambda: self._worker.decay_lora_b(self.adapter, decay))
+
     # --- optimizer ------------------------------------------------------------------------------------------
     def _ensure_optimizer(self) -> torch.optim.AdamW:
         if self._optimizer is None:
@@ -1008,6 +1050,7 @@ class LocalTrainingClient:
                 group["weight_decay"] = adam_params.weight_decay
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
+            self._worker.apply_b_decay(self.adapter, adam_params.learning_rate)
             return types.OptimStepResponse(metrics={"grad_norm": grad_norm})
 
         return self._submit(fn)

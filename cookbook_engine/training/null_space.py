@@ -14,6 +14,11 @@ every task and choice of projections shares it, and C_task once per task (tens o
 is stored once however many projections read it (q/k/v, gate/up). The directions follow from them (about 40 s for
 all seven projections, once per rank: cached too).
 
+The ratio picks A's rows, yet ordinary inputs still reach them: in the SFT demo's directions ordinary chats (and the
+retention questions alike) carry about 0.2-6% of the task's energy per direction. `keep_decay_matrices` measures
+that share per direction (A C_keep A^T over the task's mean), for the local backend's `decay_lora_b`: B shrinks
+each step where ordinary chats read A, by the task's KEEP_DECAY (training/lora_a.py).
+
 Measured (issue 23, benchmarks/README.md "RL that reads away from ordinary chats" and "DPO and the SFT demo with A
 fixed"): the RL arithmetic default learns its sums as before and the DPO default its own kinds of pairs, and both keep
 the base model's ordinary answers within the interval of zero. Not here: which runs use
@@ -115,6 +120,40 @@ def reading_directions(keep: torch.Tensor, task: torch.Tensor, rank: int, ridge:
     _, ratio_vectors = torch.linalg.eigh(whiten.T @ task.double() @ whiten)
     directions = (whiten @ ratio_vectors[:, -rank:]).T  # rank x d, largest ratios last
     return (directions / directions.norm(dim=1, keepdim=True)).float().flip(0)
+
+
+def keep_decay_matrix(keep: torch.Tensor, task: torch.Tensor, directions: torch.Tensor) -> torch.Tensor:
+    """rank x rank: A C_keep A^T over the mean task energy per direction (tr(A C_task A^T) / rank), so its diagonal is
+    how much ordinary chats read each of A's rows, as a share of what the task reads (about 0.002-0.08 for the SFT
+    demo's directions: the ratio picks them, yet ordinary inputs still reach them)."""
+    import torch
+
+    a = directions.double()
+    keep_energy = a @ keep.double() @ a.T
+    task_energy = torch.trace(a @ task.double() @ a.T) / a.shape[0]
+    return (keep_energy / task_energy).float()
+
+
+def keep_decay_matrices(
+    model_name: str, task_chats: list[dict], rank: int, modules: tuple[str, ...], ridge: float = RIDGE
+) -> dict[str, torch.Tensor]:
+    """{projection name: keep_decay_matrix} for directions_for's directions: what the local backend's
+    `decay_lora_b` shrinks B by each step (times the rate and the task's decay coefficient, training/lora_a.py), so B
+    stays small on the columns whose direction ordinary chats read. Cached beside the directions, keyed as they are."""
+    keep_input, task_input = _inputs(model_name, task_chats, modules)
+    cached = _cache_file("keep-decay", _directions_file(keep_input[0], task_input[0], rank, ridge).name)
+    if cached.exists():
+        return _load(cached)
+    directions = directions_for(model_name, task_chats, rank, modules, ridge)
+    keep, task = _covariances(model_name, keep_input, task_input, modules)
+    solved: dict[tuple[int, int], torch.Tensor] = {}
+    for name in task:
+        inputs = (id(keep[name]), id(task[name]))
+        if inputs not in solved:
+            solved[inputs] = keep_decay_matrix(keep[name], task[name], directions[name]).contiguous()
+    matrices = {name: solved[(id(keep[name]), id(task[name]))] for name in task}
+    _save(matrices, cached)
+    return matrices
 
 
 def directions_for(
