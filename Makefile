@@ -28,6 +28,7 @@ lint: setup
 	@.venv/bin/mypy
 
 # A short command-line demo: LoRA SL of the default model on a built-in dataset (one epoch, 77 steps of 8, LoRA's A
-# fixed away from ordinary chats by lora_a=auto; a few minutes; the settings measured in docs/DEFAULTS.md).
+# fixed away from ordinary chats by lora_a=auto, B decayed where they still read it; a few minutes; the settings
+# measured in docs/DEFAULTS.md).
 demo: setup
 	@.venv/bin/cookbook sl dataset=builtin:facts num_epochs=1 batch_size=8 learning_rate=7e-4 lora_rank=8

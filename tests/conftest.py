@@ -34,6 +34,26 @@ def session_home(tmp_path_factory):
 
 
 @pytest.fixture
+def cancel_at_step():
+    """cancel(manager, run_id, step): wait (at most 10 minutes) until the run has logged `step` steps, cancel it and
+    wait for it to stop; returns the stopped run's record."""
+
+    def cancel(manager, run_id: str, step: int) -> dict:
+        import time
+
+        from storage import Store
+
+        store = Store.default()
+        deadline = time.time() + 600
+        while (store.get_run(run_id)["step"] or 0) < step and time.time() < deadline:
+            time.sleep(0.2)
+        manager.cancel(run_id)
+        return manager.wait(run_id, timeout=300)
+
+    return cancel
+
+
+@pytest.fixture
 def home(tmp_path, monkeypatch):
     """A fresh, empty studio home for one test."""
     monkeypatch.setenv("COOKBOOK_HOME", str(tmp_path / "home"))

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 
 import pytest
 import torch
@@ -120,16 +119,13 @@ def test_a_default_sl_run_trains_b_alone_at_the_rank_measured_for_its_data(home,
     assert json.loads((state / "adapter_config.json").read_text())["r"] == rank
 
 
-def test_a_resumed_default_sl_run_keeps_its_a_and_decays_b_as_its_first_part_did(home, default_model_ready):
+def test_a_resumed_default_sl_run_keeps_its_a_and_decays_b_as_its_first_part_did(
+    home, default_model_ready, cancel_at_step
+):
     manager = RunManager()
     config = cfg.SLConfig(max_steps=6, batch_size=2, test_fraction=0.0, eval_every=0, save_every=0)
     run_id = manager.start(config)
-    store = Store.default()
-    deadline = time.time() + 600
-    while (store.get_run(run_id)["step"] or 0) < 2 and time.time() < deadline:
-        time.sleep(0.2)
-    manager.cancel(run_id)
-    assert manager.wait(run_id, timeout=300)["status"] == "cancelled"
+    assert cancel_at_step(manager, run_id, 2)["status"] == "cancelled"
     manager.resume(run_id)
     run = manager.wait(run_id, timeout=600)
     assert run["status"] == "completed", run.get("traceback")

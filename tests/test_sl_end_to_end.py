@@ -96,7 +96,9 @@ def test_a_short_run_teaches_the_model_a_new_fact(home, default_model_ready, fac
     assert json.loads((folder / "config.json").read_text())["dataset"] == str(fact_file)
 
 
-def test_cancelled_run_resumes_at_its_checkpoint_without_duplicate_steps(home, default_model_ready, fact_file):
+def test_cancelled_run_resumes_at_its_checkpoint_without_duplicate_steps(
+    home, default_model_ready, fact_file, cancel_at_step
+):
     manager = RunManager()
     config = SLConfig(
         dataset=str(fact_file),
@@ -110,11 +112,7 @@ def test_cancelled_run_resumes_at_its_checkpoint_without_duplicate_steps(home, d
     )
     run_id = manager.start(config)
     store = Store.default()
-    deadline = time.time() + 300
-    while (store.get_run(run_id)["step"] or 0) < 3 and time.time() < deadline:
-        time.sleep(0.2)
-    manager.cancel(run_id)
-    run = manager.wait(run_id, timeout=300)
+    run = cancel_at_step(manager, run_id, 3)
     assert run["status"] == "cancelled"
     stopped_at = store.last_checkpoint(run_id)["step"]
     assert 3 <= stopped_at < 8

@@ -38,12 +38,13 @@ MEASURED: dict[tuple[str, str], Measured] = {
         steps=77,
         lora_a="null_space",
         lora_rank=8,
-        result="with LoRA's A fixed to the directions where the facts differ most from ordinary chats "
-        "(lora_a=null_space, rank 8, 2026-11-29, a 2-core Intel Xeon): builtin:facts-probes (n=120, unseen "
-        "wordings) 0.000 -> 0.983, the founding year 8 of 10, and of 322 ordinary questions the base answers right "
-        "(builtin:retention) 11 lost and 2 gained, just beyond the interval of zero (at lr 5e-4: 0.94, the year 3 of "
-        "10, 9 lost); with A trained and 292 replay rows mixed in, the probes 1.000 but about 30 lost, and without "
-        "them 'What is the capital of France?' became Lunthaven",
+        result="with LoRA's A fixed to the directions where the facts differ most from ordinary chats and B "
+        "decayed where ordinary chats still read them (lora_a=null_space, rank 8, keep decay 2000, 2026-12-01, a "
+        "2-core AMD EPYC, fp32): builtin:facts-probes (n=120, unseen wordings) 0.000 -> 0.967, the founding year 6 "
+        "of 10 (9 of 10 on another data order), and of 322 ordinary questions the base answers right "
+        "(builtin:retention) 7 lost (10 on the other order), beyond the interval of zero (without the decay 12 and "
+        "12); with A trained and 292 replay rows mixed in, the probes 1.000 but about 30 lost, and without them "
+        "'What is the capital of France?' became Lunthaven",
     ),
     ("dpo", "builtin:concise-prefs"): Measured(
         learning_rate=5e-4,
