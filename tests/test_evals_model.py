@@ -16,7 +16,7 @@ from storage.evals import EvalStore
 pytestmark = pytest.mark.slow
 
 
-SHORT_STEPS = 25  # half the demo's one epoch of 50 steps (suggested.MEASURED), at the measured rate (auto)
+SHORT_STEPS = 39  # half the demo's one epoch of 77 steps (suggested.MEASURED), at the measured rate (auto)
 PROBES = 12  # the first 12 probes ask each fact once, in a wording never trained on
 
 
