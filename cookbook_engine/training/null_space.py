@@ -31,6 +31,7 @@ import functools
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -146,14 +147,20 @@ def keep_decay_matrices(
         return _load(cached)
     directions = directions_for(model_name, task_chats, rank, modules, ridge)
     keep, task = _covariances(model_name, keep_input, task_input, modules)
+    matrices = _per_shared_input(keep, task, lambda name: keep_decay_matrix(keep[name], task[name], directions[name]))
+    _save(matrices, cached)
+    return matrices
+
+
+def _per_shared_input(keep: dict, task: dict, solve: Callable[[str], torch.Tensor]) -> dict[str, torch.Tensor]:
+    """{projection: solve(projection)}, solved once per input that projections share (q/k/v, gate/up read one
+    tensor, so their covariances are one object): the projections that share it get the same result object."""
     solved: dict[tuple[int, int], torch.Tensor] = {}
     for name in task:
         inputs = (id(keep[name]), id(task[name]))
         if inputs not in solved:
-            solved[inputs] = keep_decay_matrix(keep[name], task[name], directions[name]).contiguous()
-    matrices = {name: solved[(id(keep[name]), id(task[name]))] for name in task}
-    _save(matrices, cached)
-    return matrices
+            solved[inputs] = solve(name).contiguous()
+    return {name: solved[(id(keep[name]), id(task[name]))] for name in task}
 
 
 def directions_for(
@@ -168,12 +175,7 @@ def directions_for(
     if cached.exists():
         return _load(cached)
     keep, task = _covariances(model_name, keep_input, task_input, modules)
-    solved: dict[tuple[int, int], torch.Tensor] = {}
-    for name in task:
-        inputs = (id(keep[name]), id(task[name]))
-        if inputs not in solved:
-            solved[inputs] = reading_directions(keep[name], task[name], rank, ridge).contiguous()
-    directions = {name: solved[(id(keep[name]), id(task[name]))] for name in task}
+    directions = _per_shared_input(keep, task, lambda name: reading_directions(keep[name], task[name], rank, ridge))
     _save(directions, cached)
     return directions
 
