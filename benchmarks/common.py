@@ -281,3 +281,20 @@ def run_once_and_append(prefix: str, results: Path, run: Callable[[dict[str, str
     print(json.dumps(result, indent=1), flush=True)
     previous = json.loads(results.read_text()) if results.exists() else []
     results.write_text(json.dumps([*previous, result], indent=1) + "\n")
+
+
+def retention_of_eval(store, eval_id: str, skip_base: bool) -> dict[str, Any]:
+    """An evaluation job's builtin:retention result (retention_loss: lost, gained, the paired interval) and the
+    trained model's wrong replies ("question -> reply"). With skip_base the base model was not asked: every question
+    counts as right before, which holds only where the base answers all of builtin:retention (fp32 on the default
+    model; the caller says so)."""
+    from cookbook_engine.evals.retention import retention_loss, retention_of_job
+
+    rows = store.examples(eval_id, "builtin:retention")
+    wrong = rows[(rows["model"] != "base") & ~rows["correct"].astype(bool)]
+    if skip_base:
+        right = rows.sort_values("idx")["correct"].astype(bool).tolist()
+        result = {**retention_loss([True] * len(right), right), "base": "not asked (answers all)"}
+    else:
+        result = retention_of_job(rows)
+    return {**result, "trained_wrong": [f"{row['prompt']} -> {row['output']}" for _, row in wrong.iterrows()]}

@@ -10,8 +10,10 @@ retention answers lost and gained.
 
 Settings (key=value, comma-separated; one run per call): kind (sl | dpo), lora_a (null_space | trained | auto), rank
 (sl 8, dpo 32), seed (0), keep_decay (the task's B decay where ordinary chats read A, training/lora_a.py KEEP_DECAY;
-the engine's own value unless set), and any loop setting as set.KEY=VALUE (e.g. set.learning_rate=3e-4,
-set.train_attn=false).
+the engine's own value unless set), evals (the sets to ask, joined by +, e.g. evals=prefs-style-controlled+retention;
+the kind's sets unless set), base (skip: the base model is not asked again and the retention answers lost are the
+trained model's wrong ones; only where the base answers all of builtin:retention, as in fp32 on the default model),
+and any loop setting as set.KEY=VALUE (e.g. set.learning_rate=3e-4, set.train_attn=false).
 The engine's LoRA alpha is 32 whatever the rank, so rank 8 scales B A by 4. Appends to results/null_space_loops.json
 (the runs before 2026-11-29 10:00 fixed A by wrapping the loop's client start, with the same directions, before SL and
 DPO had the setting). Run alone (6-15 minutes each on a 2-core CPU, plus about 3 minutes once per model for the
@@ -39,7 +41,7 @@ def accuracy_of(store, eval_id: str, eval_set: str) -> dict[str, float]:
     examples = store.examples(eval_id, eval_set)
     is_base = examples["model"] == "base"
     return {
-        side: round(float(rows["correct"].astype(float).mean()), 3)
+        side: round(float(rows["correct"].astype(float).mean()), 3) if len(rows) else None  # base=skip: no base rows
         for side, rows in (("base", examples[is_base]), ("trained", examples[~is_base]))
     }
 
@@ -54,7 +56,6 @@ def by_reference(store, eval_id: str, eval_set: str) -> dict[str, str]:
 
 def run(settings: dict[str, str], home) -> dict:
     from cookbook_engine import cli
-    from cookbook_engine.evals.retention import retention_of_job
     from cookbook_engine.training import lora_a
     from storage import Store
     from storage.evals import EvalStore
@@ -76,10 +77,14 @@ def run(settings: dict[str, str], home) -> dict:
     minutes = (time.perf_counter() - started) / 60
     run_id = next(r["run_id"] for r in Store.default().list_runs() if r["name"] == name)
     evals = EVALS[kind]
-    assert cli.main(["eval", f"models=base,{run_id}", "evals=" + ",".join(evals), "--json"]) == 0
+    if "evals" in settings:
+        evals = tuple(f"builtin:{set_name}" for set_name in settings["evals"].split("+"))
+        assert evals[-1] == "builtin:retention", "evals=...: retention comes last"
+    skip_base = settings.get("base") == "skip"
+    models = run_id if skip_base else f"base,{run_id}"
+    assert cli.main(["eval", f"models={models}", "evals=" + ",".join(evals), "--json"]) == 0
     store = EvalStore()
     eval_id = store.list_jobs()[0]["eval_id"]
-    retention = store.examples(eval_id, "builtin:retention")
     return {
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "machine": common.machine(),
@@ -90,7 +95,7 @@ def run(settings: dict[str, str], home) -> dict:
         "keep_decay": lora_a.KEEP_DECAY.get((kind, DATASET[kind]), 0.0),
         "accuracy": {eval_set: accuracy_of(store, eval_id, eval_set) for eval_set in evals[:-1]},
         "by_reference": {eval_set: by_reference(store, eval_id, eval_set) for eval_set in evals[:-1]},
-        "retention": retention_of_job(retention),  # with the answers lost and gained
+        "retention": common.retention_of_eval(store, eval_id, skip_base),  # lost, gained, the wrong replies
     }
 
 

@@ -4,8 +4,10 @@
 fresh studio home. Reports fresh-sum accuracy, the retention loss with its paired interval, and how many ordinary
 answers were lost and gained; for a null_space run also that A stayed where it was fixed.
 
-Settings (key=value, comma-separated; one run per call): seed (0), lora_a (auto), and any other `cookbook rl`
-setting as rl.KEY=VALUE. Appends to results/rl_null_space.json. Run (alone; about 13 minutes each on a 2-core CPU):
+Settings (key=value, comma-separated; one run per call): seed (0), lora_a (auto), keep_decay (B's decay where
+ordinary chats read the fixed A, training/lora_a.py KEEP_DECAY; the engine's own value unless set), base (skip: the
+base model is not asked again, as in benchmarks/null_space_loops.py), and any other `cookbook rl` setting as
+rl.KEY=VALUE. Appends to results/rl_null_space.json. Run (alone; about 13 minutes each on a 2-core CPU):
     ../.venv/bin/python rl_null_space.py seed=1
     ../.venv/bin/python rl_null_space.py seed=1,lora_a=trained
 
@@ -48,11 +50,13 @@ def a_moved(home: Path, config) -> float:
 
 def run(settings: dict[str, str], home: Path) -> dict:
     from cookbook_engine import cli, config as cfg
-    from cookbook_engine.evals.retention import retention_of_job
+    from cookbook_engine.training import lora_a
     from cookbook_engine.training.lora_a import lora_a_used
     from storage import Store
     from storage.evals import EvalStore
 
+    if "keep_decay" in settings:
+        lora_a.KEEP_DECAY[("rl", "arithmetic")] = float(settings["keep_decay"])
     name = f"rl-{time.strftime('%H%M%S')}"
     command = ["rl", "env=arithmetic", f"seed={settings.get('seed', '0')}", f"lora_a={settings.get('lora_a', 'auto')}"]
     command += [f"{k[3:]}={v}" for k, v in settings.items() if k.startswith("rl.")]
@@ -63,12 +67,13 @@ def run(settings: dict[str, str], home: Path) -> dict:
     minutes = (time.perf_counter() - started) / 60
     run_id = next(r["run_id"] for r in Store.default().list_runs() if r["name"] == name)
     moved = a_moved(home, config) if lora_a_used(config) == "null_space" else None
-    assert cli.main(["eval", f"models=base,{run_id}", "evals=" + ",".join(EVALS), "--json"]) == 0
+    skip_base = settings.get("base") == "skip"
+    models = run_id if skip_base else f"base,{run_id}"
+    assert cli.main(["eval", f"models={models}", "evals=" + ",".join(EVALS), "--json"]) == 0
     store = EvalStore()
     job = store.list_jobs()[0]
     fresh = store.examples(job["eval_id"], EVALS[0])
     trained = fresh[fresh["model"] != "base"]
-    retention = store.examples(job["eval_id"], EVALS[1])
     return {
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "machine": common.machine(),
@@ -76,10 +81,11 @@ def run(settings: dict[str, str], home: Path) -> dict:
         "settings": settings,
         "lora_a": lora_a_used(config),
         "train_minutes": round(minutes, 2),  # model load, directions (cached after the first run) and training
+        "keep_decay": lora_a.KEEP_DECAY.get(("rl", "arithmetic"), 0.0),
         "a_max_moved": moved,  # 0: A stayed where it was fixed
         "fresh_trained": round(float(trained["correct"].astype(float).mean()), 3),
         "fresh_n": len(trained),
-        "retention": retention_of_job(retention),  # with the answers lost and gained
+        "retention": common.retention_of_eval(store, job["eval_id"], skip_base),  # lost, gained, the wrong replies
     }
 
 

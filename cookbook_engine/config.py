@@ -220,9 +220,11 @@ class AnchorConfig:
 
 @dataclass
 class RLAnchorConfig(AnchorConfig):
-    """RL's anchor is on by default (rl/suggested.py has the measurement: on the arithmetic env, over seeds 0, 1 and 2,
-    it kept 0.952 of the base model's ordinary answers against 0.899 without, with the same held-out accuracy). SL
-    and DPO have it off (anchored, DPO stopped most of what it teaches; docs/DEFAULTS.md)."""
+    """RL's anchor, off by default like SL's and DPO's since 2026-12-02 (rl/suggested.py): on the arithmetic env the
+    default's B decays where ordinary chats read its fixed A instead, which kept every ordinary answer in 7 minutes
+    where the anchor lost 4 in 11. Turned on (anchor.dataset=builtin:replay) it trains 8 chats a step at weight 3, as
+    measured with A trained: over seeds 0, 1 and 2 it kept 0.952 of the base model's ordinary answers against 0.899
+    without, with the same held-out accuracy (docs/DEFAULTS.md)."""
 
     dataset: str = redefault(AnchorConfig, "dataset", RL_MEASURED.anchor_dataset)
     rows: int = redefault(AnchorConfig, "rows", RL_MEASURED.anchor_rows)

@@ -29,11 +29,11 @@ def test_anchor_settings_parse_and_round_trip_as_a_command():
     assert (config.anchor.dataset, config.anchor.rows, config.anchor.coef) == ("builtin:replay", 6, 2.0)
     assert "anchor.dataset=builtin:replay" in cfg.to_command(config)
     assert cfg.parse_overrides("sl", []).anchor.dataset == cfg.parse_overrides("dpo", []).anchor.dataset == ""
-    rl = cfg.parse_overrides("rl", [])  # RL is anchored unless turned off (rl/suggested.py measured it)
-    assert (rl.anchor.dataset, rl.anchor.rows, rl.anchor.coef) == ("builtin:replay", 8, 3.0)
-    off = cfg.parse_overrides("rl", ["anchor.dataset="])
-    assert off.anchor.dataset == "" and "anchor.dataset=''" in cfg.to_command(off)
-    assert cfg.parse_overrides("rl", shlex.split(cfg.to_command(off))[2:]).anchor.dataset == ""
+    rl = cfg.parse_overrides("rl", [])  # off, since B decays instead; when on, RL's measured rows and weight
+    assert (rl.anchor.dataset, rl.anchor.rows, rl.anchor.coef) == ("", 8, 3.0)
+    on = cfg.parse_overrides("rl", ["anchor.dataset=builtin:replay"])
+    assert on.anchor.dataset == "builtin:replay" and "anchor.dataset=builtin:replay" in cfg.to_command(on)
+    assert cfg.parse_overrides("rl", shlex.split(cfg.to_command(on))[2:]).anchor.dataset == "builtin:replay"
     with pytest.raises(cfg.ConfigError, match="anchor.rows"):
         cfg.check(cfg.parse_overrides("dpo", ["anchor.rows=0"]))
 

@@ -100,9 +100,10 @@ def test_distillation_prompts_include_prompt_files_and_a_teacher_equal_to_the_st
     shot(page, "new-run-distill-sums")
 
 
-def test_an_rl_run_is_anchored_to_the_base_model_unless_turned_off_in_the_form(studio, page):  # noqa: F811
-    """'Keep what the model knew' (anchor.*): an RL run starts anchored to builtin:replay (RL's default, measured:
-    rl/suggested.py); picking None turns it off, Check reads "Ready to start" and the command says so."""
+def test_an_rl_run_starts_without_an_anchor_and_the_form_turns_one_on(studio, page):  # noqa: F811
+    """'Keep what the model knew' (anchor.*): an RL run starts with no anchor (RL's default since its B decays where
+    ordinary chats read its fixed A instead: rl/suggested.py) and RL's measured 8 chats a step; picking
+    builtin:replay turns it on, Check reads "Ready to start" and the command says so."""
     page.goto(f"{studio}/new_run")
     page.get_by_role("button", name="Start run").wait_for()
     wait_idle(page)
@@ -110,19 +111,18 @@ def test_an_rl_run_is_anchored_to_the_base_model_unless_turned_off_in_the_form(s
     page.get_by_text("Keep what the model knew").click()
     anchor = page.locator("[data-testid=stSelectbox]").filter(has_text="Anchor chats").first
     anchor.scroll_into_view_if_needed()
-    assert page.get_by_label("Anchor chats", exact=True).input_value().startswith("builtin:replay")  # RL's default
+    assert page.get_by_label("Anchor chats", exact=True).input_value() == "None"  # RL's default
     assert page.get_by_label("Anchor chats per step", exact=True).input_value() == "8"
-    shot(page, "new-run-rl-anchor")
     options = page.get_by_role("option")
     open_list(anchor.locator("input"), options)
-    assert {"None", "builtin:replay (292 ordinary questions, the base model's replies)"} <= {
-        text.strip() for text in options.all_inner_texts()
-    }
-    options.filter(has_text="None").click()
+    replay = "builtin:replay (292 ordinary questions, the base model's replies)"
+    assert {"None", replay} <= {text.strip() for text in options.all_inner_texts()}
+    options.filter(has_text=replay).click()
     wait_idle(page)
+    shot(page, "new-run-rl-anchor")
     page.get_by_role("button", name="Check settings").click()
     page.get_by_text("Ready to start").wait_for(timeout=60_000)
-    page.get_by_text("anchor.dataset=''").first.wait_for()
+    page.get_by_text("anchor.dataset=builtin:replay").first.wait_for()
 
 
 def test_lora_layers_start_at_each_kinds_default_and_unticking_both_is_refused_by_name(studio, page):  # noqa: F811

@@ -263,10 +263,10 @@ def test_off_policy_sampling_drops_groups_older_than_max_steps_off_policy(home, 
 
 
 def test_an_anchored_rl_step_still_sends_its_training_in_one_cycle(home, default_model_ready, mixed_rewards):
-    """RL's default anchor (training/anchor.py) adds a forward_backward on its chats to each step's training cycle,
-    and the base model's scoring of the next step's chats goes out in that same cycle (prefetched), so a hosted
-    run's step costs no extra round trip for it."""
-    stats, run_id = run_rl(rl_config(anchor=RLAnchorConfig(rows=2)))
+    """An anchor (anchor.dataset=builtin:replay, training/anchor.py) adds a forward_backward on its chats to each
+    step's training cycle, and the base model's scoring of the next step's chats goes out in that same cycle
+    (prefetched), so a hosted run's step costs no extra round trip for it."""
+    stats, run_id = run_rl(rl_config(anchor=RLAnchorConfig(dataset="builtin:replay", rows=2)))
     per_step = rl_cycles_per_step(stats)
     print(f"anchored synchronous RL: {per_step:.2f} cycles/step; cycles {stats.cycle_log}")
     training_cycles = [sorted(methods) for _, methods in stats.cycle_log if "optim_step" in methods]

@@ -111,7 +111,7 @@ def dpo_prepared(count: int) -> dpo_data.PreparedDPO:
     return dpo_data.PreparedDPO(pairs, held_out, 0, 0, "fake", 2 * sum(p.chosen.model_input.length for p in pairs))
 
 
-NO_ANCHOR = RLAnchorConfig(dataset="")  # the fake clients score no anchor (RL has one by default: test_anchor.py)
+NO_ANCHOR = RLAnchorConfig(dataset="")  # the fake clients score no anchor (off by default too: test_anchor.py)
 # and fix no LoRA A (lora_a=trained: the SL, DPO and RL defaults fix it on the local backend, training/lora_a.py)
 
 

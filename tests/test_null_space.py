@@ -180,6 +180,8 @@ def test_a_default_dpo_run_trains_b_alone_and_its_checkpoint_says_so(home, defau
     assert run["status"] == "completed", run.get("traceback")
     log = (paths.run_dir(run["run_id"]) / "log.txt").read_text()
     assert "LoRA's A fixed on 210 projections to the 4 input directions where the preference pairs differ" in log
+    decay = lora_a.KEEP_DECAY[("dpo", "builtin:concise-prefs")]
+    assert f"decaying where ordinary chats still read those directions (keep decay {decay:g})" in log
     state = compat.resolve(Store.default().last_checkpoint(run["run_id"])["state_path"])
     assert (state / LORA_A_FIXED_MARKER).exists()  # so a resumed run keeps A fixed
 
