@@ -323,7 +323,7 @@ class ModelWorker:
                 if matrix.shape != (rank, rank):
                     raise ValueError(f"decay_lora_b: {module_name} wants {rank} x {rank}, got {tuple(matrix.shape)}")
                 weights.append(weight)
-                matrices.append(matrix.to(device=weight.device, dtype=torch.float64))
+                matrices.append(matrix.to(device="cpu", dtype=torch.float64))  # solved on the CPU: MPS has no float64
         self.b_decay[name] = (weights, torch.stack(matrices)) if weights else ([], torch.zeros(0))
         return len(weights)
 
@@ -332,11 +332,12 @@ class ModelWorker:
         if name not in self.b_decay or not self.b_decay[name][0]:
             return
         weights, matrices_P = self.b_decay[name]
-        eye = torch.eye(matrices_P.shape[-1], dtype=matrices_P.dtype, device=matrices_P.device)
+        eye = torch.eye(matrices_P.shape[-1], dtype=matrices_P.dtype)
         shrink_P = torch.linalg.inv(eye + learning_rate * matrices_P)  # one batched solve for every projection
+        shrink_P = shrink_P.to(device=weights[0].device, dtype=weights[0].dtype)  # one copy to the model's device
         with torch.no_grad():
             for weight, shrink in zip(weights, shrink_P, strict=True):
-                weight.copy_(weight @ shrink.to(weight.dtype))
+                weight.copy_(weight @ shrink)
 
     def adapter_state(self, name: str) -> dict[str, torch.Tensor]:
         """The adapter's weights in PEFT's saved format (keys without the adapter name), copied."""
