@@ -108,7 +108,13 @@ def test_an_rl_run_starts_without_an_anchor_and_the_form_turns_one_on(studio, pa
     page.get_by_role("button", name="Start run").wait_for()
     wait_idle(page)
     choose(page, "Reinforcement (RL)")
-    page.get_by_text("Keep what the model knew").click()
+    wait_idle(page)
+    for _ in range(3):  # the first click after the kind changed left it shut (2 runs of 2, 2026-12-02); a second opens
+        if page.get_by_label("Anchor chats", exact=True).is_visible():
+            break
+        page.get_by_text("Keep what the model knew").click()
+        page.wait_for_timeout(1000)
+    page.get_by_label("Anchor chats", exact=True).wait_for()
     anchor = page.locator("[data-testid=stSelectbox]").filter(has_text="Anchor chats").first
     anchor.scroll_into_view_if_needed()
     assert page.get_by_label("Anchor chats", exact=True).input_value() == "None"  # RL's default

@@ -21,8 +21,9 @@ each step where ordinary chats read A, by the task's KEEP_DECAY (training/lora_a
 
 Measured (issue 23, docs/DEFAULTS.md): the RL arithmetic default learns its sums as before and the DPO default its
 own kinds of pairs; with the decay as well both keep the base model's ordinary answers within the interval of zero in
-fp32 (RL 0 of 322 lost on two seeds, DPO 1), where the fixed A alone lost 4 and 12. The SFT demo still loses 7-10. Not here: which runs use
-it and on which task's chats (training/lora_a.py), the local backend's fixing of A (backends/local.py `fix_lora_a`).
+fp32 (RL 0 of 322 lost on two seeds, DPO 1), where the fixed A alone lost 4 and 12. The SFT demo still loses 7-10.
+Not here: which runs use it and on which task's chats (training/lora_a.py), the local backend's fixing of A
+(backends/local.py `fix_lora_a`).
 """
 
 from __future__ import annotations
