@@ -610,7 +610,6 @@ def parse_overrides(kind: str, args: list[str]) -> CommonConfig:
 # from_dict fills it in, so such a run resumes and reads as it ran. Add a line whenever a new setting's default
 # changes what a run does.
 BEFORE_IT_EXISTED: dict[tuple[str, str], Any] = {
-    ("rl", "anchor.dataset"): "",  # RL runs stored before the anchor (2026-11-27) had none
     ("rl", "scale_rewards"): "none",  # RL runs stored before the setting (2026-11-28) did not divide advantages
     ("rl", "train_mlp"): True,  # RL runs stored before the setting (2026-11-28) had LoRA on the MLP too
     ("rl", "partial_credit"): 0.0,  # RL runs stored before the setting (2026-11-28) scored wrong answers 0
