@@ -9,9 +9,11 @@ retention answers lost and gained.
   own kinds, the kinds never trained and `retention`.
 
 Settings (key=value, comma-separated; one run per call): kind (sl | dpo), lora_a (null_space | trained | auto), rank
-(sl 8, dpo 32), seed (0), keep_decay (the task's B decay where ordinary chats read A, training/lora_a.py KEEP_DECAY;
-the engine's own value unless set), evals (the sets to ask, joined by +, e.g. evals=prefs-style-controlled+retention;
-the kind's sets unless set), base (skip: the base model is not asked again and the retention answers lost are the
+(sl 8, dpo 32), seed (0), copies (sl: the facts this many times; FACTS_COPIES unless set), data (dpo: contrast adds
+dpo_contrast_data's 312 twins to the default's pairs, hard the 312 contrast pairs of three draws the base model
+prefers least), keep_decay (the task's B decay where ordinary chats read A, training/lora_a.py KEEP_DECAY; the
+engine's own value unless set), evals (the sets to ask, joined by +, e.g. evals=prefs-style-controlled+retention; the
+kind's sets unless set), base (skip: the base model is not asked again and the retention answers lost are the
 trained model's wrong ones; only where the base answers all of builtin:retention, as in fp32 on the default model),
 and any loop setting as set.KEY=VALUE (e.g. set.learning_rate=3e-4, set.train_attn=false).
 The engine's LoRA alpha is 32 whatever the rank, so rank 8 scales B A by 4. Appends to results/null_space_loops.json
@@ -54,13 +56,83 @@ def by_reference(store, eval_id: str, eval_set: str) -> dict[str, str]:
     return {str(ref): f"{int(row['sum'])}/{int(row['count'])}" for ref, row in counts.iterrows()}
 
 
+def add_contrast_twins(builtin_data) -> None:
+    """builtin:concise-prefs becomes its own pairs and 312 contrast twins (benchmarks/dpo_contrast_data.py), shuffled,
+    for this process: its training rows and lora_a=null_space's task chats both read concise_prefs_pairs."""
+    import random
+
+    from dpo_contrast_data import contrast_pairs
+
+    default_pairs = builtin_data.concise_prefs_pairs
+
+    def with_twins():
+        pairs = default_pairs() + contrast_pairs()
+        random.Random(1).shuffle(pairs)
+        return pairs
+
+    builtin_data.concise_prefs_pairs = with_twins
+
+
+def base_margins(pairs) -> list[float]:
+    """The base model's summed log-probability of each pair's chosen reply minus its rejected one's, as the
+    preference evaluators score it (fp32, the chat template, the reply and its end token)."""
+    import torch
+
+    from cookbook_engine import models
+
+    tokenizer = models.load_tokenizer(models.DEFAULT_MODEL)
+    model = models.load_model(models.DEFAULT_MODEL, dtype=torch.float32).eval()
+
+    def logprob(prompt: str, reply: str) -> float:
+        chat = [{"role": "user", "content": prompt}]
+        prompt_ids = tokenizer.apply_chat_template(chat, tokenize=True, add_generation_prompt=True)
+        prompt_ids = list(prompt_ids["input_ids"] if hasattr(prompt_ids, "keys") else prompt_ids)
+        reply_ids = tokenizer(reply + tokenizer.eos_token, add_special_tokens=False)["input_ids"]
+        ids = torch.tensor([prompt_ids + reply_ids])
+        with torch.no_grad():
+            logprobs = model(ids).logits[0, len(prompt_ids) - 1 : -1].float().log_softmax(-1)
+        return float(logprobs.gather(-1, ids[0, len(prompt_ids) :, None]).sum())
+
+    return [logprob(p.prompt, p.chosen) - logprob(p.prompt, p.rejected) for p in pairs]
+
+
+def add_hard_twins(builtin_data, limit: int = 312) -> None:
+    """builtin:concise-prefs becomes its own pairs and the `limit` contrast pairs (three draws of
+    dpo_contrast_data's, 12 twins a kind each) the base model prefers least, its own mistakes first."""
+    import random
+
+    from dpo_contrast_data import contrast_pairs
+
+    default_pairs = builtin_data.concise_prefs_pairs
+    pool = {p.prompt: p for seed in (0, 1, 2) for p in contrast_pairs(seed=seed)}
+    pool_pairs = list(pool.values())
+    margins = base_margins(pool_pairs)
+    hardest = [p for _, p in sorted(zip(margins, pool_pairs, strict=True), key=lambda item: item[0])][:limit]
+    wrong = sum(m < 0 for m in margins)
+    print(f"hard twins: {len(pool_pairs)} contrast pairs, base wrong on {wrong}; the {limit} hardest taken")
+
+    def with_hard():
+        pairs = default_pairs() + hardest
+        random.Random(1).shuffle(pairs)
+        return pairs
+
+    builtin_data.concise_prefs_pairs = with_hard
+
+
 def run(settings: dict[str, str], home) -> dict:
     from cookbook_engine import cli
+    from cookbook_engine.data import builtin as builtin_data
     from cookbook_engine.training import lora_a
     from storage import Store
     from storage.evals import EvalStore
 
     kind = settings.get("kind", "sl")
+    if "copies" in settings:  # the SFT demo's facts this many times (data/builtin.py FACTS_COPIES)
+        builtin_data.FACTS_COPIES = int(settings["copies"])
+    if settings.get("data") == "contrast":  # DPO: the default's pairs and dpo_contrast_data's twins, 12 a kind
+        add_contrast_twins(builtin_data)
+    if settings.get("data") == "hard":  # DPO: the default's pairs and the contrast pairs the base model prefers least
+        add_hard_twins(builtin_data)
     if "keep_decay" in settings:
         lora_a.KEEP_DECAY[(kind, DATASET[kind])] = float(settings["keep_decay"])
     rank = int(settings.get("rank", "8" if kind == "sl" else "32"))
@@ -92,6 +164,7 @@ def run(settings: dict[str, str], home) -> dict:
         "settings": settings,
         "command": command,
         "train_minutes": round(minutes, 2),  # model load, directions (cached after the first run) and training
+        "facts_copies": builtin_data.FACTS_COPIES if kind == "sl" else None,
         "keep_decay": lora_a.KEEP_DECAY.get((kind, DATASET[kind]), 0.0),
         "accuracy": {eval_set: accuracy_of(store, eval_id, eval_set) for eval_set in evals[:-1]},
         "by_reference": {eval_set: by_reference(store, eval_id, eval_set) for eval_set in evals[:-1]},
