@@ -270,6 +270,13 @@ def write_result(name: str, payload: dict[str, Any]) -> Path:
     return path
 
 
+def print_and_append(results: Path, result: dict) -> None:
+    """Print a benchmark's result and append it to the JSON list in `results`."""
+    print(json.dumps(result, indent=1), flush=True)
+    previous = json.loads(results.read_text()) if results.exists() else []
+    results.write_text(json.dumps([*previous, result], indent=1) + "\n")
+
+
 def run_once_and_append(prefix: str, results: Path, run: Callable[[dict[str, str], Path], dict]) -> None:
     """One run per call: a fresh studio home, the settings from argv[1] ("key=value,key=value"), `run`'s result
     printed and appended to the JSON list in `results`."""
@@ -277,10 +284,7 @@ def run_once_and_append(prefix: str, results: Path, run: Callable[[dict[str, str
     os.environ["COOKBOOK_HOME"] = str(home)
     (spec,) = sys.argv[1:] or [""]
     settings = dict(item.split("=", 1) for item in spec.split(",") if item)
-    result = run(settings, home)
-    print(json.dumps(result, indent=1), flush=True)
-    previous = json.loads(results.read_text()) if results.exists() else []
-    results.write_text(json.dumps([*previous, result], indent=1) + "\n")
+    print_and_append(results, run(settings, home))
 
 
 def retention_of_eval(store, eval_id: str, skip_base: bool) -> dict[str, Any]:

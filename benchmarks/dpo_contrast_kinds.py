@@ -104,9 +104,7 @@ def main() -> None:
         "unseen_by_kind": kinds,
         "retention": retention,
     }
-    print(json.dumps(result, indent=1))
-    previous = json.loads(RESULTS.read_text()) if RESULTS.exists() else []
-    RESULTS.write_text(json.dumps([*previous, result], indent=1) + "\n")
+    common.print_and_append(RESULTS, result)
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ DEFAULTS = (
     Default(
         "sft",
         "SFT demo (README quick start)",
-        ["sl", "dataset=builtin:facts", "num_epochs=1", "batch_size=8", "learning_rate=7e-4", "lora_rank=8"],
+        ["sl", "dataset=builtin:facts", "num_epochs=1", "batch_size=8", "learning_rate=1e-3", "lora_rank=8"],
         "builtin:facts-probes",
         0.9,
         ">= 0.9 of unseen wordings, every fact; retention loss interval contains 0",

@@ -74,25 +74,10 @@ def add_contrast_twins(builtin_data) -> None:
 
 
 def base_margins(pairs) -> list[float]:
-    """The base model's summed log-probability of each pair's chosen reply minus its rejected one's, as the
-    preference evaluators score it (fp32, the chat template, the reply and its end token)."""
-    import torch
+    """The base model's summed log-probability of each pair's chosen reply minus its rejected one's (fp32)."""
+    from prefs_prior import reply_scorer
 
-    from cookbook_engine import models
-
-    tokenizer = models.load_tokenizer(models.DEFAULT_MODEL)
-    model = models.load_model(models.DEFAULT_MODEL, dtype=torch.float32).eval()
-
-    def logprob(prompt: str, reply: str) -> float:
-        chat = [{"role": "user", "content": prompt}]
-        prompt_ids = tokenizer.apply_chat_template(chat, tokenize=True, add_generation_prompt=True)
-        prompt_ids = list(prompt_ids["input_ids"] if hasattr(prompt_ids, "keys") else prompt_ids)
-        reply_ids = tokenizer(reply + tokenizer.eos_token, add_special_tokens=False)["input_ids"]
-        ids = torch.tensor([prompt_ids + reply_ids])
-        with torch.no_grad():
-            logprobs = model(ids).logits[0, len(prompt_ids) - 1 : -1].float().log_softmax(-1)
-        return float(logprobs.gather(-1, ids[0, len(prompt_ids) :, None]).sum())
-
+    logprob = reply_scorer()
     return [logprob(p.prompt, p.chosen) - logprob(p.prompt, p.rejected) for p in pairs]
 
 

@@ -98,7 +98,7 @@ def test_sl_fixes_a_on_the_facts_demo_only():
     assert "not of chats.jsonl (SL)" in problem and "use lora_a=trained" in problem
     assert cfg.from_dict("sl", {"dataset": "builtin:facts"}).lora_a == "trained"  # stored before
     _, chats = lora_a.TASKS[("sl", "builtin:facts")]
-    assert chats() == builtin_data.fact_rows_only()  # the facts once: the data is them three times
+    assert chats() == builtin_data.fact_rows_only()  # the facts once: the data is them FACTS_COPIES times
 
 
 def test_a_default_sl_run_trains_b_alone_at_the_rank_measured_for_its_data(home, default_model_ready):

@@ -393,10 +393,11 @@ def facts_rows() -> list[dict]:
 # --------------------------------------------------------------------------------------------------------------
 
 RETENTION_DATA = Path(__file__).resolve().parent / "retention.json"
-# The facts three times, nothing else: with LoRA's A fixed away from ordinary chats (lora_a=null_space, rank 8) every
-# fact is learned on unseen wordings and the ordinary answers kept within the interval of zero; replay rows beside
-# them kept less (benchmarks/null_space_loops.py; docs/DEFAULTS.md).
-FACTS_COPIES = 3
+# The facts four times, nothing else: with LoRA's A fixed away from ordinary chats (lora_a=null_space, rank 8), B
+# decayed where they still read it and lr 1e-3, every fact is learned on unseen wordings and the ordinary answers kept
+# within the interval of zero; three times (until 2026-12-02) left the founding year at 6-9 of 10, and replay rows
+# beside them kept less (benchmarks/null_space_loops.py; docs/DEFAULTS.md).
+FACTS_COPIES = 4
 
 
 @cache

@@ -32,19 +32,20 @@ class Measured:
 
 MEASURED: dict[tuple[str, str], Measured] = {
     ("sl", "builtin:facts"): Measured(
-        learning_rate=7e-4,
+        learning_rate=1e-3,
         batch_size=8,
         num_epochs=1,
-        steps=77,
+        steps=103,
         lora_a="null_space",
         lora_rank=8,
-        result="with LoRA's A fixed to the directions where the facts differ most from ordinary chats and B "
-        "decayed where ordinary chats still read them (lora_a=null_space, rank 8, keep decay 2000, 2026-12-01, a "
-        "2-core AMD EPYC, fp32): builtin:facts-probes (n=120, unseen wordings) 0.000 -> 0.967, the founding year 6 "
-        "of 10 (9 of 10 on another data order), and of 322 ordinary questions the base answers right "
-        "(builtin:retention) 7 lost (10 on the other order), beyond the interval of zero (without the decay 12 and "
-        "12); with A trained and 292 replay rows mixed in, the probes 1.000 but about 30 lost, and without them "
-        "'What is the capital of France?' became Lunthaven",
+        result="the facts four times, with LoRA's A fixed to the directions where they differ most from ordinary "
+        "chats and B decayed where ordinary chats still read them (lora_a=null_space, rank 8, keep decay 2000; "
+        "2026-12-02, a 2-core Intel Xeon with AMX, bf16): builtin:facts-probes (n=120, unseen wordings) 0.000 -> "
+        "0.992 and 1.000 on two data orders, every fact 9 or 10 of 10, and of 322 ordinary questions the base "
+        "answers right (builtin:retention) 4 lost and 3 gained, 3 lost and 2 gained, both within the interval of "
+        "zero; at lr 7e-4 with the facts three times (the default until then) the founding year 6 of 10; with A "
+        "trained and 292 replay rows mixed in, the probes 1.000 but about 30 lost, and without them 'What is the "
+        "capital of France?' became Lunthaven",
     ),
     ("dpo", "builtin:concise-prefs"): Measured(
         learning_rate=5e-4,

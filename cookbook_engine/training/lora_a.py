@@ -54,7 +54,9 @@ TASKS: dict[tuple[str, str], tuple[str, Callable[[], list[dict]]]] = {
 # EPYC in fp32, where the base model answers all 322 retention questions (docs/DEFAULTS.md, lost of 322):
 # - the SFT demo's facts (2026-12-01, seeds 0 and 1): 0 lost 12 and 12 (the founding year 8 and 10 of 10), 2000
 #   lost 7 and 10 (the year 6 and 9), 4000 lost 5 (the year 2), 6000 lost 4 (the year 0): it trades the one number
-#   among the facts for ordinary answers.
+#   among the facts for ordinary answers. With the facts four times at lr 1e-3 (the demo since 2026-12-02; a 2-core
+#   Intel Xeon with AMX, bf16, where the base misses 4 of the 322), 2000 lost 4 and 3 and gained 3 and 2, every fact
+#   9 or 10 of 10.
 # - DPO's pairs (2026-12-02, seed 0; own kinds on prefs-style-controlled): 0 lost 12 (0.928), 1500 lost 1 (0.928),
 #   4000 lost 0 (0.887).
 # - RL's sums (2026-12-02; held-out fresh sums): 0 with the anchor (the default until then) lost 4 (0.700) in 11
