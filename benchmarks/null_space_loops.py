@@ -9,9 +9,8 @@ retention answers lost and gained.
   own kinds, the kinds never trained and `retention`.
 
 Settings (key=value, comma-separated; one run per call): kind (sl | dpo), lora_a (null_space | trained | auto), rank
-(sl 8, dpo 32), seed (0), copies (sl: the facts this many times; FACTS_COPIES unless set), data (dpo: contrast adds
-dpo_contrast_data's 312 twins to the default's pairs, hard the 312 contrast pairs of three draws the base model
-prefers least), keep_decay (the task's B decay where ordinary chats read A, training/lora_a.py KEEP_DECAY; the
+(sl 8, dpo 32), seed (0), copies (sl: the facts this many times; FACTS_COPIES unless set), data (dpo: hard adds the 312
+contrast pairs of three draws of dpo_contrast_data's that the base model prefers least), keep_decay (the task's B decay where ordinary chats read A, training/lora_a.py KEEP_DECAY; the
 engine's own value unless set), evals (the sets to ask, joined by +, e.g. evals=prefs-style-controlled+retention; the
 kind's sets unless set), base (skip: the base model is not asked again and the retention answers lost are the
 trained model's wrong ones; only where the base answers all of builtin:retention, as in fp32 on the default model),
@@ -56,21 +55,19 @@ def by_reference(store, eval_id: str, eval_set: str) -> dict[str, str]:
     return {str(ref): f"{int(row['sum'])}/{int(row['count'])}" for ref, row in counts.iterrows()}
 
 
-def add_contrast_twins(builtin_data) -> None:
-    """builtin:concise-prefs becomes its own pairs and 312 contrast twins (benchmarks/dpo_contrast_data.py), shuffled,
-    for this process: its training rows and lora_a=null_space's task chats both read concise_prefs_pairs."""
+def add_pairs(builtin_data, extra: list) -> None:
+    """builtin:concise-prefs becomes its own pairs and `extra`, shuffled, for this process: its training rows and
+    lora_a=null_space's task chats both read concise_prefs_pairs."""
     import random
-
-    from dpo_contrast_data import contrast_pairs
 
     default_pairs = builtin_data.concise_prefs_pairs
 
-    def with_twins():
-        pairs = default_pairs() + contrast_pairs()
+    def with_extra():
+        pairs = default_pairs() + extra
         random.Random(1).shuffle(pairs)
         return pairs
 
-    builtin_data.concise_prefs_pairs = with_twins
+    builtin_data.concise_prefs_pairs = with_extra
 
 
 def base_margins(pairs) -> list[float]:
@@ -81,27 +78,15 @@ def base_margins(pairs) -> list[float]:
     return [logprob(p.prompt, p.chosen) - logprob(p.prompt, p.rejected) for p in pairs]
 
 
-def add_hard_twins(builtin_data, limit: int = 312) -> None:
-    """builtin:concise-prefs becomes its own pairs and the `limit` contrast pairs (three draws of
-    dpo_contrast_data's, 12 twins a kind each) the base model prefers least, its own mistakes first."""
-    import random
-
+def hard_contrast_pairs(limit: int = 312) -> list:
+    """The `limit` contrast pairs (three draws of dpo_contrast_data's, 12 twins a kind each) the base model prefers
+    least, its own mistakes first."""
     from dpo_contrast_data import contrast_pairs
 
-    default_pairs = builtin_data.concise_prefs_pairs
-    pool = {p.prompt: p for seed in (0, 1, 2) for p in contrast_pairs(seed=seed)}
-    pool_pairs = list(pool.values())
-    margins = base_margins(pool_pairs)
-    hardest = [p for _, p in sorted(zip(margins, pool_pairs, strict=True), key=lambda item: item[0])][:limit]
-    wrong = sum(m < 0 for m in margins)
-    print(f"hard twins: {len(pool_pairs)} contrast pairs, base wrong on {wrong}; the {limit} hardest taken")
-
-    def with_hard():
-        pairs = default_pairs() + hardest
-        random.Random(1).shuffle(pairs)
-        return pairs
-
-    builtin_data.concise_prefs_pairs = with_hard
+    pool = list({p.prompt: p for seed in (0, 1, 2) for p in contrast_pairs(seed=seed)}.values())
+    margins = base_margins(pool)
+    print(f"hard pairs: {len(pool)} contrast pairs, base wrong on {sum(m < 0 for m in margins)}; {limit} taken")
+    return [p for _, p in sorted(zip(margins, pool, strict=True), key=lambda item: item[0])][:limit]
 
 
 def run(settings: dict[str, str], home) -> dict:
@@ -114,10 +99,8 @@ def run(settings: dict[str, str], home) -> dict:
     kind = settings.get("kind", "sl")
     if "copies" in settings:  # the SFT demo's facts this many times (data/builtin.py FACTS_COPIES)
         builtin_data.FACTS_COPIES = int(settings["copies"])
-    if settings.get("data") == "contrast":  # DPO: the default's pairs and dpo_contrast_data's twins, 12 a kind
-        add_contrast_twins(builtin_data)
     if settings.get("data") == "hard":  # DPO: the default's pairs and the contrast pairs the base model prefers least
-        add_hard_twins(builtin_data)
+        add_pairs(builtin_data, hard_contrast_pairs())
     if "keep_decay" in settings:
         lora_a.KEEP_DECAY[(kind, DATASET[kind])] = float(settings["keep_decay"])
     rank = int(settings.get("rank", "8" if kind == "sl" else "32"))
