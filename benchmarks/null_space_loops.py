@@ -13,8 +13,9 @@ Settings (key=value, comma-separated; one run per call): kind (sl | dpo), lora_a
 312 contrast pairs of three draws of dpo_contrast_data's that the base model prefers least), keep_decay (the task's
 B decay where ordinary chats read A, training/lora_a.py KEEP_DECAY; the engine's own value unless set), evals (the
 sets to ask, joined by +, e.g. evals=prefs-style-controlled+retention; the kind's sets unless set), base (skip: the
-base model is not asked again and the retention answers lost are the trained model's wrong ones; only where the base answers all of builtin:retention, as in fp32 on the default model),
-and any loop setting as set.KEY=VALUE (e.g. set.learning_rate=3e-4, set.train_attn=false).
+base model is not asked again and the retention answers lost are the trained model's wrong ones; only where the
+base answers all of builtin:retention, as in fp32 on the default model), and any loop setting as set.KEY=VALUE
+(e.g. set.learning_rate=3e-4, set.train_attn=false).
 The engine's LoRA alpha is 32 whatever the rank, so rank 8 scales B A by 4. Appends to results/null_space_loops.json
 (the runs before 2026-11-29 10:00 fixed A by wrapping the loop's client start, with the same directions, before SL and
 DPO had the setting). Run alone (6-15 minutes each on a 2-core CPU, plus about 3 minutes once per model for the
