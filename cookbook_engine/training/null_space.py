@@ -90,8 +90,9 @@ def input_covariances(
     tokens = 0
     try:
         with torch.no_grad():
-            for start in range(0, len(token_lists), 8):
-                batch = token_lists[start : start + 8]
+            by_length = sorted(token_lists, key=len)  # batches of like lengths: little compute spent on padding
+            for start in range(0, len(by_length), 8):
+                batch = by_length[start : start + 8]
                 width = max(len(t) for t in batch) - 1  # as training sees them: the last token is only a target
                 ids_B_T = torch.full((len(batch), width), pad, dtype=torch.long)
                 mask_B_T = torch.zeros(len(batch), width, dtype=torch.long)
