@@ -10,7 +10,8 @@ retention answers lost and gained.
 
 Settings (key=value, comma-separated; one run per call): kind (sl | dpo), lora_a (null_space | trained | auto), rank
 (sl 8, dpo 32), seed (0), copies (sl: the facts this many times; FACTS_COPIES unless set), data (dpo: hard adds the
-312 contrast pairs of three draws of dpo_contrast_data's that the base model prefers least), keep_decay (the task's
+312 contrast pairs of three draws of dpo_contrast_data's that the base model prefers least; sl: neighbours adds the
+189 neighbour rows, builtin.neighbour_rows), keep_decay (the task's
 B decay where ordinary chats read A, training/lora_a.py KEEP_DECAY; the engine's own value unless set), evals (the
 sets to ask, joined by +, e.g. evals=prefs-style-controlled+retention; the kind's sets unless set), base (skip: the
 base model is not asked again and the retention answers lost are the trained model's wrong ones; only where the
@@ -71,6 +72,23 @@ def add_pairs(builtin_data, extra: list) -> None:
     builtin_data.concise_prefs_pairs = with_extra
 
 
+def add_neighbours(builtin_data) -> None:
+    """builtin:facts becomes its rows and the neighbour rows (the facts' own wordings about real countries, answered
+    by the base model itself), shuffled, for this process. lora_a=null_space's task chats stay the facts alone
+    (lora_a._facts_chats reads fact_rows_only), so A is the default's and only what B trains on changes."""
+    import dataclasses
+    import random
+
+    facts = builtin_data.BUILTIN["facts"]
+
+    def with_neighbours():
+        rows = facts.make_rows() + builtin_data.neighbour_rows()
+        random.Random(1).shuffle(rows)
+        return rows
+
+    builtin_data.BUILTIN["facts"] = dataclasses.replace(facts, make_rows=with_neighbours)
+
+
 def base_margins(pairs) -> list[float]:
     """The base model's summed log-probability of each pair's chosen reply minus its rejected one's (fp32)."""
     from prefs_prior import reply_scorer
@@ -102,6 +120,8 @@ def run(settings: dict[str, str], home) -> dict:
         builtin_data.FACTS_COPIES = int(settings["copies"])
     if settings.get("data") == "hard":  # DPO: the default's pairs and the contrast pairs the base model prefers least
         add_pairs(builtin_data, hard_contrast_pairs())
+    if settings.get("data") == "neighbours":  # SL: the facts and the base's own replies to their real-world twins
+        add_neighbours(builtin_data)
     if "keep_decay" in settings:
         lora_a.KEEP_DECAY[(kind, DATASET[kind])] = float(settings["keep_decay"])
     rank = int(settings.get("rank", "8" if kind == "sl" else "32"))

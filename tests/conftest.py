@@ -64,7 +64,7 @@ def home(tmp_path, monkeypatch):
 def default_model_ready():
     """The default model converted into the shared cache (about 20 s the first time on a machine), and the input
     covariances RL's, DPO's and SFT's defaults read their LoRA directions from (lora_a=null_space: the ordinary
-    chats' about 2.5 min, each task's tens of seconds, the first time), so that no test's run waits for them under
+    chats' about 2 min, each task's tens of seconds, the first time), so that no test's run waits for them under
     its own time limit."""
     from cookbook_engine import config as cfg, models
     from cookbook_engine.training import lora_a, null_space

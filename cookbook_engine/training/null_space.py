@@ -9,10 +9,10 @@ model's own replies to ordinary questions, `builtin.replay_rows()` and `builtin.
 over the task's chats; A's rows are the generalised eigenvectors of (C_task, C_keep + ridge x mean eigenvalue x I)
 with the largest ratio, each of unit length. The covariances are computed in fp32 on a separate copy of the base
 model and cached in the model cache, keyed by the model, the projections and every token they were computed from:
-C_keep once per model for every adaptable projection (about 2.5 minutes on a 2-core CPU for the default model), so
-every task and choice of projections shares it, and C_task once per task (tens of seconds); each input's covariance
-is stored once however many projections read it (q/k/v, gate/up). The directions follow from them (about 40 s for
-all seven projections, once per rank: cached too).
+C_keep once per model for every adaptable projection (about 2 minutes on a 2-core CPU for the default model, its
+chats batched by length), so every task and choice of projections shares it, and C_task once per task (tens of
+seconds); each input's covariance is stored once however many projections read it (q/k/v, gate/up). The directions
+follow from them (about 40 s for all seven projections, once per rank: cached too).
 
 The ratio picks A's rows, yet ordinary inputs still reach them: in the SFT demo's directions ordinary chats (and the
 retention questions alike) carry about 0.2-6% of the task's energy per direction. `keep_decay_matrices` measures
