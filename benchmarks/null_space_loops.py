@@ -11,12 +11,13 @@ retention answers lost and gained.
 Settings (key=value, comma-separated; one run per call): kind (sl | dpo), lora_a (null_space | trained | auto), rank
 (sl 8, dpo 32), seed (0), copies (sl: the facts this many times; FACTS_COPIES unless set), data (dpo: hard adds the
 312 contrast pairs of three draws of dpo_contrast_data's that the base model prefers least; sl: neighbours adds the
-189 neighbour rows, builtin.neighbour_rows), keep_decay (the task's
-B decay where ordinary chats read A, training/lora_a.py KEEP_DECAY; the engine's own value unless set), evals (the
-sets to ask, joined by +, e.g. evals=prefs-style-controlled+retention; the kind's sets unless set), base (skip: the
-base model is not asked again and the retention answers lost are the trained model's wrong ones; only where the
-base answers all of builtin:retention, as in fp32 on the default model), and any loop setting as set.KEY=VALUE
-(e.g. set.learning_rate=3e-4, set.train_attn=false).
+189 neighbour rows, builtin.neighbour_rows), task (dpo: differences fixes A where the pairs' chosen and rejected
+replies differ most against ordinary chats, reply_difference_covariances; needs its own COOKBOOK_MODEL_CACHE),
+keep_decay (the task's B decay where ordinary chats read A, training/lora_a.py KEEP_DECAY; the engine's own value
+unless set), evals (the sets to ask, joined by +, e.g. evals=prefs-style-controlled+retention; the kind's sets unless
+set), base (skip: the base model is not asked again and the retention answers lost are the trained model's wrong ones;
+only where the base answers all of builtin:retention, as in fp32 on the default model), and any loop setting as
+set.KEY=VALUE (e.g. set.learning_rate=3e-4, set.train_attn=false).
 The engine's LoRA alpha is 32 whatever the rank, so rank 8 scales B A by 4. Appends to results/null_space_loops.json
 (the runs before 2026-11-29 10:00 fixed A by wrapping the loop's client start, with the same directions, before SL and
 DPO had the setting). Run alone (6-15 minutes each on a 2-core CPU, plus about 3 minutes once per model for the
@@ -89,6 +90,61 @@ def add_neighbours(builtin_data) -> None:
     builtin_data.BUILTIN["facts"] = dataclasses.replace(facts, make_rows=with_neighbours)
 
 
+def reply_difference_covariances(model, token_lists, pad, modules):
+    """Per projection in `modules`: the mean over pairs of d d^T, d = the chosen reply's mean input minus the rejected
+    reply's, each over the positions from the first token where the two differ (the shared prompt reads the same).
+    `token_lists` alternate chosen, rejected (builtin.concise_prefs_chats)."""
+    import torch
+
+    from cookbook_engine.training.null_space import reading_inputs
+
+    means: dict[str, list] = {}
+    span: list = []
+
+    def add(name, x):
+        (c0, c1), (r0, r1) = span
+        x = x.float()
+        means.setdefault(name, []).append(x[0, c0:c1].mean(0) - x[1, r0:r1].mean(0))
+
+    with reading_inputs(model, modules, add) as (reader_of, new_pass), torch.no_grad():
+        for chosen, rejected in zip(token_lists[0::2], token_lists[1::2], strict=True):
+            first = next(i for i, (a, b) in enumerate(zip(chosen, rejected)) if a != b)
+            ends = (len(chosen) - 1, len(rejected) - 1)  # as training sees them: the last token is only a target
+            if first >= min(ends):
+                continue
+            ids = torch.full((2, max(ends)), pad, dtype=torch.long)
+            mask = torch.zeros(2, max(ends), dtype=torch.long)
+            for b, tokens in enumerate((chosen, rejected)):
+                ids[b, : len(tokens) - 1] = torch.tensor(tokens[:-1])
+                mask[b, : len(tokens) - 1] = 1
+            span[:] = [(first, ends[0]), (first, ends[1])]
+            new_pass()
+            model.model(input_ids=ids, attention_mask=mask)
+    covariances = {}
+    for name, rows in means.items():
+        d = torch.stack(rows)
+        covariances[name] = d.T @ d / len(rows)
+    return {name: covariances[reader] for name, reader in reader_of.items()}
+
+
+def use_reply_differences(builtin_data) -> None:
+    """lora_a=null_space's task covariance for DPO becomes reply_difference_covariances of the pairs (the ordinary
+    chats' stays), for this process; the run needs a model cache of its own (COOKBOOK_MODEL_CACHE), since the cache
+    is keyed by the pairs' tokens, not by how their covariance was computed."""
+    from cookbook_engine import models
+    from cookbook_engine.training import null_space
+
+    task_tokens = null_space._tokens(models.DEFAULT_MODEL, builtin_data.concise_prefs_chats())
+    plain = null_space.input_covariances
+
+    def covariances(model, token_lists, pad, modules):
+        if token_lists == task_tokens:
+            return reply_difference_covariances(model, token_lists, pad, modules)
+        return plain(model, token_lists, pad, modules)
+
+    null_space.input_covariances = covariances
+
+
 def base_margins(pairs) -> list[float]:
     """The base model's summed log-probability of each pair's chosen reply minus its rejected one's (fp32)."""
     from prefs_prior import reply_scorer
@@ -122,6 +178,8 @@ def run(settings: dict[str, str], home) -> dict:
         add_pairs(builtin_data, hard_contrast_pairs())
     if settings.get("data") == "neighbours":  # SL: the facts and the base's own replies to their real-world twins
         add_neighbours(builtin_data)
+    if settings.get("task") == "differences":  # DPO: A reads where right and wrong replies differ, not the pairs
+        use_reply_differences(builtin_data)
     if "keep_decay" in settings:
         lora_a.KEEP_DECAY[(kind, DATASET[kind])] = float(settings["keep_decay"])
     rank = int(settings.get("rank", "8" if kind == "sl" else "32"))

@@ -28,6 +28,7 @@ Not here: which runs use it and on which task's chats (training/lora_a.py), the 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -62,18 +63,17 @@ def rendered(rows: list[dict], renderer) -> list[list[int]]:
     return out
 
 
-def input_covariances(
-    model, token_lists: list[list[int]], pad: int, modules: tuple[str, ...]
-) -> dict[str, torch.Tensor]:
-    """Per projection whose last name is in `modules`: the mean over every real token of x x^T of its input x.
-    Projections that read one tensor (q/k/v, gate/up) get the same tensor object: it is computed and stored once."""
+@contextlib.contextmanager
+def reading_inputs(model, modules: tuple[str, ...], on_input: Callable[[str, torch.Tensor], None]):
+    """Forward hooks on the linear projections whose last name is in `modules`: each forward pass calls
+    `on_input(projection, x)` once per distinct input tensor x (q/k/v and gate/up read one tensor: only the first of
+    them is named). Yields (reader_of, new_pass): reader_of maps each projection to the first one that read its input,
+    and new_pass() must be called before each forward pass. The hooks are removed on leaving."""
     import torch
 
-    sums: dict[str, torch.Tensor] = {}
     reader_of: dict[str, str] = {}  # projection -> the first projection that reads the same input
-    mask_now: list[torch.Tensor] = []
-    first_reader: dict[int, str] = {}  # an input tensor's address -> the first projection that read it this batch
-    inputs: dict[int, torch.Tensor] = {}  # kept so an address is not reused within the batch
+    first_reader: dict[int, str] = {}  # an input tensor's address -> the first projection that read it this pass
+    inputs: dict[int, torch.Tensor] = {}  # kept so an address is not reused within the pass
     hooks = []
     for name, module in model.named_modules():
         if name.split(".")[-1] in modules and isinstance(module, torch.nn.Linear):
@@ -82,31 +82,51 @@ def input_covariances(
                 key = args[0].data_ptr()
                 if key not in first_reader:
                     first_reader[key], inputs[key] = name, args[0]
-                    x = args[0].float()[mask_now[0].bool()]
-                    sums[name] = sums.get(name, 0) + x.T @ x
+                    on_input(name, args[0])
                 reader_of[name] = first_reader[key]
 
             hooks.append(module.register_forward_hook(hook))
-    tokens = 0
+
+    def new_pass() -> None:
+        first_reader.clear()
+        inputs.clear()
+
     try:
-        with torch.no_grad():
-            by_length = sorted(token_lists, key=len)  # batches of like lengths: little compute spent on padding
-            for start in range(0, len(by_length), 8):
-                batch = by_length[start : start + 8]
-                width = max(len(t) for t in batch) - 1  # as training sees them: the last token is only a target
-                ids_B_T = torch.full((len(batch), width), pad, dtype=torch.long)
-                mask_B_T = torch.zeros(len(batch), width, dtype=torch.long)
-                for b, tokens_T in enumerate(batch):
-                    ids_B_T[b, : len(tokens_T) - 1] = torch.tensor(tokens_T[:-1])
-                    mask_B_T[b, : len(tokens_T) - 1] = 1
-                mask_now[:] = [mask_B_T]
-                first_reader.clear()
-                inputs.clear()
-                model.model(input_ids=ids_B_T, attention_mask=mask_B_T)  # the LM head's input is not needed
-                tokens += int(mask_B_T.sum())
+        yield reader_of, new_pass
     finally:
         for h in hooks:
             h.remove()
+
+
+def input_covariances(
+    model, token_lists: list[list[int]], pad: int, modules: tuple[str, ...]
+) -> dict[str, torch.Tensor]:
+    """Per projection whose last name is in `modules`: the mean over every real token of x x^T of its input x.
+    Projections that read one tensor (q/k/v, gate/up) get the same tensor object: it is computed and stored once."""
+    import torch
+
+    sums: dict[str, torch.Tensor] = {}
+    mask_now: list[torch.Tensor] = []
+
+    def add(name: str, x: torch.Tensor) -> None:
+        x = x.float()[mask_now[0].bool()]
+        sums[name] = sums.get(name, 0) + x.T @ x
+
+    tokens = 0
+    with reading_inputs(model, modules, add) as (reader_of, new_pass), torch.no_grad():
+        by_length = sorted(token_lists, key=len)  # batches of like lengths: little compute spent on padding
+        for start in range(0, len(by_length), 8):
+            batch = by_length[start : start + 8]
+            width = max(len(t) for t in batch) - 1  # as training sees them: the last token is only a target
+            ids_B_T = torch.full((len(batch), width), pad, dtype=torch.long)
+            mask_B_T = torch.zeros(len(batch), width, dtype=torch.long)
+            for b, tokens_T in enumerate(batch):
+                ids_B_T[b, : len(tokens_T) - 1] = torch.tensor(tokens_T[:-1])
+                mask_B_T[b, : len(tokens_T) - 1] = 1
+            mask_now[:] = [mask_B_T]
+            new_pass()
+            model.model(input_ids=ids_B_T, attention_mask=mask_B_T)  # the LM head's input is not needed
+            tokens += int(mask_B_T.sum())
     means = {name: total / tokens for name, total in sums.items()}
     return {name: means[reader] for name, reader in reader_of.items()}
 
