@@ -9,8 +9,8 @@ run: setup
 	@./scripts/run.sh
 
 # The test suite, after the lint step (a lint or type error fails it before any test runs): every test except those
-# marked `slow`, which CI runs this way too (24.7 minutes of tests, 28.6 with a fresh setup, on a 2-core AMD EPYC in
-# fp32, 2026-12-03; 28.6 and about 32 on a 2-core Intel Xeon with AMX, 2026-12-02).
+# marked `slow`, which CI runs this way too (22.5-24.7 minutes of tests, 25.6-28.6 with a fresh setup, on a 2-core AMD
+# EPYC in fp32, 2026-12-03; 28.6 and about 32 on a 2-core Intel Xeon with AMX, 2026-12-02).
 test: setup lint
 	@./scripts/browser-deps.sh
 	@./scripts/test.sh
