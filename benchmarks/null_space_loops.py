@@ -12,7 +12,7 @@ Settings (key=value, comma-separated; one run per call): kind (sl | dpo), lora_a
 (sl 8, dpo 32), seed (0), copies (sl: the facts this many times; FACTS_COPIES unless set), data (dpo: hard adds the
 312 contrast pairs of three draws of dpo_contrast_data's that the base model prefers least; sl: neighbours adds the
 189 neighbour rows, builtin.neighbour_rows), task (dpo: differences fixes A where the pairs' chosen and rejected
-replies differ most against ordinary chats, reply_difference_covariances; needs its own COOKBOOK_MODEL_CACHE),
+replies differ most against ordinary chats, reply_difference_covariances, cached in a folder of its own),
 keep_decay (the task's B decay where ordinary chats read A, training/lora_a.py KEEP_DECAY; the engine's own value
 unless set), evals (the sets to ask, joined by +, e.g. evals=prefs-style-controlled+retention; the kind's sets unless
 set), base (skip: the base model is not asked again and the retention answers lost are the trained model's wrong ones;
@@ -96,7 +96,7 @@ def reply_difference_covariances(model, token_lists, pad, modules):
     `token_lists` alternate chosen, rejected (builtin.concise_prefs_chats)."""
     import torch
 
-    from cookbook_engine.training.null_space import reading_inputs
+    from cookbook_engine.training.null_space import padded_inputs, reading_inputs
 
     means: dict[str, list] = {}
     span: list = []
@@ -112,14 +112,10 @@ def reply_difference_covariances(model, token_lists, pad, modules):
             ends = (len(chosen) - 1, len(rejected) - 1)  # as training sees them: the last token is only a target
             if first >= min(ends):
                 continue
-            ids = torch.full((2, max(ends)), pad, dtype=torch.long)
-            mask = torch.zeros(2, max(ends), dtype=torch.long)
-            for b, tokens in enumerate((chosen, rejected)):
-                ids[b, : len(tokens) - 1] = torch.tensor(tokens[:-1])
-                mask[b, : len(tokens) - 1] = 1
+            ids_B_T, mask_B_T = padded_inputs([chosen, rejected], pad)
             span[:] = [(first, ends[0]), (first, ends[1])]
             new_pass()
-            model.model(input_ids=ids, attention_mask=mask)
+            model.model(input_ids=ids_B_T, attention_mask=mask_B_T)
     covariances = {}
     for name, rows in means.items():
         d = torch.stack(rows)
@@ -129,12 +125,20 @@ def reply_difference_covariances(model, token_lists, pad, modules):
 
 def use_reply_differences(builtin_data) -> None:
     """lora_a=null_space's task covariance for DPO becomes reply_difference_covariances of the pairs (the ordinary
-    chats' stays), for this process; the run needs a model cache of its own (COOKBOOK_MODEL_CACHE), since the cache
-    is keyed by the pairs' tokens, not by how their covariance was computed."""
+    chats' stays), for this process. The cache is keyed by the pairs' tokens, not by how their covariance was
+    computed, so this process keeps its task and direction files in a folder of their own (the default's are
+    neither read nor overwritten) and links the ordinary chats' file from the default's folder when it is there."""
     from cookbook_engine import models
     from cookbook_engine.training import null_space
 
-    task_tokens = null_space._tokens(models.DEFAULT_MODEL, builtin_data.concise_prefs_chats())
+    chats = builtin_data.concise_prefs_chats()
+    task_tokens = null_space._tokens(models.DEFAULT_MODEL, chats)
+    (shared_keep, _), _ = null_space._inputs(models.DEFAULT_MODEL, chats, ("q_proj",))
+    null_space.CACHE_FOLDER = f"{null_space.CACHE_FOLDER}-reply-differences"
+    (own_keep, _), _ = null_space._inputs(models.DEFAULT_MODEL, chats, ("q_proj",))
+    if shared_keep.exists() and not own_keep.exists():
+        own_keep.parent.mkdir(parents=True, exist_ok=True)
+        own_keep.symlink_to(shared_keep)
     plain = null_space.input_covariances
 
     def covariances(model, token_lists, pad, modules):

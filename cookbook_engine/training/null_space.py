@@ -98,6 +98,20 @@ def reading_inputs(model, modules: tuple[str, ...], on_input: Callable[[str, tor
             h.remove()
 
 
+def padded_inputs(batch: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids_B_T, mask_B_T) of the chats' tokens as training reads them (the last token is only a target), padded on
+    the right to the longest."""
+    import torch
+
+    width = max(len(t) for t in batch) - 1
+    ids_B_T = torch.full((len(batch), width), pad, dtype=torch.long)
+    mask_B_T = torch.zeros(len(batch), width, dtype=torch.long)
+    for b, tokens_T in enumerate(batch):
+        ids_B_T[b, : len(tokens_T) - 1] = torch.tensor(tokens_T[:-1])
+        mask_B_T[b, : len(tokens_T) - 1] = 1
+    return ids_B_T, mask_B_T
+
+
 def input_covariances(
     model, token_lists: list[list[int]], pad: int, modules: tuple[str, ...]
 ) -> dict[str, torch.Tensor]:
@@ -116,13 +130,7 @@ def input_covariances(
     with reading_inputs(model, modules, add) as (reader_of, new_pass), torch.no_grad():
         by_length = sorted(token_lists, key=len)  # batches of like lengths: little compute spent on padding
         for start in range(0, len(by_length), 8):
-            batch = by_length[start : start + 8]
-            width = max(len(t) for t in batch) - 1  # as training sees them: the last token is only a target
-            ids_B_T = torch.full((len(batch), width), pad, dtype=torch.long)
-            mask_B_T = torch.zeros(len(batch), width, dtype=torch.long)
-            for b, tokens_T in enumerate(batch):
-                ids_B_T[b, : len(tokens_T) - 1] = torch.tensor(tokens_T[:-1])
-                mask_B_T[b, : len(tokens_T) - 1] = 1
+            ids_B_T, mask_B_T = padded_inputs(by_length[start : start + 8], pad)
             mask_now[:] = [mask_B_T]
             new_pass()
             model.model(input_ids=ids_B_T, attention_mask=mask_B_T)  # the LM head's input is not needed
